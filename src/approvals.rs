@@ -1,0 +1,207 @@
+//! Open approvals of all sessions (SPEC §7): asking, deciding, "always allow for this session", and denial on cancel.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ToolPolicy;
+use crate::protocol::{ApprovalInfo, Event, SessionId};
+use crate::tools::{ApprovalAsk, ApprovalGate, Decision};
+
+type Emit = Arc<dyn Fn(Event) + Send + Sync>;
+/// The configured policy of a tool, if any.
+pub type PolicyFn = Box<dyn Fn(&str) -> Option<ToolPolicy> + Send + Sync>;
+
+struct Open {
+    info: ApprovalInfo,
+    /// Emits on the asking session's stream (which reaches its ancestors).
+    emit: Emit,
+    /// The asking session and its ancestors: any of them may see and decide it.
+    lineage: Vec<SessionId>,
+    reply: oneshot::Sender<Decision>,
+}
+
+/// Every open approval of the runtime, in the order they were asked.
+#[derive(Default)]
+pub struct ApprovalBook {
+    open: Mutex<Vec<Open>>,
+    remembered: Mutex<HashSet<(SessionId, String)>>,
+}
+
+impl ApprovalBook {
+    fn open(&self) -> std::sync::MutexGuard<'_, Vec<Open>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Approvals asked by `session_id` or by any of its descendants.
+    pub fn visible_to(&self, session_id: &str) -> Vec<ApprovalInfo> {
+        self.open()
+            .iter()
+            .filter(|open| open.lineage.iter().any(|id| id == session_id))
+            .map(|open| open.info.clone())
+            .collect()
+    }
+
+    /// Decides an approval that `session_id` (the asker or an ancestor) can see.
+    pub fn decide(
+        &self,
+        session_id: &str,
+        approval_id: &str,
+        approved: bool,
+        remember: bool,
+        reason: Option<String>,
+    ) -> bool {
+        let open = {
+            let mut open = self.open();
+            let Some(index) = open.iter().position(|o| {
+                o.info.approval_id == approval_id && o.lineage.iter().any(|id| id == session_id)
+            }) else {
+                return false;
+            };
+            open.remove(index)
+        };
+        if approved && remember && open.info.rememberable {
+            self.remembered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((open.info.session_id.clone(), open.info.tool.clone()));
+        }
+        (open.emit)(Event::ApprovalResolved {
+            session_id: open.info.session_id.clone(),
+            approval_id: open.info.approval_id.clone(),
+            approved,
+        });
+        let _ = open.reply.send(Decision { approved, reason });
+        true
+    }
+
+    /// Denies every open approval of one session (its run was cancelled).
+    pub fn deny_session(&self, session_id: &str) {
+        let denied: Vec<Open> = {
+            let mut open = self.open();
+            let (denied, kept) = std::mem::take(&mut *open)
+                .into_iter()
+                .partition(|o| o.info.session_id == session_id);
+            *open = kept;
+            denied
+        };
+        for open in denied {
+            (open.emit)(Event::ApprovalResolved {
+                session_id: open.info.session_id.clone(),
+                approval_id: open.info.approval_id.clone(),
+                approved: false,
+            });
+            let _ = open.reply.send(Decision {
+                approved: false,
+                reason: Some("the run was stopped".into()),
+            });
+        }
+    }
+
+    fn remembered(&self, session_id: &str, tool: &str) -> bool {
+        self.remembered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&(session_id.to_string(), tool.to_string()))
+    }
+
+    pub fn forget_session(&self, session_id: &str) {
+        self.remembered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(id, _)| id != session_id);
+    }
+}
+
+/// The gate a session's tools ask through. Emits `approval_request` on the session's
+/// event stream (which reaches its ancestors' subscribers too).
+pub struct SessionGate {
+    pub book: Arc<ApprovalBook>,
+    pub session_id: SessionId,
+    pub parent_session_id: Option<SessionId>,
+    pub title: Option<String>,
+    pub lineage: Vec<SessionId>,
+    pub policy: PolicyFn,
+    pub emit: Emit,
+}
+
+#[async_trait]
+impl ApprovalGate for SessionGate {
+    async fn ask(&self, ask: ApprovalAsk, cancel: &CancellationToken) -> Decision {
+        // "Always allow" and an `allow` policy cover only paths inside the workspace.
+        if ask.rememberable {
+            if self.book.remembered(&self.session_id, &ask.tool) {
+                return Decision {
+                    approved: true,
+                    reason: None,
+                };
+            }
+            if (self.policy)(&ask.tool) == Some(ToolPolicy::Allow) {
+                return Decision {
+                    approved: true,
+                    reason: None,
+                };
+            }
+        }
+        if (self.policy)(&ask.tool) == Some(ToolPolicy::Deny) {
+            return Decision {
+                approved: false,
+                reason: Some(format!(
+                    "the {} tool is disabled by configuration",
+                    ask.tool
+                )),
+            };
+        }
+        if cancel.is_cancelled() {
+            return Decision {
+                approved: false,
+                reason: Some("the run was stopped".into()),
+            };
+        }
+        let approval_id = format!("approval-{}", uuid::Uuid::new_v4().simple());
+        let info = ApprovalInfo {
+            approval_id: approval_id.clone(),
+            session_id: self.session_id.clone(),
+            parent_session_id: self.parent_session_id.clone(),
+            title: self.title.clone(),
+            tool: ask.tool,
+            arguments: ask.arguments,
+            diff: ask.diff,
+            rememberable: ask.rememberable,
+        };
+        let (reply, answer) = oneshot::channel();
+        {
+            let mut open = self.book.open();
+            open.push(Open {
+                info: info.clone(),
+                emit: self.emit.clone(),
+                lineage: self.lineage.clone(),
+                reply,
+            });
+            // Emitted under the book's lock so a snapshot taken meanwhile is consistent.
+            (self.emit)(Event::ApprovalRequest(info));
+        }
+        tokio::select! {
+            decision = answer => decision.unwrap_or(Decision { approved: false, reason: None }),
+            _ = cancel.cancelled() => {
+                let still_open = {
+                    let mut open = self.book.open();
+                    let before = open.len();
+                    open.retain(|o| o.info.approval_id != approval_id);
+                    before != open.len()
+                };
+                if still_open {
+                    (self.emit)(Event::ApprovalResolved {
+                        session_id: self.session_id.clone(),
+                        approval_id,
+                        approved: false,
+                    });
+                }
+                Decision { approved: false, reason: Some("the run was stopped".into()) }
+            }
+        }
+    }
+}

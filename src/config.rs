@@ -1,0 +1,259 @@
+//! The configuration file (SPEC §10): its shape, defaults, loading with clear errors, merge patches and atomic saving.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::ConfigError;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    pub provider: ProviderConfig,
+    pub subagents: SubagentConfig,
+    pub tools: ToolsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProviderConfig {
+    /// `openai` (any Chat Completions server) or `anthropic`.
+    pub kind: String,
+    pub base_url: String,
+    pub model: String,
+    /// Name of the environment variable holding the API key; the key itself is never stored here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Extra knobs for providers (timeouts, retries); kept as given.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        ProviderConfig {
+            kind: "openai".into(),
+            base_url: "http://127.0.0.1:11434/v1".into(),
+            model: "qwen2.5-coder".into(),
+            api_key_env: None,
+            temperature: None,
+            max_tokens: None,
+            extra: serde_json::Map::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SubagentConfig {
+    /// How many children may run at once (the lease of SPEC §3).
+    pub max_concurrent: usize,
+    /// How deep delegation may go: 1 means children cannot delegate further.
+    pub max_depth: usize,
+    /// When set, children may only use these tools (e.g. read-only children).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+}
+
+impl Default for SubagentConfig {
+    fn default() -> Self {
+        SubagentConfig {
+            max_concurrent: 4,
+            max_depth: 1,
+            tools: None,
+        }
+    }
+}
+
+/// Per-tool policy: `ask`, `allow` or `deny`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolPolicy {
+    Ask,
+    Allow,
+    Deny,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ToolsConfig {
+    pub policy: std::collections::BTreeMap<String, ToolPolicy>,
+}
+
+impl Config {
+    /// Loads the config file; a missing file gives the defaults, a broken one a clear
+    /// error naming the file and line (and the file is left untouched).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+            Err(source) => {
+                return Err(ConfigError::Io {
+                    path: path.display().to_string(),
+                    source,
+                });
+            }
+        };
+        let config: Config = serde_json::from_str(&text).map_err(|err| ConfigError::Parse {
+            path: path.display().to_string(),
+            line: err.line(),
+            column: err.column(),
+            message: err.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.subagents.max_concurrent == 0 {
+            return Err(ConfigError::Invalid(
+                "subagents.max_concurrent must be at least 1".into(),
+            ));
+        }
+        if !matches!(self.provider.kind.as_str(), "openai" | "anthropic") {
+            return Err(ConfigError::Invalid(format!(
+                "provider.kind must be \"openai\" or \"anthropic\", not {:?}",
+                self.provider.kind
+            )));
+        }
+        Ok(())
+    }
+
+    /// Applies a JSON merge patch (RFC 7396) and returns the new config, validated.
+    pub fn patched(&self, patch: &Value) -> Result<Config, ConfigError> {
+        let mut value =
+            serde_json::to_value(self).map_err(|err| ConfigError::Invalid(err.to_string()))?;
+        merge_patch(&mut value, patch);
+        let config: Config =
+            serde_json::from_value(value).map_err(|err| ConfigError::Invalid(err.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Writes the config atomically (temp file + rename) so a crash never leaves half a file.
+    pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|err| ConfigError::Invalid(err.to_string()))?;
+        crate::store::write_atomic(path, text.as_bytes()).map_err(|source| ConfigError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// The config as `get_config` shows it. Keys never live in the config, so there is
+    /// nothing to redact but values that look like secrets in the provider's extra knobs.
+    pub fn redacted(&self) -> Value {
+        let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Some(provider) = value.get_mut("provider").and_then(Value::as_object_mut) {
+            for (key, field) in provider.iter_mut() {
+                let lower = key.to_ascii_lowercase();
+                if (lower.contains("key") && lower != "api_key_env")
+                    || lower.contains("secret")
+                    || lower.contains("token")
+                {
+                    *field = Value::String("<redacted>".into());
+                }
+            }
+        }
+        value
+    }
+}
+
+/// RFC 7396: objects merge recursively, `null` removes a key, anything else replaces.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(patch_map) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(target_map) = target {
+        for (key, value) in patch_map {
+            if value.is_null() {
+                target_map.remove(key);
+            } else {
+                merge_patch(target_map.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+    }
+}
+
+/// `<config dir>/bumblehive/config.json`, unless `BUMBLEHIVE_CONFIG` names another file.
+pub fn default_config_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("BUMBLEHIVE_CONFIG") {
+        return PathBuf::from(path);
+    }
+    dirs::config_dir()
+        .unwrap_or_else(std::env::temp_dir)
+        .join("bumblehive")
+        .join("config.json")
+}
+
+/// `<data dir>/bumblehive/`, unless `BUMBLEHIVE_DATA_DIR` names another folder.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(path) = std::env::var_os("BUMBLEHIVE_DATA_DIR") {
+        return PathBuf::from(path);
+    }
+    dirs::data_dir()
+        .unwrap_or_else(std::env::temp_dir)
+        .join("bumblehive")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn broken_file_names_file_and_line_and_is_not_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, "{\n  \"provider\": {\n    \"kind\": \n}").unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("config.json"), "{err}");
+        assert!(err.contains("line 4"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\n  \"provider\": {\n    \"kind\": \n}"
+        );
+    }
+
+    #[test]
+    fn missing_file_gives_defaults_and_patch_merges() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::load(&dir.path().join("none.json")).unwrap();
+        assert_eq!(config, Config::default());
+        let patched = config
+            .patched(&json!({"provider": {"model": "other"}, "subagents": {"max_concurrent": 8}}))
+            .unwrap();
+        assert_eq!(patched.provider.model, "other");
+        assert_eq!(patched.provider.kind, "openai");
+        assert_eq!(patched.subagents.max_concurrent, 8);
+        assert!(
+            config
+                .patched(&json!({"provider": {"kind": "nope"}}))
+                .is_err()
+        );
+        patched.save(&dir.path().join("config.json")).unwrap();
+        assert_eq!(
+            Config::load(&dir.path().join("config.json")).unwrap(),
+            patched
+        );
+    }
+
+    #[test]
+    fn secrets_in_extra_knobs_are_redacted() {
+        let config = Config::default()
+            .patched(&json!({"provider": {"api_key": "sk-123", "api_key_env": "X"}}))
+            .unwrap();
+        let shown = config.redacted();
+        assert_eq!(shown["provider"]["api_key"], "<redacted>");
+        assert_eq!(shown["provider"]["api_key_env"], "X");
+    }
+}

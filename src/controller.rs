@@ -1,0 +1,622 @@
+//! The per-session controller (SPEC §4–5): the delivery table, the pending queue and paused state, the current run's steer inbox, subscriptions and snapshots.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use tokio::sync::{broadcast, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::RuntimeError;
+use crate::protocol::{
+    Event, Message, MessageStatus, PendingMessage, RunConfig, SessionId, SessionState, Snapshot,
+    Usage, kinds,
+};
+use crate::service::Shared;
+use crate::store::SessionMeta;
+use crate::subagents::ChildOutcome;
+use crate::tools::{Delegator, ToolRegistry};
+
+/// How many events a subscriber may fall behind before it is told to re-read the snapshot.
+const EVENT_BUFFER: usize = 4096;
+
+/// A message handed to a session, waiting or in flight.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedMessage {
+    pub message_id: String,
+    pub content: String,
+    pub config: RunConfig,
+}
+
+impl QueuedMessage {
+    fn pending(&self) -> PendingMessage {
+        PendingMessage {
+            message_id: self.message_id.clone(),
+            content: self.content.clone(),
+            status: MessageStatus::Queued,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    Completed(String),
+    Failed(String),
+    Cancelled,
+}
+
+pub(crate) struct ActiveRun {
+    pub token: CancellationToken,
+    /// Messages steered into the run, consumed at the next safe point (SPEC §4).
+    pub inbox: Vec<QueuedMessage>,
+    done: CancellationToken,
+    waiters: Vec<oneshot::Sender<RunOutcome>>,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub run: Option<ActiveRun>,
+    pub paused: bool,
+    pub pending: Vec<QueuedMessage>,
+    /// The history, owned by the controller between runs and by the run while it works.
+    pub history: Option<Vec<Message>>,
+    /// Ids of every user message the session has seen, so a report is never added twice.
+    pub message_ids: HashSet<String>,
+    pub usage: Usage,
+}
+
+/// What the subscriber receives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Received {
+    Event(Event),
+    /// The subscriber fell behind and missed this many events: re-read the snapshot.
+    Lagged(u64),
+}
+
+/// A live event stream of one session (its descendants' events included).
+/// Dropping it unsubscribes and cancels nothing.
+pub struct Subscription {
+    rx: broadcast::Receiver<Event>,
+}
+
+impl Subscription {
+    /// The next event; `None` once the session is gone.
+    pub async fn recv(&mut self) -> Option<Received> {
+        match self.rx.recv().await {
+            Ok(event) => Some(Received::Event(event)),
+            Err(broadcast::error::RecvError::Lagged(missed)) => Some(Received::Lagged(missed)),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+
+    /// The next event, skipping lag notices (tests and simple consumers).
+    pub async fn next_event(&mut self) -> Option<Event> {
+        loop {
+            match self.recv().await? {
+                Received::Event(event) => return Some(event),
+                Received::Lagged(_) => continue,
+            }
+        }
+    }
+}
+
+pub struct SessionController {
+    pub(crate) meta: SessionMeta,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) events: broadcast::Sender<Event>,
+    /// The event senders of the parent, grandparent …: child events reach them too (SPEC §3).
+    pub(crate) ancestors: Vec<broadcast::Sender<Event>>,
+    pub(crate) lineage: Vec<SessionId>,
+    pub(crate) tools: ToolRegistry,
+    pub(crate) delegator: Option<Arc<dyn Delegator>>,
+    pub(crate) state: Mutex<State>,
+    pub(crate) this: Weak<SessionController>,
+}
+
+impl SessionController {
+    pub(crate) fn new(
+        meta: SessionMeta,
+        shared: Arc<Shared>,
+        parent: Option<&SessionController>,
+        tools: ToolRegistry,
+        delegator: Option<Arc<dyn Delegator>>,
+    ) -> Arc<Self> {
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let (ancestors, mut lineage) = match parent {
+            Some(parent) => {
+                let mut ancestors = vec![parent.events.clone()];
+                ancestors.extend(parent.ancestors.iter().cloned());
+                (ancestors, parent.lineage.clone())
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        lineage.insert(0, meta.session_id.clone());
+        let state = State {
+            paused: meta.state == SessionState::Paused,
+            usage: meta.usage,
+            ..State::default()
+        };
+        Arc::new_cyclic(|this| SessionController {
+            meta,
+            shared,
+            events,
+            ancestors,
+            lineage,
+            tools,
+            delegator,
+            state: Mutex::new(state),
+            this: this.clone(),
+        })
+    }
+
+    pub fn session_id(&self) -> &str {
+        &self.meta.session_id
+    }
+
+    pub fn meta(&self) -> &SessionMeta {
+        &self.meta
+    }
+
+    /// The session's ancestors' ids, nearest first.
+    pub fn depth(&self) -> usize {
+        self.ancestors.len()
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends an event to this session's subscribers and its ancestors'.
+    pub(crate) fn emit(&self, event: Event) {
+        for ancestor in &self.ancestors {
+            let _ = ancestor.send(event.clone());
+        }
+        let _ = self.events.send(event);
+    }
+
+    pub(crate) fn emit_kind(&self, kind: &str, data: serde_json::Value) {
+        self.emit(Event::Event {
+            session_id: self.meta.session_id.clone(),
+            kind: kind.to_string(),
+            data,
+        });
+    }
+
+    fn emit_status(&self, message_id: &str, status: MessageStatus) {
+        self.emit(Event::MessageStatus {
+            session_id: self.meta.session_id.clone(),
+            message_id: message_id.to_string(),
+            status,
+        });
+    }
+
+    /// A live event stream and the authoritative snapshot, taken together (SPEC §5).
+    pub fn subscribe(&self) -> (Subscription, Snapshot) {
+        let state = self.lock();
+        // Subscribe before reading: an event raced with the snapshot is seen twice, never lost.
+        let rx = self.events.subscribe();
+        let snapshot = self.snapshot_locked(&state);
+        (Subscription { rx }, snapshot)
+    }
+
+    /// Dropping the subscription is enough; this names the act.
+    pub fn unsubscribe(&self, subscription: Subscription) {
+        drop(subscription);
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let state = self.lock();
+        self.snapshot_locked(&state)
+    }
+
+    fn snapshot_locked(&self, state: &State) -> Snapshot {
+        let id = &self.meta.session_id;
+        let mut pending: Vec<PendingMessage> =
+            state.pending.iter().map(QueuedMessage::pending).collect();
+        if let Some(run) = &state.run {
+            pending.extend(run.inbox.iter().map(|m| PendingMessage {
+                status: MessageStatus::Steered,
+                ..m.pending()
+            }));
+        }
+        Snapshot {
+            session_id: id.clone(),
+            running: state.run.is_some(),
+            paused: state.paused,
+            pending,
+            approvals: self.shared.approvals.visible_to(id),
+            subagents: self.shared.subagents.snapshot(id),
+            usage: state.usage,
+            tree_usage: self.shared.tree_usage(id, state.usage),
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.lock().run.is_some()
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.lock().paused
+    }
+
+    pub fn state(&self) -> SessionState {
+        let state = self.lock();
+        if state.run.is_some() {
+            SessionState::Running
+        } else if state.paused {
+            SessionState::Paused
+        } else {
+            SessionState::Idle
+        }
+    }
+
+    pub fn pending(&self) -> Vec<PendingMessage> {
+        self.lock()
+            .pending
+            .iter()
+            .map(QueuedMessage::pending)
+            .collect()
+    }
+
+    /// The person's message. A person who writes after pressing Stop means to go on,
+    /// so a paused session is resumed by it; reports are what `deliver` queues.
+    pub fn submit(
+        &self,
+        content: String,
+        config: Option<RunConfig>,
+    ) -> Result<(String, MessageStatus), RuntimeError> {
+        if content.trim().is_empty() {
+            return Err(RuntimeError::InvalidArgument(
+                "content must not be empty".into(),
+            ));
+        }
+        let message = QueuedMessage {
+            message_id: format!("msg-{}", uuid::Uuid::now_v7().simple()),
+            content,
+            config: config.unwrap_or_default(),
+        };
+        let id = message.message_id.clone();
+        let mut state = self.lock();
+        if state.run.is_none() && state.paused {
+            state.paused = false;
+            self.persist_paused(false);
+        }
+        let status = self.deliver_locked(&mut state, message);
+        Ok((id, status))
+    }
+
+    /// Hands a message to the session: the table of SPEC §4, in this one place.
+    pub fn deliver(&self, message: QueuedMessage) -> Option<MessageStatus> {
+        let mut state = self.lock();
+        if state.message_ids.contains(&message.message_id)
+            || state
+                .pending
+                .iter()
+                .any(|m| m.message_id == message.message_id)
+        {
+            tracing::warn!(session = %self.meta.session_id, message = %message.message_id, "dropping a duplicate delivery");
+            return None;
+        }
+        Some(self.deliver_locked(&mut state, message))
+    }
+
+    fn deliver_locked(&self, state: &mut State, message: QueuedMessage) -> MessageStatus {
+        let id = message.message_id.clone();
+        let status = if let Some(run) = state.run.as_mut() {
+            run.inbox.push(message);
+            MessageStatus::Steered
+        } else if state.paused || self.shared.root.is_cancelled() {
+            state.pending.push(message);
+            MessageStatus::Queued
+        } else {
+            self.start_run_locked(state, message);
+            MessageStatus::Started
+        };
+        self.emit_status(&id, status);
+        status
+    }
+
+    /// `steer(message_id)`: a pending message goes into the running run's inbox, or starts a run.
+    pub fn steer(&self, message_id: &str) -> Result<MessageStatus, RuntimeError> {
+        let mut state = self.lock();
+        let Some(index) = state
+            .pending
+            .iter()
+            .position(|m| m.message_id == message_id)
+        else {
+            return Err(RuntimeError::NotFound(format!(
+                "pending message {message_id} in session {}",
+                self.meta.session_id
+            )));
+        };
+        let message = state.pending.remove(index);
+        let status = if let Some(run) = state.run.as_mut() {
+            run.inbox.push(message);
+            MessageStatus::Steered
+        } else {
+            if state.paused {
+                state.paused = false;
+                self.persist_paused(false);
+            }
+            self.start_run_locked(&mut state, message);
+            MessageStatus::Started
+        };
+        self.emit_status(message_id, status);
+        Ok(status)
+    }
+
+    /// Drops a pending message.
+    pub fn discard(&self, message_id: &str) -> Result<(), RuntimeError> {
+        let mut state = self.lock();
+        let Some(index) = state
+            .pending
+            .iter()
+            .position(|m| m.message_id == message_id)
+        else {
+            return Err(RuntimeError::NotFound(format!(
+                "pending message {message_id} in session {}",
+                self.meta.session_id
+            )));
+        };
+        state.pending.remove(index);
+        drop(state);
+        self.emit_kind(
+            kinds::MESSAGE_DISCARDED,
+            serde_json::json!({"message_id": message_id}),
+        );
+        Ok(())
+    }
+
+    /// Stops the current run and waits until it has written its synthetic results and
+    /// put unconsumed steered messages back to pending. Children are not stopped.
+    pub async fn cancel(&self) {
+        let done = {
+            let state = self.lock();
+            let Some(run) = &state.run else {
+                return;
+            };
+            run.token.cancel();
+            run.done.clone()
+        };
+        done.cancelled().await;
+    }
+
+    /// Starts a run with `message` on an idle session and returns how it ends.
+    /// Used for children, whose first message starts their only run.
+    pub(crate) fn start_watched(&self, message: QueuedMessage) -> oneshot::Receiver<RunOutcome> {
+        let (tx, rx) = oneshot::channel();
+        let mut state = self.lock();
+        let id = message.message_id.clone();
+        let status = self.deliver_locked(&mut state, message);
+        match (status, state.run.as_mut()) {
+            (MessageStatus::Started, Some(run)) => run.waiters.push(tx),
+            _ => {
+                tracing::warn!(session = %self.meta.session_id, message = %id, "child could not start a run");
+                let _ = tx.send(RunOutcome::Cancelled);
+            }
+        }
+        rx
+    }
+
+    fn start_run_locked(&self, state: &mut State, first: QueuedMessage) {
+        let token = self.shared.root.child_token();
+        let done = CancellationToken::new();
+        state.run = Some(ActiveRun {
+            token: token.clone(),
+            inbox: Vec::new(),
+            done: done.clone(),
+            waiters: Vec::new(),
+        });
+        self.shared.run_started();
+        let Some(this) = self.this.upgrade() else {
+            return;
+        };
+        tokio::spawn(crate::run::run(this, first, token));
+    }
+
+    /// Safe point 2: a final answer ends the run only if nothing was steered in meanwhile.
+    /// Returns the steered messages to append when the run must go on.
+    pub(crate) fn finish_or_take_inbox(
+        &self,
+        answer: &str,
+        history: &mut Vec<Message>,
+    ) -> Option<Vec<QueuedMessage>> {
+        let mut state = self.lock();
+        let run = state.run.as_mut()?;
+        if !run.inbox.is_empty() {
+            return Some(std::mem::take(&mut run.inbox));
+        }
+        let outcome = RunOutcome::Completed(answer.to_string());
+        self.end_run_locked(&mut state, Some(std::mem::take(history)), outcome);
+        None
+    }
+
+    /// Safe point 1: messages steered in while the batch ran.
+    pub(crate) fn take_inbox(&self) -> Vec<QueuedMessage> {
+        let mut state = self.lock();
+        state
+            .run
+            .as_mut()
+            .map(|run| std::mem::take(&mut run.inbox))
+            .unwrap_or_default()
+    }
+
+    /// Ends a run that was cancelled or failed: unconsumed steered messages go back to
+    /// pending in order, approvals are denied, the session is paused (SPEC §4).
+    pub(crate) fn stop_run(&self, history: Option<Vec<Message>>, outcome: RunOutcome) {
+        self.shared.approvals.deny_session(&self.meta.session_id);
+        let mut state = self.lock();
+        self.end_run_locked(&mut state, history, outcome);
+    }
+
+    fn end_run_locked(
+        &self,
+        state: &mut State,
+        history: Option<Vec<Message>>,
+        outcome: RunOutcome,
+    ) {
+        let Some(run) = state.run.take() else {
+            return;
+        };
+        // A history that failed to load stays unloaded, so the next run reads it again.
+        state.history = history;
+        let id = self.meta.session_id.clone();
+        match &outcome {
+            RunOutcome::Completed(answer) => {
+                self.shared.run_ended();
+                self.emit(Event::Result {
+                    session_id: id,
+                    content: answer.clone(),
+                });
+            }
+            RunOutcome::Failed(_) | RunOutcome::Cancelled => {
+                for message in run.inbox.iter() {
+                    self.emit_status(&message.message_id, MessageStatus::Queued);
+                }
+                state.pending.extend(run.inbox.iter().cloned());
+                state.paused = true;
+                self.persist_paused(true);
+                self.shared.run_ended();
+                match &outcome {
+                    RunOutcome::Failed(message) => self.emit(Event::Error {
+                        session_id: id,
+                        message: message.clone(),
+                    }),
+                    _ => self.emit_kind(kinds::RUN_CANCELLED, serde_json::Value::Null),
+                }
+            }
+        }
+        self.persist_usage(state.usage);
+        for waiter in run.waiters {
+            let _ = waiter.send(outcome.clone());
+        }
+        run.done.cancel();
+    }
+
+    /// Takes the history for a run (loading it from disk the first time).
+    pub(crate) fn take_history(&self) -> Result<Vec<Message>, RuntimeError> {
+        let cached = self.lock().history.take();
+        match cached {
+            Some(history) => Ok(history),
+            None => {
+                let loaded = self.shared.store.load(&self.meta.session_id)?;
+                let mut state = self.lock();
+                state
+                    .message_ids
+                    .extend(loaded.messages.iter().filter_map(|m| m.id.clone()));
+                Ok(loaded.messages)
+            }
+        }
+    }
+
+    /// Decides an approval asked by this session or by one of its descendants.
+    pub fn decide_approval(&self, approval_id: &str, approved: bool) -> Result<(), RuntimeError> {
+        self.decide_approval_with(approval_id, approved, false, None)
+    }
+
+    pub fn decide_approval_with(
+        &self,
+        approval_id: &str,
+        approved: bool,
+        remember: bool,
+        reason: Option<String>,
+    ) -> Result<(), RuntimeError> {
+        if self.shared.approvals.decide(
+            &self.meta.session_id,
+            approval_id,
+            approved,
+            remember,
+            reason,
+        ) {
+            Ok(())
+        } else {
+            Err(RuntimeError::NotFound(format!(
+                "approval {approval_id} in session {}",
+                self.meta.session_id
+            )))
+        }
+    }
+
+    /// The approval gate of this session's tools.
+    pub(crate) fn gate(&self) -> Arc<dyn crate::tools::ApprovalGate> {
+        let shared = self.shared.clone();
+        let this = self.this.clone();
+        Arc::new(crate::approvals::SessionGate {
+            book: self.shared.approvals.clone(),
+            session_id: self.meta.session_id.clone(),
+            parent_session_id: self.meta.parent_session_id.clone(),
+            title: self
+                .meta
+                .parent_session_id
+                .as_ref()
+                .map(|_| self.meta.title.clone()),
+            lineage: self.lineage.clone(),
+            policy: Box::new(move |tool| shared.config().tools.policy.get(tool).copied()),
+            emit: Arc::new(move |event| {
+                if let Some(ctl) = this.upgrade() {
+                    ctl.emit(event);
+                }
+            }),
+        })
+    }
+
+    pub(crate) fn remember_message_id(&self, id: &str) {
+        self.lock().message_ids.insert(id.to_string());
+    }
+
+    pub(crate) fn add_usage(&self, usage: Usage) {
+        self.lock().usage.add(usage);
+        self.shared.add_tree_usage(&self.lineage, usage);
+    }
+
+    fn persist_paused(&self, paused: bool) {
+        let mut meta = match self.shared.store.meta(&self.meta.session_id) {
+            Ok(meta) => meta,
+            Err(_) => return,
+        };
+        meta.state = if paused {
+            SessionState::Paused
+        } else {
+            SessionState::Idle
+        };
+        if let Err(err) = self.shared.store.write_meta(&meta) {
+            tracing::warn!(session = %self.meta.session_id, "cannot save paused state: {err}");
+        }
+    }
+
+    fn persist_usage(&self, usage: Usage) {
+        let Ok(mut meta) = self.shared.store.meta(&self.meta.session_id) else {
+            return;
+        };
+        if meta.usage == usage {
+            return;
+        }
+        meta.usage = usage;
+        meta.updated_at = crate::store::now();
+        if let Err(err) = self.shared.store.write_meta(&meta) {
+            tracing::warn!(session = %self.meta.session_id, "cannot save usage: {err}");
+        }
+    }
+
+    /// Waits for a child's run and maps it to the task registry's outcome; a cancelled
+    /// task stops the child's run.
+    pub(crate) async fn run_child(
+        &self,
+        message: QueuedMessage,
+        token: CancellationToken,
+    ) -> ChildOutcome {
+        let outcome = self.start_watched(message);
+        tokio::select! {
+            outcome = outcome => match outcome {
+                Ok(RunOutcome::Completed(answer)) => ChildOutcome::Completed(answer),
+                Ok(RunOutcome::Failed(message)) => ChildOutcome::Failed(message),
+                Ok(RunOutcome::Cancelled) | Err(_) => ChildOutcome::Stopped,
+            },
+            _ = token.cancelled() => {
+                self.cancel().await;
+                ChildOutcome::Stopped
+            }
+        }
+    }
+}

@@ -1,0 +1,435 @@
+//! Wire types shared by the core, the HTTP server, the desktop shell and the UI: messages, events, snapshots and command arguments. No I/O lives here.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Sessions are addressed by string ids; children are ordinary sessions with a parent.
+pub type SessionId = String;
+
+/// The role of a message in the OpenAI chat shape (SPEC §1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// One tool call of an assistant message. `arguments` is the parsed JSON object; a model
+/// that sent text which is not JSON keeps that text as a JSON string, so the history stays
+/// faithful and the tool can tell the model what was wrong.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+/// Token counts of one model call, or sums of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+}
+
+/// A message in the OpenAI chat shape, plus two optional fields the runtime needs:
+/// `id` (reports are `subagent:<task_id>`) and `usage` for assistant messages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+impl Message {
+    fn new(role: Role, content: Option<String>) -> Self {
+        Message {
+            role,
+            content,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            id: None,
+            usage: None,
+        }
+    }
+
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new(Role::System, Some(content.into()))
+    }
+
+    pub fn user(id: impl Into<String>, content: impl Into<String>) -> Self {
+        Message {
+            id: Some(id.into()),
+            ..Self::new(Role::User, Some(content.into()))
+        }
+    }
+
+    pub fn assistant(content: Option<String>, tool_calls: Vec<ToolCall>) -> Self {
+        Message {
+            tool_calls,
+            ..Self::new(Role::Assistant, content)
+        }
+    }
+
+    pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Message {
+            tool_call_id: Some(call_id.into()),
+            ..Self::new(Role::Tool, Some(content.into()))
+        }
+    }
+
+    pub fn text(&self) -> &str {
+        self.content.as_deref().unwrap_or("")
+    }
+}
+
+/// What happened to a message handed to a session (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageStatus {
+    Queued,
+    Steered,
+    Started,
+}
+
+/// The life state of a session as a list or a badge shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    #[default]
+    Idle,
+    Running,
+    Paused,
+}
+
+/// The state of a background sub-agent task, as its tab shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubagentState {
+    WaitingForSlot,
+    Running,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+/// Per-run settings carried by a message (SPEC §4: a pending message keeps the
+/// config of the run it belonged to). Unknown keys are kept so nothing is lost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    #[serde(default)]
+    pub runtime: RuntimeSettings,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
+}
+
+/// Session metadata as lists and the command table return it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub session_id: SessionId,
+    pub workspace: String,
+    pub title: String,
+    pub parent_session_id: Option<SessionId>,
+    /// The `sub_agent` call that created this session, for children.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub state: SessionState,
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+/// A message waiting in a session's pending queue (SPEC §4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingMessage {
+    pub message_id: String,
+    pub content: String,
+    pub status: MessageStatus,
+    #[serde(default)]
+    pub config: RunConfig,
+}
+
+/// An approval that waits for the person's decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalInfo {
+    pub approval_id: String,
+    /// The session whose tool asks (a child's id when a sub-agent asks).
+    pub session_id: SessionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session_id: Option<SessionId>,
+    /// The asking sub-agent's title, so the dialog can name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    pub tool: String,
+    pub arguments: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    /// Whether "always allow for this session" may be offered (never for outside paths).
+    #[serde(default)]
+    pub rememberable: bool,
+}
+
+/// A background sub-agent as its parent's snapshot lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubagentInfo {
+    pub task_id: String,
+    pub session_id: SessionId,
+    pub parent_session_id: SessionId,
+    pub title: String,
+    pub state: SubagentState,
+}
+
+/// The authoritative state of a session for a late joiner (SPEC §5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub session_id: SessionId,
+    pub running: bool,
+    pub paused: bool,
+    pub pending: Vec<PendingMessage>,
+    /// Open approvals of this session and of its descendants.
+    pub approvals: Vec<ApprovalInfo>,
+    pub subagents: Vec<SubagentInfo>,
+    /// Tokens of this session and of the whole tree below it.
+    pub usage: Usage,
+    pub tree_usage: Usage,
+}
+
+/// One event out of the core (SPEC §5). Every event names the session it is about;
+/// events of a child reach the parent's subscribers with the child's id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    SessionCreated {
+        session_id: SessionId,
+        parent_session_id: Option<SessionId>,
+        task_id: Option<String>,
+        title: String,
+    },
+    MessageStatus {
+        session_id: SessionId,
+        message_id: String,
+        status: MessageStatus,
+    },
+    ApprovalRequest(ApprovalInfo),
+    ApprovalResolved {
+        session_id: SessionId,
+        approval_id: String,
+        approved: bool,
+    },
+    /// Progress of a run: `kind` is e.g. `tool.call.started`, `content.delta`.
+    Event {
+        session_id: SessionId,
+        kind: String,
+        #[serde(default)]
+        data: Value,
+    },
+    Result {
+        session_id: SessionId,
+        content: String,
+    },
+    Error {
+        session_id: SessionId,
+        message: String,
+    },
+    /// First event of an SSE stream, and the answer to a lagging subscriber.
+    Snapshot(Snapshot),
+}
+
+impl Event {
+    pub fn session_id(&self) -> &str {
+        match self {
+            Event::SessionCreated { session_id, .. }
+            | Event::MessageStatus { session_id, .. }
+            | Event::ApprovalResolved { session_id, .. }
+            | Event::Event { session_id, .. }
+            | Event::Result { session_id, .. }
+            | Event::Error { session_id, .. } => session_id,
+            Event::ApprovalRequest(info) => &info.session_id,
+            Event::Snapshot(snapshot) => &snapshot.session_id,
+        }
+    }
+}
+
+/// Event kinds of `Event::Event`, named once so the UI and tests agree.
+pub mod kinds {
+    pub const CONTENT_DELTA: &str = "content.delta";
+    pub const TOOL_CALL_STARTED: &str = "tool.call.started";
+    pub const TOOL_CALL_FINISHED: &str = "tool.call.finished";
+    pub const MESSAGE_APPENDED: &str = "message.appended";
+    pub const RUN_CANCELLED: &str = "run.cancelled";
+    pub const MESSAGE_DISCARDED: &str = "message.discarded";
+    pub const SUBAGENT_STATE: &str = "subagent.state";
+    pub const PROVIDER_RETRY: &str = "provider.retry";
+}
+
+/// The arguments of the command table (SPEC §9).
+pub mod commands {
+    use super::*;
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct CreateSession {
+        pub workspace: String,
+        #[serde(default)]
+        pub title: Option<String>,
+    }
+
+    #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+    pub struct ListSessions {
+        #[serde(default)]
+        pub workspace: Option<String>,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct SessionRef {
+        pub session_id: SessionId,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct Submit {
+        pub session_id: SessionId,
+        pub content: String,
+        #[serde(default)]
+        pub config: Option<RunConfig>,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct MessageRef {
+        pub session_id: SessionId,
+        pub message_id: String,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct DecideApproval {
+        pub session_id: SessionId,
+        pub approval_id: String,
+        pub approved: bool,
+        #[serde(default)]
+        pub remember: bool,
+        /// Why the person denied, passed back to the model.
+        #[serde(default)]
+        pub reason: Option<String>,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct UpdateConfig {
+        pub patch: Value,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct SessionWithMessages {
+        pub info: SessionInfo,
+        pub messages: Vec<Message>,
+        /// Set when the stored history was damaged and had to be repaired on load.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub notice: Option<String>,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct Submitted {
+        pub message_id: String,
+        pub status: MessageStatus,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct Steered {
+        pub status: MessageStatus,
+    }
+}
+
+/// The error object of the command table: `{"error": {"code", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorEnvelope {
+    pub error: ErrorBody,
+}
+
+/// The exact text of a sub-agent's report (SPEC §3), built in one place.
+pub fn report_text(task_id: &str, outcome: &Result<String, String>) -> String {
+    match outcome {
+        Ok(answer) => format!("[Background tool result]\nTask ID: {task_id}\n\n{answer}"),
+        Err(error) => format!("[Background tool result]\nTask ID: {task_id}\n\nError:\n{error}"),
+    }
+}
+
+/// The message id of a report, unique within its parent's history.
+pub fn report_message_id(task_id: &str) -> String {
+    format!("subagent:{task_id}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_tagged_by_type_with_session_id() {
+        let event = Event::Event {
+            session_id: "s".into(),
+            kind: kinds::CONTENT_DELTA.into(),
+            data: serde_json::json!({"text": "hi"}),
+        };
+        let value = serde_json::to_value(&event).unwrap_or_default();
+        assert_eq!(value["type"], "event");
+        assert_eq!(value["session_id"], "s");
+        assert_eq!(value["kind"], "content.delta");
+        let created = Event::SessionCreated {
+            session_id: "c".into(),
+            parent_session_id: Some("p".into()),
+            task_id: Some("t".into()),
+            title: "T".into(),
+        };
+        let value = serde_json::to_value(&created).unwrap_or_default();
+        assert_eq!(value["type"], "session_created");
+        assert!(value.get("background").is_none());
+    }
+
+    #[test]
+    fn message_round_trips_in_openai_shape() {
+        let message = Message::assistant(
+            None,
+            vec![ToolCall {
+                id: "a".into(),
+                name: "read_file".into(),
+                arguments: serde_json::json!({"path": "x"}),
+            }],
+        );
+        let text = serde_json::to_string(&message).unwrap_or_default();
+        assert!(text.contains(r#""role":"assistant""#));
+        let back: Message = serde_json::from_str(&text).unwrap_or_else(|_| Message::system(""));
+        assert_eq!(back, message);
+    }
+}

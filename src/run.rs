@@ -1,0 +1,294 @@
+//! The run loop (SPEC §2, §4): model call → tool batch → model call … until a final answer, with the steer inbox drained only at safe points and synthetic results for calls a cancel left open.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::stream::{FuturesUnordered, StreamExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::controller::{QueuedMessage, RunOutcome, SessionController};
+use crate::protocol::{Message, RunConfig, ToolCall, kinds};
+use crate::provider::{ModelRequest, ModelSettings, ProviderEvent};
+use crate::tools::{ToolContext, ToolError};
+
+/// The result text of a call that a cancel left without one.
+pub const CANCELLED_RESULT: &str = "Cancelled by user";
+
+pub fn system_prompt(workspace: &str, is_child: bool) -> String {
+    let role = if is_child {
+        "You are a Bumblehive sub-agent: a parent agent delegated one task to you. Do it, then answer with a concise report; that answer is sent to the parent."
+    } else {
+        "You are Bumblehive, a coding agent working with a person on the files of one workspace. Use the tools to read and change files; changes need the person's approval. Delegate independent pieces of work with sub_agent; their reports arrive later as messages."
+    };
+    format!("{role}\nWorkspace: {workspace}\nRelative paths are resolved in the workspace.")
+}
+
+struct Run {
+    ctl: Arc<SessionController>,
+    history: Vec<Message>,
+    token: CancellationToken,
+    workspace: String,
+    config: RunConfig,
+}
+
+/// Runs one activity of a session until it ends; the controller learns the outcome.
+pub(crate) async fn run(
+    ctl: Arc<SessionController>,
+    first: QueuedMessage,
+    token: CancellationToken,
+) {
+    let history = match ctl.take_history() {
+        Ok(history) => history,
+        Err(err) => {
+            let message = format!("cannot load the session's history: {err}");
+            ctl.stop_run(None, RunOutcome::Failed(message));
+            return;
+        }
+    };
+    let workspace = first
+        .config
+        .runtime
+        .workspace
+        .clone()
+        .unwrap_or_else(|| ctl.meta().workspace.clone());
+    let mut run = Run {
+        ctl,
+        history,
+        token,
+        workspace,
+        config: first.config.clone(),
+    };
+    let outcome = run.drive(first).await;
+    let Run { ctl, history, .. } = run;
+    // `drive` returns only for stops; a completed run was ended at its last safe point.
+    if let Some(outcome) = outcome {
+        ctl.stop_run(Some(history), outcome);
+    }
+}
+
+impl Run {
+    /// Returns `None` when the run completed (already ended under the controller's
+    /// lock), or how it stopped.
+    async fn drive(&mut self, first: QueuedMessage) -> Option<RunOutcome> {
+        if let Err(err) = self.append_users(vec![first]) {
+            return Some(RunOutcome::Failed(err));
+        }
+        loop {
+            if self.token.is_cancelled() {
+                return Some(RunOutcome::Cancelled);
+            }
+            let response = match self.model_call().await {
+                Ok(Some(response)) => response,
+                Ok(None) => return Some(RunOutcome::Cancelled),
+                Err(err) => return Some(RunOutcome::Failed(err)),
+            };
+            let calls = response.tool_calls.clone();
+            let mut assistant = Message::assistant(response.content.clone(), response.tool_calls);
+            assistant.usage = response.usage;
+            if let Some(usage) = response.usage {
+                self.ctl.add_usage(usage);
+            }
+            if let Err(err) = self.append(vec![assistant]) {
+                return Some(RunOutcome::Failed(err));
+            }
+            if calls.is_empty() {
+                // Safe point 2: steered messages follow the final answer and the run goes on.
+                let answer = response.content.unwrap_or_default();
+                self.sync();
+                match self.ctl.finish_or_take_inbox(&answer, &mut self.history) {
+                    None => return None,
+                    Some(steered) => {
+                        if let Err(err) = self.append_users(steered) {
+                            return Some(RunOutcome::Failed(err));
+                        }
+                    }
+                }
+            } else {
+                let cancelled = match self.tool_batch(calls).await {
+                    Ok(cancelled) => cancelled,
+                    Err(err) => return Some(RunOutcome::Failed(err)),
+                };
+                self.sync();
+                if cancelled {
+                    return Some(RunOutcome::Cancelled);
+                }
+                // Safe point 1: the batch is complete; steered messages go before the next call.
+                let steered = self.ctl.take_inbox();
+                if let Err(err) = self.append_users(steered) {
+                    return Some(RunOutcome::Failed(err));
+                }
+            }
+        }
+    }
+
+    fn append_users(&mut self, messages: Vec<QueuedMessage>) -> Result<(), String> {
+        let messages: Vec<Message> = messages
+            .into_iter()
+            .map(|m| {
+                self.ctl.remember_message_id(&m.message_id);
+                Message::user(m.message_id, m.content)
+            })
+            .collect();
+        if messages.is_empty() {
+            return Ok(());
+        }
+        self.append(messages)
+    }
+
+    /// Persists, then shows: a message is on disk before any subscriber hears of it.
+    fn append(&mut self, messages: Vec<Message>) -> Result<(), String> {
+        let id = self.ctl.session_id().to_string();
+        self.ctl
+            .shared
+            .store
+            .append(&id, &messages)
+            .map_err(|err| format!("cannot save the session: {err}"))?;
+        for message in &messages {
+            self.ctl
+                .emit_kind(kinds::MESSAGE_APPENDED, json!({ "message": message }));
+        }
+        self.history.extend(messages);
+        Ok(())
+    }
+
+    fn sync(&self) {
+        if let Err(err) = self.ctl.shared.store.sync(self.ctl.session_id()) {
+            tracing::warn!(session = %self.ctl.session_id(), "fsync failed: {err}");
+        }
+    }
+
+    /// One model call; `Ok(None)` when cancelled.
+    async fn model_call(&self) -> Result<Option<crate::provider::ModelResponse>, String> {
+        let provider = self.ctl.shared.provider().map_err(|err| err.to_string())?;
+        let settings = ModelSettings::from(&self.ctl.shared.config().provider);
+        let mut messages = Vec::with_capacity(self.history.len() + 1);
+        messages.push(Message::system(system_prompt(
+            &self.workspace,
+            self.ctl.meta().parent_session_id.is_some(),
+        )));
+        messages.extend(self.history.iter().cloned());
+        let request = ModelRequest {
+            messages,
+            tools: self.ctl.tools.specs(),
+            settings,
+        };
+        let ctl = self.ctl.clone();
+        let sink = move |event: ProviderEvent| match event {
+            ProviderEvent::ContentDelta(text) => {
+                ctl.emit_kind(kinds::CONTENT_DELTA, json!({ "text": text }))
+            }
+            ProviderEvent::Retry {
+                attempt,
+                delay_ms,
+                reason,
+            } => ctl.emit_kind(
+                kinds::PROVIDER_RETRY,
+                json!({"attempt": attempt, "delay_ms": delay_ms, "reason": reason}),
+            ),
+        };
+        tokio::select! {
+            biased;
+            _ = self.token.cancelled() => Ok(None),
+            response = provider.generate(request, &sink) => response.map(Some).map_err(|err| err.to_string()),
+        }
+    }
+
+    /// Runs a batch concurrently and appends its results in call order as soon as each
+    /// prefix is complete. On cancel, calls still open get a synthetic result, so the
+    /// history never holds an assistant message with a call left unanswered (SPEC §2).
+    /// Returns whether the batch was cancelled.
+    async fn tool_batch(&mut self, calls: Vec<ToolCall>) -> Result<bool, String> {
+        let ctx = ToolContext {
+            session_id: self.ctl.session_id().to_string(),
+            workspace: PathBuf::from(&self.workspace),
+            call_id: String::new(),
+            cancel: self.token.child_token(),
+            approvals: self.ctl.gate(),
+            delegator: self.ctl.delegator.clone(),
+            run_config: self.config.clone(),
+        };
+        let mut running = FuturesUnordered::new();
+        for (index, call) in calls.iter().enumerate() {
+            let ctx = ToolContext {
+                call_id: call.id.clone(),
+                ..ctx.clone()
+            };
+            let tools = self.ctl.tools.clone();
+            let ctl = self.ctl.clone();
+            let call = call.clone();
+            running.push(async move {
+                ctl.emit_kind(
+                    kinds::TOOL_CALL_STARTED,
+                    json!({"call_id": call.id, "name": call.name, "arguments": call.arguments}),
+                );
+                let result = tools.call(&ctx, &call.name, call.arguments.clone()).await;
+                (index, result)
+            });
+        }
+        let mut results: Vec<Option<Message>> = vec![None; calls.len()];
+        let mut written = 0;
+        let mut cancelled = false;
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = self.token.cancelled() => { cancelled = true; None }
+                next = running.next() => next,
+            };
+            let Some((index, result)) = next else { break };
+            results[index] = Some(self.finished(&calls[index], result));
+            written = self.write_prefix(&mut results, written)?;
+        }
+        if cancelled {
+            // Keep whatever already finished (or finishes now that it sees the cancel).
+            while let Some(Some((index, result))) = running.next().now_or_never() {
+                results[index] = Some(self.finished(&calls[index], result));
+            }
+            drop(running);
+            for (index, slot) in results.iter_mut().enumerate() {
+                if slot.is_none() {
+                    let call = &calls[index];
+                    self.ctl.emit_kind(
+                        kinds::TOOL_CALL_FINISHED,
+                        json!({"call_id": call.id, "name": call.name, "result": CANCELLED_RESULT, "is_error": true}),
+                    );
+                    *slot = Some(Message::tool(&call.id, CANCELLED_RESULT));
+                }
+            }
+            self.write_prefix(&mut results, written)?;
+        }
+        Ok(cancelled)
+    }
+
+    fn finished(&self, call: &ToolCall, result: Result<String, ToolError>) -> Message {
+        let (text, is_error) = match result {
+            Ok(text) => (text, false),
+            Err(err) => (format!("Error: {err}"), true),
+        };
+        self.ctl.emit_kind(
+            kinds::TOOL_CALL_FINISHED,
+            json!({"call_id": call.id, "name": call.name, "result": text, "is_error": is_error}),
+        );
+        Message::tool(&call.id, text)
+    }
+
+    fn write_prefix(
+        &mut self,
+        results: &mut [Option<Message>],
+        mut written: usize,
+    ) -> Result<usize, String> {
+        let mut ready = Vec::new();
+        while written < results.len() {
+            match results[written].take() {
+                Some(message) => ready.push(message),
+                None => break,
+            }
+            written += 1;
+        }
+        if !ready.is_empty() {
+            self.append(ready)?;
+        }
+        Ok(written)
+    }
+}

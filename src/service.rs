@@ -1,0 +1,562 @@
+//! The runtime service (SPEC §3, §6): owns the controllers, the sub-agent tasks and the config; counts active runs; delegation, reports, deletion and shutdown.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use async_trait::async_trait;
+use futures::FutureExt;
+use tokio::sync::{Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::approvals::ApprovalBook;
+use crate::config::Config;
+use crate::controller::{QueuedMessage, SessionController};
+use crate::error::RuntimeError;
+use crate::protocol::{
+    RunConfig, SessionId, SessionInfo, SessionState, SubagentState, Usage, commands, kinds,
+    report_message_id, report_text,
+};
+use crate::provider::{ModelProvider, ProviderError, ProviderFactory};
+use crate::store::{NewSession, SessionStore};
+use crate::subagents::{
+    ChildOutcome, ChildStart, LeaseGuard, Report, SubagentObserver, SubagentTasks,
+};
+use crate::tools::{Delegator, ToolContext, ToolRegistry};
+
+/// What the controllers share: store, config, provider, approvals, tasks, run count.
+pub struct Shared {
+    pub(crate) store: Arc<SessionStore>,
+    config: RwLock<Config>,
+    config_path: Option<PathBuf>,
+    provider_factory: ProviderFactory,
+    provider: Mutex<Option<Arc<dyn ModelProvider>>>,
+    pub(crate) approvals: Arc<ApprovalBook>,
+    pub(crate) subagents: SubagentTasks,
+    pub(crate) root: CancellationToken,
+    active_runs: watch::Sender<usize>,
+    slots: RwLock<Arc<Semaphore>>,
+    /// Tokens of each session's whole tree, kept as usage is added.
+    tree_usage: Mutex<HashMap<SessionId, Usage>>,
+}
+
+impl Shared {
+    pub fn config(&self) -> Config {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The provider for the current config, built once per config.
+    pub(crate) fn provider(&self) -> Result<Arc<dyn ModelProvider>, ProviderError> {
+        let mut cached = self.provider.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(provider) = cached.as_ref() {
+            return Ok(provider.clone());
+        }
+        let provider = (self.provider_factory)(&self.config().provider)?;
+        *cached = Some(provider.clone());
+        Ok(provider)
+    }
+
+    pub(crate) fn run_started(&self) {
+        self.active_runs.send_modify(|count| *count += 1);
+    }
+
+    pub(crate) fn run_ended(&self) {
+        self.active_runs
+            .send_modify(|count| *count = count.saturating_sub(1));
+    }
+
+    pub(crate) fn tree_usage(&self, session_id: &str, own: Usage) -> Usage {
+        self.tree_usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(session_id)
+            .copied()
+            .unwrap_or(own)
+    }
+
+    pub(crate) fn add_tree_usage(&self, lineage: &[SessionId], usage: Usage) {
+        let mut tree = self.tree_usage.lock().unwrap_or_else(|p| p.into_inner());
+        for id in lineage {
+            tree.entry(id.clone()).or_default().add(usage);
+        }
+    }
+}
+
+/// How to build a service.
+pub struct ServiceOptions {
+    /// Sessions live in `<data_dir>/sessions`.
+    pub data_dir: PathBuf,
+    /// Where the config is read from and saved to; `None` keeps it in memory only.
+    pub config_path: Option<PathBuf>,
+    /// Used instead of reading `config_path` (tests, embedders).
+    pub config: Option<Config>,
+    pub provider_factory: ProviderFactory,
+    /// The tools of top-level sessions; `None` for the standard set.
+    pub tools: Option<ToolRegistry>,
+}
+
+struct ServiceInner {
+    shared: Arc<Shared>,
+    controllers: Mutex<HashMap<SessionId, Arc<SessionController>>>,
+    tools: ToolRegistry,
+    this: Weak<ServiceInner>,
+}
+
+/// The runtime: one per process. Cheap to clone.
+#[derive(Clone)]
+pub struct RuntimeService {
+    inner: Arc<ServiceInner>,
+}
+
+impl RuntimeService {
+    pub fn new(options: ServiceOptions) -> Result<Self, RuntimeError> {
+        let config = match (options.config, &options.config_path) {
+            (Some(config), _) => config,
+            (None, Some(path)) => Config::load(path)?,
+            (None, None) => Config::default(),
+        };
+        config.validate()?;
+        let store = Arc::new(SessionStore::new(&options.data_dir)?);
+        let root = CancellationToken::new();
+        let slots = Arc::new(Semaphore::new(config.subagents.max_concurrent));
+        let tools = options.tools.unwrap_or_else(ToolRegistry::standard);
+        let inner = Arc::new_cyclic(|this: &Weak<ServiceInner>| {
+            let subagents = SubagentTasks::with_root(
+                lease_fn(this.clone()),
+                runner_fn(this.clone()),
+                notify_fn(this.clone()),
+                root.clone(),
+            );
+            ServiceInner {
+                shared: Arc::new(Shared {
+                    store,
+                    config: RwLock::new(config),
+                    config_path: options.config_path,
+                    provider_factory: options.provider_factory,
+                    provider: Mutex::new(None),
+                    approvals: Arc::new(ApprovalBook::default()),
+                    subagents,
+                    root,
+                    active_runs: watch::channel(0).0,
+                    slots: RwLock::new(slots),
+                    tree_usage: Mutex::new(HashMap::new()),
+                }),
+                controllers: Mutex::new(HashMap::new()),
+                tools,
+                this: this.clone(),
+            }
+        });
+        Ok(RuntimeService { inner })
+    }
+
+    pub fn store(&self) -> &SessionStore {
+        &self.inner.shared.store
+    }
+
+    pub fn subagents(&self) -> &SubagentTasks {
+        &self.inner.shared.subagents
+    }
+
+    pub fn config(&self) -> Config {
+        self.inner.shared.config()
+    }
+
+    /// Runs that are working now, children included.
+    pub fn active_runs(&self) -> usize {
+        *self.inner.shared.active_runs.borrow()
+    }
+
+    /// True while any run works or any sub-agent task exists.
+    pub fn is_busy(&self) -> bool {
+        self.active_runs() > 0 || !self.subagents().is_empty()
+    }
+
+    pub fn create_session(
+        &self,
+        workspace: &str,
+        title: Option<String>,
+    ) -> Result<SessionInfo, RuntimeError> {
+        let path = Path::new(workspace);
+        if !path.is_absolute() {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "workspace must be an absolute path, got {workspace:?}"
+            )));
+        }
+        if !path.is_dir() {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "workspace {workspace} is not a folder"
+            )));
+        }
+        let meta = self.inner.shared.store.create(NewSession {
+            workspace: workspace.to_string(),
+            title,
+            ..NewSession::default()
+        })?;
+        Ok(meta.info(SessionState::Idle))
+    }
+
+    /// The controller of a session, loaded on first use.
+    pub fn controller(&self, session_id: &str) -> Result<Arc<SessionController>, RuntimeError> {
+        self.inner.controller(session_id)
+    }
+
+    pub fn session_info(&self, session_id: &str) -> Result<SessionInfo, RuntimeError> {
+        let meta = self.inner.shared.store.meta(session_id)?;
+        Ok(meta.info(self.inner.live_state(session_id).unwrap_or(meta.state)))
+    }
+
+    pub fn get_session(
+        &self,
+        session_id: &str,
+    ) -> Result<commands::SessionWithMessages, RuntimeError> {
+        let loaded = self.inner.shared.store.load(session_id)?;
+        let state = self
+            .inner
+            .live_state(session_id)
+            .unwrap_or(loaded.meta.state);
+        Ok(commands::SessionWithMessages {
+            info: loaded.meta.info(state),
+            messages: loaded.messages,
+            notice: loaded.notice,
+        })
+    }
+
+    pub fn list_sessions(&self, workspace: Option<&str>) -> Result<Vec<SessionInfo>, RuntimeError> {
+        let metas = self.inner.shared.store.list(workspace)?;
+        Ok(metas
+            .into_iter()
+            .map(|meta| {
+                let state = self
+                    .inner
+                    .live_state(&meta.session_id)
+                    .unwrap_or(meta.state);
+                meta.info(state)
+            })
+            .collect())
+    }
+
+    /// Applies a merge patch to the config. Fails with `busy` while anything runs.
+    pub fn update_config(&self, patch: &serde_json::Value) -> Result<Config, RuntimeError> {
+        let shared = &self.inner.shared;
+        let mut config = shared.config.write().unwrap_or_else(|p| p.into_inner());
+        if self.is_busy() {
+            return Err(RuntimeError::Busy(format!(
+                "{} run(s) and {} sub-agent task(s) are active; stop them before changing the config",
+                self.active_runs(),
+                self.subagents().len()
+            )));
+        }
+        let next = config.patched(patch)?;
+        if let Some(path) = &shared.config_path {
+            next.save(path)?;
+        }
+        if next.subagents.max_concurrent != config.subagents.max_concurrent {
+            *shared.slots.write().unwrap_or_else(|p| p.into_inner()) =
+                Arc::new(Semaphore::new(next.subagents.max_concurrent));
+        }
+        *config = next.clone();
+        *shared.provider.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        Ok(next)
+    }
+
+    /// Deletes a session and everything below it: its run and its children's tasks are
+    /// cancelled first, so no report is delivered and no parent is woken.
+    pub async fn delete_session(&self, session_id: &str) -> Result<(), RuntimeError> {
+        let shared = &self.inner.shared;
+        if !shared.store.exists(session_id) {
+            return Err(RuntimeError::NotFound(format!("session {session_id}")));
+        }
+        let children: Vec<SessionId> = shared
+            .store
+            .list(None)?
+            .into_iter()
+            .filter(|meta| meta.parent_session_id.as_deref() == Some(session_id))
+            .map(|meta| meta.session_id)
+            .collect();
+        for child in children {
+            Box::pin(self.delete_session(&child)).await?;
+        }
+        shared.subagents.cancel(session_id).await;
+        let controller = self
+            .inner
+            .controllers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(session_id);
+        if let Some(controller) = controller {
+            controller.cancel().await;
+        }
+        shared.approvals.forget_session(session_id);
+        shared
+            .tree_usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(session_id);
+        shared.store.delete(session_id)?;
+        Ok(())
+    }
+
+    /// Decides an approval that the session (or one of its descendants) asked for.
+    pub fn decide_approval(&self, args: commands::DecideApproval) -> Result<(), RuntimeError> {
+        let controller = self.controller(&args.session_id)?;
+        controller.decide_approval_with(
+            &args.approval_id,
+            args.approved,
+            args.remember,
+            args.reason,
+        )
+    }
+
+    /// Stops every run and task; returns when no run and no task is left.
+    pub async fn shutdown(&self) {
+        let shared = &self.inner.shared;
+        shared.root.cancel();
+        shared.subagents.cancel_all().await;
+        let mut runs = shared.active_runs.subscribe();
+        let _ = runs.wait_for(|count| *count == 0).await;
+        for id in self
+            .inner
+            .controllers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+        {
+            if let Err(err) = shared.store.sync(id) {
+                tracing::warn!(session = %id, "fsync at shutdown failed: {err}");
+            }
+        }
+    }
+
+    /// Waits until no run and no task is left (e.g. `bumblehive run`).
+    pub async fn wait_idle(&self) {
+        let shared = &self.inner.shared;
+        let mut runs = shared.active_runs.subscribe();
+        loop {
+            let _ = runs.wait_for(|count| *count == 0).await;
+            shared.subagents.wait_empty().await;
+            if *runs.borrow() == 0 && shared.subagents.is_empty() {
+                return;
+            }
+        }
+    }
+}
+
+impl ServiceInner {
+    fn live_state(&self, session_id: &str) -> Option<SessionState> {
+        self.controllers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(session_id)
+            .map(|c| c.state())
+    }
+
+    fn controller(&self, session_id: &str) -> Result<Arc<SessionController>, RuntimeError> {
+        if let Some(controller) = self
+            .controllers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(session_id)
+        {
+            return Ok(controller.clone());
+        }
+        let meta = self.shared.store.meta(session_id)?;
+        let parent = match &meta.parent_session_id {
+            Some(parent) => Some(self.controller(parent)?),
+            None => None,
+        };
+        let config = self.shared.config();
+        let depth = parent.as_ref().map_or(0, |p| p.depth() + 1);
+        let mut tools = self.tools.clone();
+        if depth > 0 {
+            if let Some(allowed) = &config.subagents.tools {
+                tools = tools.filtered(|name| allowed.iter().any(|a| a == name));
+            }
+        }
+        // A session at the depth limit is not offered the tool at all.
+        let delegator: Option<Arc<dyn Delegator>> = if depth < config.subagents.max_depth {
+            Some(Arc::new(ServiceDelegator {
+                service: self.this.clone(),
+            }))
+        } else {
+            tools = tools.filtered(|name| name != "sub_agent");
+            None
+        };
+        let usage = meta.usage;
+        let controller = SessionController::new(
+            meta,
+            self.shared.clone(),
+            parent.as_deref(),
+            tools,
+            delegator,
+        );
+        let mut controllers = self.controllers.lock().unwrap_or_else(|p| p.into_inner());
+        // Another caller may have loaded it meanwhile: keep the first.
+        if let Some(existing) = controllers.get(session_id) {
+            return Ok(existing.clone());
+        }
+        self.shared.add_tree_usage(&controller.lineage, usage);
+        controllers.insert(session_id.to_string(), controller.clone());
+        Ok(controller)
+    }
+
+    /// A finished child's report goes to its parent through the delivery table.
+    fn deliver_report(&self, report: Report) {
+        let parent = match self.controller(&report.parent_session_id) {
+            Ok(parent) => parent,
+            Err(err) => {
+                tracing::warn!(task = %report.task_id, "dropping a report: parent gone: {err}");
+                return;
+            }
+        };
+        parent.deliver(QueuedMessage {
+            message_id: report_message_id(&report.task_id),
+            content: report_text(&report.task_id, &report.outcome),
+            config: report.config,
+        });
+    }
+}
+
+fn lease_fn(service: Weak<ServiceInner>) -> crate::subagents::LeaseFn {
+    Arc::new(move || {
+        let service = service.clone();
+        async move {
+            let service = service
+                .upgrade()
+                .ok_or_else(|| "runtime unavailable".to_string())?;
+            let slots = service
+                .shared
+                .slots
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let permit = slots
+                .acquire_owned()
+                .await
+                .map_err(|_| "runtime unavailable".to_string())?;
+            Ok(Box::new(permit) as LeaseGuard)
+        }
+        .boxed()
+    })
+}
+
+fn runner_fn(service: Weak<ServiceInner>) -> crate::subagents::RunnerFn {
+    Arc::new(move |start: ChildStart, token| {
+        let service = service.clone();
+        async move {
+            let Some(service) = service.upgrade() else {
+                return ChildOutcome::Failed("runtime unavailable".into());
+            };
+            let child = match service.controller(&start.session_id) {
+                Ok(child) => child,
+                Err(err) => return ChildOutcome::Failed(err.to_string()),
+            };
+            let mut config = start.config.clone();
+            config.runtime.workspace = Some(start.workspace.clone());
+            let message = QueuedMessage {
+                message_id: format!("task:{}", start.task_id),
+                content: start.content,
+                config,
+            };
+            child.run_child(message, token).await
+        }
+        .boxed()
+    })
+}
+
+fn notify_fn(service: Weak<ServiceInner>) -> crate::subagents::NotifyFn {
+    Arc::new(move |report| {
+        let service = service.clone();
+        async move {
+            if let Some(service) = service.upgrade() {
+                service.deliver_report(report);
+            }
+        }
+        .boxed()
+    })
+}
+
+/// Tells the parent's subscribers how each child is doing.
+struct EventObserver {
+    child: Weak<SessionController>,
+    task_id: String,
+}
+
+impl SubagentObserver for EventObserver {
+    fn state(&self, _session_id: &str, state: SubagentState) {
+        if let Some(child) = self.child.upgrade() {
+            child.emit_kind(
+                kinds::SUBAGENT_STATE,
+                serde_json::json!({"task_id": self.task_id, "state": state}),
+            );
+        }
+    }
+
+    fn error(&self, session_id: &str, message: &str) {
+        tracing::warn!(session = %session_id, task = %self.task_id, "sub-agent failed: {message}");
+    }
+}
+
+/// The service side of the `sub_agent` tool.
+struct ServiceDelegator {
+    service: Weak<ServiceInner>,
+}
+
+#[async_trait]
+impl Delegator for ServiceDelegator {
+    async fn delegate(&self, ctx: &ToolContext, title: String, task: String) -> Result<(), String> {
+        let service = self
+            .service
+            .upgrade()
+            .ok_or_else(|| "runtime unavailable".to_string())?;
+        let parent = service
+            .controller(&ctx.session_id)
+            .map_err(|err| err.to_string())?;
+        let workspace = ctx.workspace.display().to_string();
+        let meta = service
+            .shared
+            .store
+            .create(NewSession {
+                workspace: workspace.clone(),
+                title: Some(title.clone()),
+                parent_session_id: Some(parent.session_id().to_string()),
+                task_id: Some(ctx.call_id.clone()),
+            })
+            .map_err(|err| err.to_string())?;
+        let child = service
+            .controller(&meta.session_id)
+            .map_err(|err| err.to_string())?;
+        child.emit(crate::protocol::Event::SessionCreated {
+            session_id: meta.session_id.clone(),
+            parent_session_id: Some(parent.session_id().to_string()),
+            task_id: Some(ctx.call_id.clone()),
+            title: title.clone(),
+        });
+        let start = ChildStart {
+            task_id: ctx.call_id.clone(),
+            session_id: meta.session_id.clone(),
+            parent_session_id: parent.session_id().to_string(),
+            title: title.clone(),
+            workspace,
+            content: format!("You are the sub-agent \"{title}\".\nTask:\n{task}"),
+            config: RunConfig {
+                ..ctx.run_config.clone()
+            },
+        };
+        let observer = Arc::new(EventObserver {
+            child: Arc::downgrade(&child),
+            task_id: ctx.call_id.clone(),
+        });
+        let subagents = service.shared.subagents.clone();
+        tokio::select! {
+            biased;
+            started = subagents.start(start, observer) => started.map_err(|err| err.to_string()),
+            _ = ctx.cancel.cancelled() => {
+                subagents.cancel(&meta.session_id).await;
+                Err("the parent's run was stopped before the sub-agent started".into())
+            }
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! The on-disk session store: one folder per session with `meta.json` (atomic replace) and `messages.jsonl` (append-only, one message per line).
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+use crate::protocol::{Message, SessionId, SessionInfo, SessionState, Usage};
+
+const META: &str = "meta.json";
+const MESSAGES: &str = "messages.jsonl";
+
+/// What `meta.json` holds. Live state (running) is the controller's; the stored
+/// `state` only says whether the session was left paused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionMeta {
+    pub session_id: SessionId,
+    pub workspace: String,
+    pub title: String,
+    #[serde(default)]
+    pub parent_session_id: Option<SessionId>,
+    #[serde(default)]
+    pub task_id: Option<String>,
+    pub created_at: String,
+    #[serde(default)]
+    pub updated_at: String,
+    #[serde(default)]
+    pub state: SessionState,
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+impl SessionMeta {
+    pub fn info(&self, state: SessionState) -> SessionInfo {
+        SessionInfo {
+            session_id: self.session_id.clone(),
+            workspace: self.workspace.clone(),
+            title: self.title.clone(),
+            parent_session_id: self.parent_session_id.clone(),
+            task_id: self.task_id.clone(),
+            created_at: self.created_at.clone(),
+            updated_at: self.updated_at.clone(),
+            state,
+            usage: self.usage,
+        }
+    }
+}
+
+/// A session read from disk. `notice` says what was repaired or skipped.
+#[derive(Debug, Clone)]
+pub struct LoadedSession {
+    pub meta: SessionMeta,
+    pub messages: Vec<Message>,
+    pub notice: Option<String>,
+}
+
+/// What a new session starts with.
+#[derive(Debug, Clone, Default)]
+pub struct NewSession {
+    pub workspace: String,
+    pub title: Option<String>,
+    pub parent_session_id: Option<SessionId>,
+    pub task_id: Option<String>,
+}
+
+/// Sessions on disk. Appenders stay open per session so an append costs one write.
+pub struct SessionStore {
+    root: PathBuf,
+    writers: Mutex<HashMap<SessionId, Arc<Mutex<File>>>>,
+}
+
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Writes a file so that readers see either the old or the new content, never half.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    let name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
+    let mut file = File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    fs::rename(&tmp, path)
+}
+
+impl SessionStore {
+    pub fn new(data_dir: &Path) -> Result<Self, StoreError> {
+        let root = data_dir.join("sessions");
+        fs::create_dir_all(&root).map_err(|err| StoreError::io(&root, err))?;
+        Ok(SessionStore {
+            root,
+            writers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn dir(&self, id: &str) -> Result<PathBuf, StoreError> {
+        // Ids come from callers (HTTP); refuse anything that could walk out of the store.
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        Ok(self.root.join(id))
+    }
+
+    pub fn create(&self, new: NewSession) -> Result<SessionMeta, StoreError> {
+        let session_id = uuid::Uuid::now_v7().to_string();
+        let dir = self.dir(&session_id)?;
+        fs::create_dir_all(&dir).map_err(|err| StoreError::io(&dir, err))?;
+        let created_at = now();
+        let title = new.title.unwrap_or_else(|| "New session".to_string());
+        let meta = SessionMeta {
+            session_id,
+            workspace: new.workspace,
+            title,
+            parent_session_id: new.parent_session_id,
+            task_id: new.task_id,
+            updated_at: created_at.clone(),
+            created_at,
+            state: SessionState::Idle,
+            usage: Usage::default(),
+        };
+        let messages = dir.join(MESSAGES);
+        File::create(&messages).map_err(|err| StoreError::io(&messages, err))?;
+        self.write_meta(&meta)?;
+        Ok(meta)
+    }
+
+    pub fn exists(&self, id: &str) -> bool {
+        self.dir(id)
+            .map(|dir| dir.join(META).exists())
+            .unwrap_or(false)
+    }
+
+    pub fn write_meta(&self, meta: &SessionMeta) -> Result<(), StoreError> {
+        let path = self.dir(&meta.session_id)?.join(META);
+        let bytes = serde_json::to_vec_pretty(meta).map_err(|err| StoreError::BadMeta {
+            path: path.display().to_string(),
+            message: err.to_string(),
+        })?;
+        write_atomic(&path, &bytes).map_err(|err| StoreError::io(&path, err))
+    }
+
+    pub fn meta(&self, id: &str) -> Result<SessionMeta, StoreError> {
+        let dir = self.dir(id)?;
+        read_meta(&dir.join(META), id)
+    }
+
+    /// Appends messages as lines: one write, never a rewrite of the history.
+    pub fn append(&self, id: &str, messages: &[Message]) -> Result<(), StoreError> {
+        let mut bytes = Vec::with_capacity(256 * messages.len());
+        for message in messages {
+            // Serialising our own types cannot fail; keep the error path typed anyway.
+            serde_json::to_writer(&mut bytes, message).map_err(|err| StoreError::Io {
+                path: id.to_string(),
+                source: std::io::Error::other(err),
+            })?;
+            bytes.push(b'\n');
+        }
+        let writer = self.writer(id)?;
+        let mut file = writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        file.write_all(&bytes)
+            .map_err(|err| StoreError::io(&self.root.join(id).join(MESSAGES), err))
+    }
+
+    /// Flushes a session's history to stable storage (after each run step).
+    pub fn sync(&self, id: &str) -> Result<(), StoreError> {
+        let writer = self.writer(id)?;
+        let file = writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        file.sync_data()
+            .map_err(|err| StoreError::io(&self.root.join(id).join(MESSAGES), err))
+    }
+
+    fn writer(&self, id: &str) -> Result<Arc<Mutex<File>>, StoreError> {
+        let mut writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(writer) = writers.get(id) {
+            return Ok(writer.clone());
+        }
+        let dir = self.dir(id)?;
+        if !dir.join(META).exists() {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        let path = dir.join(MESSAGES);
+        let file = open_repaired(&path).map_err(|err| StoreError::io(&path, err))?;
+        let writer = Arc::new(Mutex::new(file));
+        writers.insert(id.to_string(), writer.clone());
+        Ok(writer)
+    }
+
+    /// Reads a session. A torn last line (a crash mid-append) is skipped with a warning;
+    /// a damaged line elsewhere is skipped too and reported in `notice`.
+    pub fn load(&self, id: &str) -> Result<LoadedSession, StoreError> {
+        let dir = self.dir(id)?;
+        let meta = read_meta(&dir.join(META), id)?;
+        let path = dir.join(MESSAGES);
+        let text = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(err) => return Err(StoreError::io(&path, err)),
+        };
+        let (messages, notice) = parse_history(&text);
+        if let Some(notice) = &notice {
+            tracing::warn!(session = id, "{notice}");
+        }
+        let mut meta = meta;
+        if let Ok(modified) = fs::metadata(&path).and_then(|m| m.modified()) {
+            let modified: chrono::DateTime<chrono::Utc> = modified.into();
+            let stamp = modified.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            if stamp > meta.updated_at {
+                meta.updated_at = stamp;
+            }
+        }
+        Ok(LoadedSession {
+            meta,
+            messages,
+            notice,
+        })
+    }
+
+    /// Every session's metadata (optionally of one workspace), oldest first. Reads only
+    /// meta files; a session whose meta is unreadable is logged and left out.
+    pub fn list(&self, workspace: Option<&str>) -> Result<Vec<SessionMeta>, StoreError> {
+        let entries = fs::read_dir(&self.root).map_err(|err| StoreError::io(&self.root, err))?;
+        let mut metas = Vec::new();
+        for entry in entries.flatten() {
+            let id = entry.file_name().to_string_lossy().into_owned();
+            match read_meta(&entry.path().join(META), &id) {
+                Ok(meta) => {
+                    if workspace.is_none_or(|w| same_workspace(w, &meta.workspace)) {
+                        metas.push(meta);
+                    }
+                }
+                Err(StoreError::NotFound(_)) => {}
+                Err(err) => tracing::warn!("skipping session {id}: {err}"),
+            }
+        }
+        metas.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        Ok(metas)
+    }
+
+    pub fn delete(&self, id: &str) -> Result<(), StoreError> {
+        let dir = self.dir(id)?;
+        self.writers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                Err(StoreError::NotFound(id.to_string()))
+            }
+            Err(err) => Err(StoreError::io(&dir, err)),
+        }
+    }
+}
+
+fn same_workspace(a: &str, b: &str) -> bool {
+    Path::new(a.trim_end_matches('/')) == Path::new(b.trim_end_matches('/'))
+}
+
+fn read_meta(path: &Path, id: &str) -> Result<SessionMeta, StoreError> {
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        Err(err) => return Err(StoreError::io(path, err)),
+    };
+    serde_json::from_slice(&bytes).map_err(|err| StoreError::BadMeta {
+        path: path.display().to_string(),
+        message: err.to_string(),
+    })
+}
+
+/// Parses JSON lines; returns the messages and, if anything was skipped, why.
+pub fn parse_history(bytes: &[u8]) -> (Vec<Message>, Option<String>) {
+    let mut messages = Vec::new();
+    let mut damaged = Vec::new();
+    let mut torn = false;
+    let ends_clean = bytes.last().is_none_or(|b| *b == b'\n');
+    let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    let count = lines.len();
+    for (index, line) in lines.into_iter().enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<Message>(line) {
+            Ok(message) => messages.push(message),
+            Err(_) if index + 1 == count && !ends_clean => torn = true,
+            Err(_) => damaged.push(index + 1),
+        }
+    }
+    let notice = match (torn, damaged.is_empty()) {
+        (false, true) => None,
+        (true, true) => Some("the last message was cut off by a crash and was skipped".into()),
+        (_, false) => Some(format!(
+            "damaged history: line(s) {damaged:?} of {MESSAGES} could not be read and were skipped"
+        )),
+    };
+    (messages, notice)
+}
+
+/// Opens a history for appending; a torn tail left by a crash is cut off first so the
+/// next line starts clean.
+fn open_repaired(path: &Path) -> std::io::Result<File> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)?;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(file);
+    }
+    file.seek(SeekFrom::Start(len - 1))?;
+    let mut last = [0u8; 1];
+    file.read_exact(&mut last)?;
+    if last[0] == b'\n' {
+        return Ok(file);
+    }
+    // Find the start of the torn line; keep it if it is a whole message missing only its newline.
+    let mut bytes = Vec::new();
+    file.seek(SeekFrom::Start(0))?;
+    file.read_to_end(&mut bytes)?;
+    let start = bytes
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |pos| pos + 1);
+    if serde_json::from_slice::<Message>(&bytes[start..]).is_ok() {
+        file.write_all(b"\n")?;
+    } else {
+        tracing::warn!(
+            "cutting a torn last line off {} ({} bytes)",
+            path.display(),
+            bytes.len() - start
+        );
+        file.set_len(start as u64)?;
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, SessionStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    fn new(workspace: &str) -> NewSession {
+        NewSession {
+            workspace: workspace.into(),
+            ..NewSession::default()
+        }
+    }
+
+    #[test]
+    fn torn_last_line_is_skipped_and_repaired_on_next_append() {
+        let (dir, store) = store();
+        let meta = store.create(new("/w")).unwrap();
+        store
+            .append(&meta.session_id, &[Message::user("u1", "hello")])
+            .unwrap();
+        drop(store);
+        let path = dir
+            .path()
+            .join("sessions")
+            .join(&meta.session_id)
+            .join(MESSAGES);
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(br#"{"role":"assistant","content":"half"#)
+            .unwrap();
+        let store = SessionStore::new(dir.path()).unwrap();
+        let loaded = store.load(&meta.session_id).unwrap();
+        assert_eq!(loaded.messages.len(), 1);
+        assert!(loaded.notice.unwrap().contains("cut off"));
+        store
+            .append(&meta.session_id, &[Message::user("u2", "again")])
+            .unwrap();
+        let loaded = store.load(&meta.session_id).unwrap();
+        assert_eq!(
+            loaded
+                .messages
+                .iter()
+                .map(|m| m.text().to_string())
+                .collect::<Vec<_>>(),
+            ["hello", "again"]
+        );
+        assert!(loaded.notice.is_none());
+    }
+
+    #[test]
+    fn damaged_middle_line_is_reported_not_fatal() {
+        let (messages, notice) = parse_history(
+            b"{\"role\":\"user\",\"content\":\"a\"}\nnot json\n{\"role\":\"user\",\"content\":\"b\"}\n",
+        );
+        assert_eq!(messages.len(), 2);
+        assert!(notice.unwrap().contains("line(s) [2]"));
+    }
+
+    #[test]
+    fn concurrent_appends_to_different_sessions_stay_whole() {
+        let (_dir, store) = store();
+        let store = Arc::new(store);
+        let ids: Vec<String> = (0..4)
+            .map(|i| store.create(new(&format!("/w{i}"))).unwrap().session_id)
+            .collect();
+        let threads: Vec<_> = ids
+            .iter()
+            .cloned()
+            .map(|id| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    for n in 0..200 {
+                        store
+                            .append(&id, &[Message::user(format!("{id}-{n}"), "x".repeat(n))])
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        for id in &ids {
+            let loaded = store.load(id).unwrap();
+            assert!(loaded.notice.is_none());
+            let got: Vec<_> = loaded
+                .messages
+                .iter()
+                .map(|m| m.id.clone().unwrap())
+                .collect();
+            let want: Vec<_> = (0..200).map(|n| format!("{id}-{n}")).collect();
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn list_filters_by_workspace_and_delete_removes() {
+        let (_dir, store) = store();
+        let a = store.create(new("/a")).unwrap();
+        let b = store.create(new("/b/")).unwrap();
+        assert_eq!(store.list(None).unwrap().len(), 2);
+        assert_eq!(store.list(Some("/b")).unwrap()[0].session_id, b.session_id);
+        store.delete(&a.session_id).unwrap();
+        assert!(matches!(
+            store.load(&a.session_id),
+            Err(StoreError::NotFound(_))
+        ));
+        assert!(matches!(store.load("../etc"), Err(StoreError::NotFound(_))));
+        assert_eq!(store.list(None).unwrap().len(), 1);
+    }
+}
