@@ -289,6 +289,11 @@ impl SubagentTasks {
         self.len() == 0
     }
 
+    /// The number of tasks, as a watch (wait for a count without polling).
+    pub fn watch_len(&self) -> watch::Receiver<usize> {
+        self.inner.count.subscribe()
+    }
+
     /// Waits until no task is left.
     pub async fn wait_empty(&self) {
         let mut count = self.inner.count.subscribe();
