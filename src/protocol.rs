@@ -2,12 +2,14 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use ts_rs::TS;
 
 /// Sessions are addressed by string ids; children are ordinary sessions with a parent.
 pub type SessionId = String;
 
 /// The role of a message in the OpenAI chat shape (SPEC §1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, TS)]
+#[ts(export)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     System,
@@ -19,7 +21,8 @@ pub enum Role {
 /// One tool call of an assistant message. `arguments` is the parsed JSON object; a model
 /// that sent text which is not JSON keeps that text as a JSON string, so the history stays
 /// faithful and the tool can tell the model what was wrong.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct ToolCall {
     pub id: String,
     pub name: String,
@@ -28,7 +31,8 @@ pub struct ToolCall {
 }
 
 /// Token counts of one model call, or sums of them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -47,7 +51,8 @@ impl Usage {
 
 /// A message in the OpenAI chat shape, plus two optional fields the runtime needs:
 /// `id` (reports are `subagent:<task_id>`) and `usage` for assistant messages.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct Message {
     pub role: Role,
     #[serde(default)]
@@ -105,7 +110,8 @@ impl Message {
 }
 
 /// What happened to a message handed to a session (SPEC §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageStatus {
     Queued,
@@ -114,7 +120,8 @@ pub enum MessageStatus {
 }
 
 /// The life state of a session as a list or a badge shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, TS)]
+#[ts(export)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionState {
     #[default]
@@ -124,7 +131,8 @@ pub enum SessionState {
 }
 
 /// The state of a background sub-agent task, as its tab shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
 #[serde(rename_all = "snake_case")]
 pub enum SubagentState {
     WaitingForSlot,
@@ -136,7 +144,8 @@ pub enum SubagentState {
 
 /// Per-run settings carried by a message (SPEC §4: a pending message keeps the
 /// config of the run it belonged to). Unknown keys are kept so nothing is lost.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct RunConfig {
     #[serde(default)]
     pub runtime: RuntimeSettings,
@@ -144,7 +153,8 @@ pub struct RunConfig {
     pub extra: serde_json::Map<String, Value>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct RuntimeSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
@@ -153,7 +163,8 @@ pub struct RuntimeSettings {
 }
 
 /// Session metadata as lists and the command table return it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct SessionInfo {
     pub session_id: SessionId,
     pub workspace: String,
@@ -170,7 +181,8 @@ pub struct SessionInfo {
 }
 
 /// A message waiting in a session's pending queue (SPEC §4).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct PendingMessage {
     pub message_id: String,
     pub content: String,
@@ -180,7 +192,8 @@ pub struct PendingMessage {
 }
 
 /// An approval that waits for the person's decision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct ApprovalInfo {
     pub approval_id: String,
     /// The session whose tool asks (a child's id when a sub-agent asks).
@@ -200,7 +213,8 @@ pub struct ApprovalInfo {
 }
 
 /// A background sub-agent as its parent's snapshot lists it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct SubagentInfo {
     pub task_id: String,
     pub session_id: SessionId,
@@ -210,7 +224,8 @@ pub struct SubagentInfo {
 }
 
 /// The authoritative state of a session for a late joiner (SPEC §5).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct Snapshot {
     pub session_id: SessionId,
     pub running: bool,
@@ -226,7 +241,8 @@ pub struct Snapshot {
 
 /// One event out of the core (SPEC §5). Every event names the session it is about;
 /// events of a child reach the parent's subscribers with the child's id.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     SessionCreated {
@@ -296,25 +312,29 @@ pub mod kinds {
 pub mod commands {
     use super::*;
 
-    #[derive(Debug, Clone, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
     pub struct CreateSession {
         pub workspace: String,
         #[serde(default)]
         pub title: Option<String>,
     }
 
-    #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Default, Serialize, Deserialize, TS)]
+#[ts(export)]
     pub struct ListSessions {
         #[serde(default)]
         pub workspace: Option<String>,
     }
 
-    #[derive(Debug, Clone, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
     pub struct SessionRef {
         pub session_id: SessionId,
     }
 
-    #[derive(Debug, Clone, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
     pub struct Submit {
         pub session_id: SessionId,
         pub content: String,
@@ -322,13 +342,15 @@ pub mod commands {
         pub config: Option<RunConfig>,
     }
 
-    #[derive(Debug, Clone, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
     pub struct MessageRef {
         pub session_id: SessionId,
         pub message_id: String,
     }
 
-    #[derive(Debug, Clone, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
     pub struct DecideApproval {
         pub session_id: SessionId,
         pub approval_id: String,
@@ -340,12 +362,14 @@ pub mod commands {
         pub reason: Option<String>,
     }
 
-    #[derive(Debug, Clone, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
     pub struct UpdateConfig {
         pub patch: Value,
     }
 
-    #[derive(Debug, Clone, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
     pub struct SessionWithMessages {
         pub info: SessionInfo,
         pub messages: Vec<Message>,
@@ -354,26 +378,30 @@ pub mod commands {
         pub notice: Option<String>,
     }
 
-    #[derive(Debug, Clone, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
     pub struct Submitted {
         pub message_id: String,
         pub status: MessageStatus,
     }
 
-    #[derive(Debug, Clone, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
     pub struct Steered {
         pub status: MessageStatus,
     }
 }
 
 /// The error object of the command table: `{"error": {"code", "message"}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct ErrorBody {
     pub code: String,
     pub message: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct ErrorEnvelope {
     pub error: ErrorBody,
 }
