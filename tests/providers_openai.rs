@@ -467,6 +467,26 @@ async fn openai_keep_alive_comments_and_done_without_eof() {
 }
 
 #[tokio::test]
+async fn openai_stream_closed_after_finish_reason_without_done_is_accepted() {
+    let mock = MockLlm::start().await;
+    let (response, live) = MockResponse::live();
+    mock.push(response);
+    let provider = provider_from_config(&openai_config(&mock)).unwrap();
+    let (task, _events) = spawn_generate(provider, simple_request("hi"));
+    live.send(openai::data(&openai::role()) + &openai::data(&openai::text("short")));
+    live.send(openai::data(&openai::finish("length")));
+    live.finish();
+    let response = tokio::time::timeout(WAIT, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.content.as_deref(), Some("short"));
+    assert_eq!(response.finish_reason.as_deref(), Some("length"));
+    assert_eq!(response.usage, None);
+}
+
+#[tokio::test]
 async fn openai_rate_limited_with_retry_after_then_success() {
     let mock = MockLlm::start().await;
     let body = r#"{"error":{"message":"Rate limit reached for gpt-4o-mini in organization org-x on requests per min (RPM): Limit 3, Used 3, Requested 1.","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
@@ -853,6 +873,11 @@ async fn openai_cancel_aborts_the_request_at_once() {
     controller
         .submit("write a long story".into(), None)
         .unwrap();
+    let requests = mock.wait_for_requests(1).await;
+    assert_eq!(
+        requests[0].body["messages"][1]["content"],
+        "write a long story"
+    );
     live.send(openai::data(&openai::role()) + &openai::data(&openai::text("Once upon")));
     let delta = loop {
         let event = receive(&mut events, "event", Some(controller.session_id()), None).await;
