@@ -700,6 +700,68 @@ async fn openai_error_inside_a_stream_is_typed() {
 }
 
 #[tokio::test]
+async fn openai_idle_timeout_breaks_a_silent_stream() {
+    let mock = MockLlm::start().await;
+    let (response, live) = MockResponse::live();
+    mock.push(response);
+    let mut config = openai_config(&mock);
+    config.extra.insert("idle_timeout_ms".into(), json!(150));
+    config.extra.insert("max_retries".into(), json!(0));
+    let provider = provider_from_config(&config).unwrap();
+    let (task, _events) = spawn_generate(provider, simple_request("hi"));
+    live.send(openai::data(&openai::role()));
+    let err = tokio::time::timeout(WAIT, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "network error: the model server sent nothing for 0.15 s (provider.idle_timeout_ms)"
+    );
+    // The silent request was dropped, not left open.
+    live.wait_closed().await;
+}
+
+#[tokio::test]
+async fn openai_connection_refused_is_retried_then_reported() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let mut config = provider_config("openai", format!("http://127.0.0.1:{port}/v1"), "m");
+    config.extra.insert("max_retries".into(), json!(2));
+    let provider = provider_from_config(&config).unwrap();
+    let (result, events) = generate(&provider, simple_request("hi")).await;
+    let message = result.unwrap_err().to_string();
+    assert!(
+        message.starts_with("network error: cannot connect to the model server"),
+        "{message}"
+    );
+    assert_eq!(
+        retries(&events).iter().map(|r| r.0).collect::<Vec<_>>(),
+        [1, 2]
+    );
+}
+
+#[tokio::test]
+async fn openai_max_tokens_param_can_be_renamed_for_reasoning_models() {
+    let mock = MockLlm::start().await;
+    mock.push_sse(openai::text_answer(&["ok"], (1, 1)));
+    let mut config = openai_config(&mock);
+    config
+        .extra
+        .insert("max_tokens_param".into(), json!("max_completion_tokens"));
+    let provider = provider_from_config(&config).unwrap();
+    let mut request = simple_request("hi");
+    request.settings.max_tokens = Some(300);
+    let (result, _) = generate(&provider, request).await;
+    result.unwrap();
+    let body = &mock.bodies()[0];
+    assert_eq!(body["max_completion_tokens"], 300);
+    assert!(body.get("max_tokens").is_none());
+}
+
+#[tokio::test]
 async fn openai_missing_key_variable_is_a_clear_error_and_sends_nothing() {
     let mock = MockLlm::start().await;
     let mut config = openai_config(&mock);

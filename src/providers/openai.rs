@@ -20,6 +20,9 @@ pub struct OpenAiProvider {
     url: String,
     options: HttpOptions,
     keys: KeySource,
+    /// `max_tokens`, or `max_completion_tokens` for OpenAI's reasoning models, which
+    /// refuse the older name (`provider.max_tokens_param`).
+    max_tokens_param: String,
 }
 
 impl OpenAiProvider {
@@ -29,11 +32,25 @@ impl OpenAiProvider {
         keys: KeySource,
         client: reqwest::Client,
     ) -> Result<Self, ProviderError> {
+        let max_tokens_param = match config.extra.get("max_tokens_param") {
+            None | Some(Value::Null) => "max_tokens".to_string(),
+            Some(Value::String(name))
+                if name == "max_tokens" || name == "max_completion_tokens" =>
+            {
+                name.clone()
+            }
+            Some(other) => {
+                return Err(ProviderError::Config(format!(
+                    "provider.max_tokens_param must be \"max_tokens\" or \"max_completion_tokens\", got {other}"
+                )));
+            }
+        };
         Ok(OpenAiProvider {
             client,
             url: format!("{}/chat/completions", base_url(config)?),
             options,
             keys,
+            max_tokens_param,
         })
     }
 }
@@ -46,7 +63,7 @@ impl ModelProvider for OpenAiProvider {
         sink: ProviderSink<'_>,
     ) -> Result<ModelResponse, ProviderError> {
         let key = self.keys.resolve().await?;
-        let body = serde_json::to_vec(&request_body(&request))
+        let body = serde_json::to_vec(&request_body(&request, &self.max_tokens_param))
             .map_err(|err| ProviderError::Other(format!("cannot encode the request: {err}")))?;
         tracing::debug!(
             url = %self.url,
@@ -73,7 +90,7 @@ impl ModelProvider for OpenAiProvider {
 
 /// The request body: the history in OpenAI's shape (our messages already are, minus the
 /// runtime's own `id` and `usage`), the tools, and streaming with a usage chunk.
-pub(crate) fn request_body(request: &ModelRequest) -> Value {
+pub(crate) fn request_body(request: &ModelRequest, max_tokens_param: &str) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.settings.model));
     body.insert(
@@ -104,7 +121,7 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
         body.insert("temperature".into(), decimal(temperature));
     }
     if let Some(max_tokens) = request.settings.max_tokens {
-        body.insert("max_tokens".into(), json!(max_tokens));
+        body.insert(max_tokens_param.into(), json!(max_tokens));
     }
     Value::Object(body)
 }
