@@ -9,4 +9,4 @@ mod support;
 mod seed;
 
 // The controller's delivery table (SPEC §4), steer/discard errors, snapshots, approvals.
-// mod controller;
+mod controller;
