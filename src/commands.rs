@@ -15,6 +15,7 @@ pub const COMMANDS: &[&str] = &[
     "delete_session",
     "submit",
     "cancel",
+    "resume_subagent",
     "steer",
     "discard",
     "decide_approval",
@@ -108,7 +109,12 @@ pub async fn dispatch(
         }
         "cancel" => {
             let a: SessionRef = args(command, arguments)?;
-            service.controller(&a.session_id)?.cancel().await;
+            service.cancel_session(&a.session_id).await?;
+            Ok(json!({}))
+        }
+        "resume_subagent" => {
+            let a: SessionRef = args(command, arguments)?;
+            service.resume_subagent(&a.session_id).await?;
             Ok(json!({}))
         }
         "steer" => {

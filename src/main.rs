@@ -15,7 +15,11 @@ use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
-#[command(name = "bumblehive", version, about = "A desktop agent runtime with background sub-agents")]
+#[command(
+    name = "bumblehive",
+    version,
+    about = "A desktop agent runtime with background sub-agents"
+)]
 struct Cli {
     /// Config file (default: <config dir>/bumblehive/config.json, or BUMBLEHIVE_CONFIG).
     #[arg(long, global = true)]
@@ -111,7 +115,10 @@ async fn serve(
 ) -> anyhow::Result<()> {
     if let Some(ui) = &ui {
         if !ui.join("index.html").exists() {
-            bail!("--ui {}: no index.html there (build the UI first)", ui.display());
+            bail!(
+                "--ui {}: no index.html there (build the UI first)",
+                ui.display()
+            );
         }
     }
     let token = token.unwrap_or_else(generate_token);

@@ -36,7 +36,7 @@ struct Run {
 /// Runs one activity of a session until it ends; the controller learns the outcome.
 pub(crate) async fn run(
     ctl: Arc<SessionController>,
-    first: QueuedMessage,
+    first: Option<QueuedMessage>,
     token: CancellationToken,
 ) {
     let history = match ctl.take_history() {
@@ -47,8 +47,8 @@ pub(crate) async fn run(
             return;
         }
     };
-    let workspace = first
-        .config
+    let config = first.as_ref().map(|m| m.config.clone()).unwrap_or_default();
+    let workspace = config
         .runtime
         .workspace
         .clone()
@@ -58,7 +58,7 @@ pub(crate) async fn run(
         history,
         token,
         workspace,
-        config: first.config.clone(),
+        config,
     };
     let outcome = run.drive(first).await;
     let Run { ctl, history, .. } = run;
@@ -71,8 +71,8 @@ pub(crate) async fn run(
 impl Run {
     /// Returns `None` when the run completed (already ended under the controller's
     /// lock), or how it stopped.
-    async fn drive(&mut self, first: QueuedMessage) -> Option<RunOutcome> {
-        if let Err(err) = self.append_users(vec![first]) {
+    async fn drive(&mut self, first: Option<QueuedMessage>) -> Option<RunOutcome> {
+        if let Err(err) = self.append_users(first.into_iter().collect()) {
             return Some(RunOutcome::Failed(err));
         }
         loop {
@@ -134,7 +134,26 @@ impl Run {
         if messages.is_empty() {
             return Ok(());
         }
-        self.append(messages)
+        self.append(messages.clone())?;
+        // A report in the history is delivered; note it in the ledger so recovery
+        // need not read this history to know.
+        for message in &messages {
+            if let Some(task_id) = message
+                .id
+                .as_deref()
+                .and_then(|id| id.strip_prefix("subagent:"))
+            {
+                if let Err(err) = self
+                    .ctl
+                    .shared
+                    .store
+                    .mark_delivered(self.ctl.session_id(), task_id)
+                {
+                    tracing::warn!(session = %self.ctl.session_id(), "cannot note a delivered report: {err}");
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Persists, then shows: a message is on disk before any subscriber hears of it.

@@ -95,7 +95,7 @@ fn authorize(
     state: &AppState,
     headers: &HeaderMap,
     query: &std::collections::HashMap<String, String>,
-) -> Result<(), Response> {
+) -> Result<(), Box<Response>> {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -103,16 +103,16 @@ fn authorize(
     let given = bearer.or(query.get("token").map(String::as_str));
     match given {
         Some(token) if same_token(token, &state.options.token) => Ok(()),
-        Some(_) => Err(error_response(
+        Some(_) => Err(Box::new(error_response(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "wrong token",
-        )),
-        None => Err(error_response(
+        ))),
+        None => Err(Box::new(error_response(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "missing token: send Authorization: Bearer <token>",
-        )),
+        ))),
     }
 }
 
@@ -124,7 +124,7 @@ async fn command(
     body: Bytes,
 ) -> Response {
     if let Err(response) = authorize(&state, &headers, &query) {
-        return response;
+        return *response;
     }
     let arguments: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
@@ -153,7 +153,7 @@ async fn events(
     headers: HeaderMap,
 ) -> Response {
     if let Err(response) = authorize(&state, &headers, &query) {
-        return response;
+        return *response;
     }
     let controller = match state.service.controller(&session_id) {
         Ok(controller) => controller,

@@ -96,7 +96,10 @@ async fn delivery_table_idle_running_paused() {
     ctl.cancel().await;
     assert!(ctl.is_paused() && !ctl.is_running());
     assert_eq!(
-        ctl.pending().iter().map(|m| m.message_id.clone()).collect::<Vec<_>>(),
+        ctl.pending()
+            .iter()
+            .map(|m| m.message_id.clone())
+            .collect::<Vec<_>>(),
         ["b"]
     );
 
@@ -163,11 +166,14 @@ async fn a_lagging_subscriber_is_told_to_resync() {
     let info = fx.service.create_session(&fx.workspace, None).unwrap();
     let ctl = fx.service.controller(&info.session_id).unwrap();
     let (mut slow, _) = ctl.subscribe();
-    // More messages than the event buffer holds: each queues and emits one status event.
+    // More messages than the event buffer holds, steered into a run that waits on its
+    // model: each emits one status event.
     ctl.submit("x".into(), None).unwrap();
-    ctl.cancel().await;
     for i in 0..5000 {
-        ctl.deliver(message(&format!("m{i}")));
+        assert_eq!(
+            ctl.deliver(message(&format!("m{i}"))),
+            Some(MessageStatus::Steered)
+        );
     }
     let mut lagged = false;
     while let Ok(Some(item)) =
@@ -181,5 +187,7 @@ async fn a_lagging_subscriber_is_told_to_resync() {
     }
     assert!(lagged, "a subscriber that fell behind must be told");
     assert_eq!(ctl.snapshot().pending.len(), 5000);
+    ctl.cancel().await;
+    assert_eq!(ctl.pending().len(), 5000);
     fx.service.shutdown().await;
 }

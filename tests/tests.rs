@@ -10,3 +10,6 @@ mod seed;
 
 // The controller's delivery table (SPEC §4), steer/discard errors, snapshots, approvals.
 mod controller;
+
+// Recovery after a crash or restart, the report ledger, interrupted children, damaged sessions.
+mod durability;
