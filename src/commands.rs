@@ -22,6 +22,7 @@ pub const COMMANDS: &[&str] = &[
     "snapshot",
     "get_config",
     "update_config",
+    "probe_providers",
 ];
 
 /// Why a command failed, with the code and HTTP status a transport needs.
@@ -141,6 +142,7 @@ pub async fn dispatch(
             let a: UpdateConfig = args(command, arguments)?;
             Ok(service.update_config(&a.patch)?.redacted())
         }
+        "probe_providers" => to_value(crate::probe::probe_known().await),
         other => Err(CommandError::UnknownCommand(other.to_string())),
     }
 }

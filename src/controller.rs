@@ -224,6 +224,37 @@ impl SessionController {
         (Subscription { rx }, snapshot)
     }
 
+    /// What a transport forwards: the snapshot first, then live events. A consumer that
+    /// fell behind (the runtime never waits for it) gets a fresh snapshot and continues.
+    /// Ends when `stop` fires; dropping it cancels nothing.
+    pub fn feed(
+        self: &Arc<Self>,
+        stop: CancellationToken,
+    ) -> impl futures::Stream<Item = Event> + Send + 'static {
+        let (subscription, snapshot) = self.subscribe();
+        let first = Some(Event::Snapshot(snapshot));
+        futures::stream::unfold(
+            (first, subscription, self.clone(), stop),
+            |(first, mut subscription, controller, stop)| async move {
+                if let Some(first) = first {
+                    return Some((first, (None, subscription, controller, stop)));
+                }
+                let received = tokio::select! {
+                    _ = stop.cancelled() => None,
+                    received = subscription.recv() => received,
+                }?;
+                let event = match received {
+                    Received::Event(event) => event,
+                    Received::Lagged(missed) => {
+                        tracing::debug!(missed, "a subscriber fell behind; sending a fresh snapshot");
+                        Event::Snapshot(controller.snapshot())
+                    }
+                };
+                Some((event, (None, subscription, controller, stop)))
+            },
+        )
+    }
+
     /// Dropping the subscription is enough; this names the act.
     pub fn unsubscribe(&self, subscription: Subscription) {
         drop(subscription);

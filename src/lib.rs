@@ -19,6 +19,7 @@ pub mod config;
 pub mod controller;
 pub mod error;
 pub mod invariant;
+pub mod probe;
 pub mod protocol;
 pub mod provider;
 pub mod providers;

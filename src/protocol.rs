@@ -34,7 +34,10 @@ pub struct ToolCall {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[ts(export)]
 pub struct Usage {
+    // JSON numbers: token counts stay far below 2^53.
+    #[ts(type = "number")]
     pub input_tokens: u64,
+    #[ts(type = "number")]
     pub output_tokens: u64,
 }
 

@@ -96,7 +96,7 @@ impl Run {
             if calls.is_empty() {
                 // Safe point 2: steered messages follow the final answer and the run goes on.
                 let answer = response.content.unwrap_or_default();
-                self.sync();
+                self.sync().await;
                 match self.ctl.finish_or_take_inbox(&answer, &mut self.history) {
                     None => return None,
                     Some(steered) => {
@@ -110,7 +110,7 @@ impl Run {
                     Ok(cancelled) => cancelled,
                     Err(err) => return Some(RunOutcome::Failed(err)),
                 };
-                self.sync();
+                self.sync().await;
                 if cancelled {
                     return Some(RunOutcome::Cancelled);
                 }
@@ -172,9 +172,16 @@ impl Run {
         Ok(())
     }
 
-    fn sync(&self) {
-        if let Err(err) = self.ctl.shared.store.sync(self.ctl.session_id()) {
-            tracing::warn!(session = %self.ctl.session_id(), "fsync failed: {err}");
+    /// The end of a run step: flush the history to the disk (the fsync policy). On a
+    /// blocking thread, since a flush can take milliseconds and must not stall other runs.
+    async fn sync(&self) {
+        let store = self.ctl.shared.store.clone();
+        let id = self.ctl.session_id().to_string();
+        let flushed = tokio::task::spawn_blocking(move || store.sync(&id)).await;
+        match flushed {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(session = %self.ctl.session_id(), "fsync failed: {err}"),
+            Err(err) => tracing::warn!(session = %self.ctl.session_id(), "fsync task failed: {err}"),
         }
     }
 

@@ -11,12 +11,11 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures::Stream;
+use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::commands::{CommandError, dispatch};
-use crate::controller::{Received, Subscription};
 use crate::protocol::Event;
 use crate::service::RuntimeService;
 
@@ -159,13 +158,9 @@ async fn events(
         Ok(controller) => controller,
         Err(err) => return command_error(CommandError::Runtime(err)),
     };
-    let (subscription, snapshot) = controller.subscribe();
-    let stream = event_stream(
-        controller,
-        subscription,
-        Event::Snapshot(snapshot),
-        state.options.shutdown.clone(),
-    );
+    let stream = controller
+        .feed(state.options.shutdown.clone())
+        .map(|event| Ok::<_, Infallible>(sse(&event)));
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
@@ -173,35 +168,4 @@ async fn events(
 
 fn sse(event: &Event) -> SseEvent {
     SseEvent::default().data(serde_json::to_string(event).unwrap_or_else(|_| "{}".into()))
-}
-
-/// The snapshot first, then live events. A client that falls behind (the runtime never
-/// waits for it) gets a fresh snapshot and continues from there.
-fn event_stream(
-    controller: Arc<crate::controller::SessionController>,
-    subscription: Subscription,
-    first: Event,
-    shutdown: CancellationToken,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    futures::stream::unfold(
-        (Some(first), subscription, controller, shutdown),
-        |(first, mut subscription, controller, shutdown)| async move {
-            if let Some(first) = first {
-                let event = sse(&first);
-                return Some((Ok(event), (None, subscription, controller, shutdown)));
-            }
-            let received = tokio::select! {
-                _ = shutdown.cancelled() => None,
-                received = subscription.recv() => received,
-            }?;
-            let event = match received {
-                Received::Event(event) => event,
-                Received::Lagged(missed) => {
-                    tracing::debug!(missed, "SSE client fell behind; sending a fresh snapshot");
-                    Event::Snapshot(controller.snapshot())
-                }
-            };
-            Some((Ok(sse(&event)), (None, subscription, controller, shutdown)))
-        },
-    )
 }
