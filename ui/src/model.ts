@@ -56,6 +56,12 @@ export interface Transcript {
   running: boolean;
   /** Messages appended by events while the transcript was idle or loading (merge input). */
   live: Message[] | null;
+  /**
+   * After a load: the end of the history read, whose events may still arrive (a message is
+   * saved, then read by us, then announced). `echoing` once the first echo matched.
+   */
+  echo: Message[] | null;
+  echoing: boolean;
 }
 
 export interface ChildTab {
@@ -118,6 +124,8 @@ function emptyTranscript(sessionId: string, status: Transcript['status'] = 'idle
     retry: null,
     running: false,
     live: status === 'idle' ? [] : null,
+    echo: null,
+    echoing: false,
   };
 }
 
@@ -244,18 +252,26 @@ export class SessionModel {
     this.patchTranscript(sessionId, (t) => ({
       status: 'loading',
       loadError: null,
-      live: t.status === 'idle' ? (t.live ?? []) : [],
+      live: t.status === 'idle' || t.status === 'error' ? (t.live ?? []) : [],
+      echo: null,
+      echoing: false,
     }));
     try {
       const loaded: SessionWithMessages = await this.platform.invoke('get_session', { session_id: sessionId });
       if (this.disposed) return;
       for (const m of loaded.messages) if (m.role === 'user' && m.id) this.appended.add(m.id);
-      this.patchTranscript(sessionId, (t) => ({
-        status: 'loaded',
-        messages: mergeHistory(loaded.messages, t.live ?? []),
-        live: null,
-        notice: loaded.notice ?? null,
-      }));
+      this.patchTranscript(sessionId, (t) => {
+        const live = t.live ?? [];
+        return {
+          status: 'loaded',
+          messages: mergeHistory(loaded.messages, live),
+          live: null,
+          // Nothing arrived yet: the next events may still be echoes of what was read.
+          echo: live.length === 0 && loaded.messages.length > 0 ? loaded.messages.slice(-64) : null,
+          echoing: false,
+          notice: loaded.notice ?? null,
+        };
+      });
       if (sessionId === this.sessionId) {
         this.set({
           info: loaded.info,
@@ -482,6 +498,7 @@ export class SessionModel {
       case 'message.appended': {
         const message = data.message as Message | undefined;
         if (!message) return;
+        if (this.isEcho(sessionId, message)) return;
         this.patchTranscript(sessionId, (t) => ({
           messages: [...t.messages, message],
           live: t.live ? [...t.live, message] : null,
@@ -545,6 +562,26 @@ export class SessionModel {
         }));
         return;
     }
+  }
+
+  /** Whether an appended message is one the last load already read (see `Transcript.echo`). */
+  private isEcho(sessionId: string, message: Message): boolean {
+    const t = this.state.transcripts[sessionId];
+    if (!t?.echo) return false;
+    const echo = t.echo;
+    let index = -1;
+    if (t.echoing) index = same(echo[0], message) ? 0 : -1;
+    else for (let k = echo.length - 1; k >= 0 && index < 0; k--) if (same(echo[k], message)) index = k;
+    if (index < 0) {
+      this.state = { ...this.state, transcripts: { ...this.state.transcripts, [sessionId]: { ...t, echo: null, echoing: false } } };
+      return false;
+    }
+    const rest = echo.slice(index + 1);
+    this.state = {
+      ...this.state,
+      transcripts: { ...this.state.transcripts, [sessionId]: { ...t, echo: rest.length ? rest : null, echoing: rest.length > 0 } },
+    };
+    return true;
   }
 
   private onRunEnd(sessionId: string, error: string | null): void {
