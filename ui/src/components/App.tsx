@@ -22,6 +22,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   const [config, setConfig] = useState<any>(null);
   const [stats, setStats] = useState<PaneStats | null>(null);
   const [token, setToken] = useState('');
+  const [focusTab, setFocusTab] = useState<{ sessionId: string } | null>(null);
   const refreshTimer = useRef<ReturnType<typeof setTimeout> | null>(null);
   const workspaceRef = useRef<string | null>(null);
 
@@ -103,7 +104,6 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   };
 
   const remove = async (s: SessionInfo) => {
-    if (!confirm(`Delete “${s.title}” and its sub-agents? Running work is stopped; nothing is reported.`)) return;
     try {
       await platform.invoke('delete_session', { session_id: s.session_id });
       if (selected === s.session_id) select(null);
@@ -141,7 +141,10 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
           selected={selected}
           error={listError?.message ?? null}
           onRetry={() => void loadSessions()}
-          onSelect={(id) => select(id)}
+          onSelect={(id, child) => {
+            select(id);
+            setFocusTab(child ? { sessionId: child } : null);
+          }}
           onNew={() => select(null)}
           onDelete={(s) => void remove(s)}
           onOpenFolder={() => void pick()}
@@ -172,6 +175,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             platform={platform}
             workspace={workspace}
             sessionId={selected}
+            focusTab={focusTab}
             sessions={sessions}
             onCreated={(id) => {
               select(id);

@@ -7,6 +7,7 @@ import { formatTokens } from '../util';
 import { ApprovalDialog } from './ApprovalDialog';
 import { Chat } from './Chat';
 import { Composer } from './Composer';
+import { ConfirmButton } from './ConfirmButton';
 import { ErrorBox } from './ErrorBox';
 import { PendingTray } from './PendingTray';
 import { Progress } from './Progress';
@@ -59,13 +60,11 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
     }
   };
   const cancel = () => act(() => model.cancel(tab.sessionId));
-  const remove = () => {
-    if (!confirm(`Delete the sub-agent session “${tab.title}” and its history? Its report will not be delivered.`)) return;
+  const remove = () =>
     void act(async () => {
       await model.platform.invoke('delete_session', { session_id: tab.sessionId });
       props.onDeleted();
     });
-  };
 
   return (
     <div class="child-view" data-testid="child-view" data-session-id={tab.sessionId}>
@@ -81,9 +80,15 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
         <button type="button" disabled={!active || busy} data-testid="child-cancel" onClick={() => void cancel()}>
           Cancel
         </button>
-        <button type="button" class="quiet" disabled={busy} data-testid="child-delete" onClick={remove} title="Delete this sub-agent session">
-          Delete…
-        </button>
+        <ConfirmButton
+          class="quiet"
+          disabled={busy}
+          testid="child-delete"
+          label="Delete…"
+          confirmLabel="Delete it (no report)"
+          title="Delete this sub-agent session and its history; its report will not be delivered"
+          onConfirm={remove}
+        />
       </div>
       {error && <ErrorBox message={error.message} onRetry={error.retry} onDismiss={() => setError(null)} />}
       {t?.status === 'error' && <ErrorBox message={`Cannot read this sub-agent's history: ${t.loadError}`} onRetry={() => void model.loadTranscript(tab.sessionId)} />}
@@ -106,6 +111,8 @@ export function SessionPane(props: {
   platform: Platform;
   workspace: string;
   sessionId: string | null;
+  /** A child tab to show (e.g. a child clicked in the sidebar). */
+  focusTab?: { sessionId: string } | null;
   sessions: SessionInfo[];
   onCreated: (sessionId: string) => void;
   onSessionsChanged: () => void;
@@ -137,6 +144,9 @@ export function SessionPane(props: {
     setTab('main');
   }, [sessionId, platform]);
   useEffect(() => () => modelRef.current?.dispose(), []);
+  useEffect(() => {
+    if (props.focusTab) setTab(props.focusTab.sessionId);
+  }, [props.focusTab]);
 
   const state = useModelState(model);
 

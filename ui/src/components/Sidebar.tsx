@@ -1,3 +1,4 @@
+import { ConfirmButton } from './ConfirmButton';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import { basename } from '../util';
 
@@ -28,7 +29,8 @@ export function Sidebar(props: {
   selected: string | null;
   error: string | null;
   onRetry: () => void;
-  onSelect: (sessionId: string) => void;
+  /** Opens a top-level session, and for a child its tab. */
+  onSelect: (sessionId: string, childId?: string) => void;
   onNew: () => void;
   onDelete: (session: SessionInfo) => void;
   onOpenFolder: () => void;
@@ -46,16 +48,22 @@ export function Sidebar(props: {
           data-state={s.state}
           data-parent-id={s.parent_session_id ?? undefined}
         >
-          <button type="button" class="session-open" onClick={() => props.onSelect(depth === 0 ? s.session_id : rootOf(s))} title={s.title}>
+          <button type="button" class="session-open" onClick={() => (depth === 0 ? props.onSelect(s.session_id) : props.onSelect(rootOf(s), s.session_id))} title={s.title}>
             <span class={`badge badge-${s.state}`} data-testid="session-state" aria-label={s.state}>
               {BADGE[s.state] ?? '·'}
             </span>
             <span class="session-title">{s.title || 'Untitled'}</span>
           </button>
           {depth === 0 && (
-            <button type="button" class="quiet session-delete" data-testid="session-delete" title="Delete this session" aria-label={`Delete ${s.title}`} onClick={() => props.onDelete(s)}>
-              ✕
-            </button>
+            <ConfirmButton
+              class="quiet session-delete"
+              testid="session-delete"
+              label="✕"
+              confirmLabel="Delete?"
+              ariaLabel={`Delete ${s.title}`}
+              title="Delete this session and its sub-agents (running work stops, nothing is reported)"
+              onConfirm={() => props.onDelete(s)}
+            />
           )}
         </div>
         {node.children.length > 0 && <ul>{node.children.map((c) => renderNode(c, depth + 1))}</ul>}

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { mergeHistory } from '../model';
-import { $, $$, appended, info, inAct, key, kind, settle, snapshot, typeInto, usage, workspacePlatform } from './fake';
+import { $, $$, appended, info, inAct, key, kind, settle, snapshot, typeInto, workspacePlatform } from './fake';
 import { mountApp } from './mount';
 import { C1, C2, P, recorded } from './recorded';
 
@@ -193,7 +193,17 @@ describe('events rendered into the chat and the tabs', () => {
     ]);
     // The finished children listed by the server get tabs too.
     expect($$(mounted.root, 'child-tab').map((t) => t.dataset.title)).toEqual(['Review auth']);
+    // A child in the sidebar opens its parent on the child's tab.
+    await inAct(() => (items[1].querySelector('.session-open') as HTMLElement).click());
+    expect($(mounted.root, 'child-view')!.dataset.sessionId).toBe(C1);
+    // Deleting asks once more, in place.
+    fake.handlers.delete_session = () => ({});
+    const del = $(items[2], 'session-delete')!;
+    await inAct(() => del.click());
+    expect(fake.callsOf('delete_session')).toEqual([]);
+    expect(del.dataset.armed).toBe('true');
+    await inAct(() => del.click());
+    expect(fake.callsOf('delete_session')).toEqual([{ session_id: 'other' }]);
     await settle();
-    expect(usage).toBeDefined();
   });
 });
