@@ -19,6 +19,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   const [listError, setListError] = useState<{ code: string; message: string } | null>(null);
   const [selected, setSelected] = useState<string | null>(null);
   const [settings, setSettings] = useState<null | 'open' | 'welcome'>(null);
+  const [offerSetup, setOfferSetup] = useState(false);
   const [config, setConfig] = useState<any>(null);
   const [stats, setStats] = useState<PaneStats | null>(null);
   const [token, setToken] = useState('');
@@ -79,7 +80,8 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
         const cfg = await platform.invoke('get_config', {});
         if (!live) return;
         setConfig(cfg);
-        if (!flag(SETUP_KEY)) setSettings('welcome');
+        // First start: offer (without blocking anything) to look for a local model server.
+        if (!flag(SETUP_KEY)) setOfferSetup(true);
       } catch {
         /* shown when settings open */
       }
@@ -114,7 +116,10 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   };
 
   const closeSettings = () => {
-    setFlag(SETUP_KEY);
+    if (settings === 'welcome') {
+      setFlag(SETUP_KEY);
+      setOfferSetup(false);
+    }
     setSettings(null);
   };
 
@@ -156,6 +161,25 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
           onSettings={() => setSettings('open')}
         />
         <main class="main">
+          {offerSetup && (
+            <div class="banner setup-banner" data-testid="setup-banner">
+              <span>No model provider chosen yet. Bumblehive can look for a local Ollama or LM Studio.</span>
+              <button type="button" class="primary" data-testid="setup-open" onClick={() => setSettings('welcome')}>
+                Set up a model…
+              </button>
+              <button
+                type="button"
+                class="quiet"
+                data-testid="setup-dismiss"
+                onClick={() => {
+                  setFlag(SETUP_KEY);
+                  setOfferSetup(false);
+                }}
+              >
+                Not now
+              </button>
+            </div>
+          )}
           {listError?.code === 'unauthorized' && (
             <form
               class="banner"
@@ -202,6 +226,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             onSaved={(cfg) => {
               setConfig(cfg);
               setFlag(SETUP_KEY);
+              setOfferSetup(false);
             }}
           />
         )}

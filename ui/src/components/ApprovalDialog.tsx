@@ -9,9 +9,11 @@ import { Folded } from './ToolCard';
 export type Decide = (approval: ApprovalInfo, approved: boolean, remember: boolean, reason: string | null) => Promise<void>;
 
 /**
- * The approval of one tool call. Always shown in the parent's window, naming the sub-agent
- * that asks. Enter never approves: focus starts on the dialog itself, and Enter is swallowed
- * everywhere in it except on the Deny button and in the reason field (where it denies).
+ * The approval of one tool call, docked above the composer so the chat stays readable.
+ * Always shown in the parent's window (whichever tab is open), naming the sub-agent that
+ * asks. Enter never approves: focus goes to the panel itself (never to a button), and Enter
+ * is swallowed everywhere in it except on the Deny button and in the reason field (where it
+ * denies). Approving takes a click (or Space on a focused button).
  */
 export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; onDecide: Decide }) {
   const { approval } = props;
@@ -25,7 +27,10 @@ export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; 
     setReason('');
     setError(null);
     setBusy(false);
-    box.current?.focus();
+    // Take focus, unless the person is typing somewhere (their Enter then sends, never approves).
+    const active = document.activeElement as HTMLElement | null;
+    const typing = active && (active.tagName === 'TEXTAREA' || active.tagName === 'INPUT') && !box.current?.contains(active);
+    if (!typing) box.current?.focus();
   }, [approval.approval_id]);
 
   const decide = async (approved: boolean, remember: boolean) => {
@@ -60,7 +65,7 @@ export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; 
   const who = approval.title ? `Sub-agent “${approval.title}”` : 'The agent';
   const hint = argumentHint(approval.arguments);
   return (
-    <div class="overlay">
+    <div class="approval-dock">
       <div
         class="dialog approval"
         role="dialog"

@@ -164,7 +164,7 @@ export function SessionPane(props: {
   useEffect(() => {
     const onKey = (e: KeyboardEvent) => {
       if (e.key !== 'Escape' || e.defaultPrevented || !model?.state.running) return;
-      if (document.querySelector('.overlay')) return;
+      if (document.querySelector('.overlay')) return; // Esc closes the settings instead
       void model.cancel().catch(() => undefined);
     };
     window.addEventListener('keydown', onKey);
@@ -205,6 +205,9 @@ export function SessionPane(props: {
   const main = state.transcripts[model.sessionId];
   const childTab = tab === 'main' ? undefined : state.children.find((c) => c.sessionId === tab);
   const approval = state.approvals[0];
+  const approvalPanel = approval ? (
+    <ApprovalDialog approval={approval} queued={state.approvals.length} onDecide={(a, ok, remember, reason) => model.decide(a, ok, remember, reason)} />
+  ) : null;
 
   return (
     <div class="session-pane" data-testid="session-pane" data-session-id={model.sessionId} data-running={state.running} data-paused={state.paused}>
@@ -237,15 +240,18 @@ export function SessionPane(props: {
       </div>
       {state.stream === 'reconnecting' && <div class="banner" data-testid="reconnecting">Connection lost; reconnecting…</div>}
       {childTab ? (
-        <ChildView
-          model={model}
-          tab={childTab}
-          onDeleted={() => {
-            setTab('main');
-            model.removeChild(childTab.sessionId);
-            props.onSessionsChanged();
-          }}
-        />
+        <>
+          <ChildView
+            model={model}
+            tab={childTab}
+            onDeleted={() => {
+              setTab('main');
+              model.removeChild(childTab.sessionId);
+              props.onSessionsChanged();
+            }}
+          />
+          {approvalPanel}
+        </>
       ) : (
         <>
           {main.status === 'error' && (
@@ -260,6 +266,7 @@ export function SessionPane(props: {
             footer={state.running || main.running ? <Progress transcript={main} approvals={state.approvals.length} /> : null}
             empty={main.status === 'loaded' ? <div class="empty">No messages yet.</div> : <div class="empty">Loading…</div>}
           />
+          {approvalPanel}
           <PendingTray
             pending={state.pending}
             tabs={state.children}
@@ -270,7 +277,6 @@ export function SessionPane(props: {
           <Composer running={state.running} onSend={send} onStop={() => model.cancel()} autoFocus />
         </>
       )}
-      {approval && <ApprovalDialog approval={approval} queued={state.approvals.length} onDecide={(a, ok, remember, reason) => model.decide(a, ok, remember, reason)} />}
     </div>
   );
 }

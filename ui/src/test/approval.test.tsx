@@ -83,23 +83,28 @@ describe('the approval dialog', () => {
   });
 
   it('Enter does not approve', async () => {
-    const { fake, root, dialog } = await withApproval();
-    // Focus starts on the dialog, not on a button.
-    expect(document.activeElement).toBe(dialog);
-    await inAct(() => key(dialog, 'Enter'));
-    const onApprove = key($(dialog, 'approval-approve')!, 'Enter');
+    const { fake, root } = await withApproval();
+    // Focus is never on a button of the dialog (the composer keeps it while the person types).
+    expect(document.activeElement?.tagName).not.toBe('BUTTON');
+    (document.activeElement as HTMLElement | null)?.blur();
+    await inAct(() => fake.emit(P, writeRequest({ approval_id: 'approval-0' })));
+    await inAct(() => fake.emit(P, { type: 'approval_resolved', session_id: CHILD, approval_id: 'approval-1', approved: false }));
+    const next = $(root, 'approval-dialog')!;
+    expect(document.activeElement).toBe(next);
+    await inAct(() => key(next, 'Enter'));
+    const onApprove = key($(next, 'approval-approve')!, 'Enter');
     expect(onApprove.defaultPrevented).toBe(true);
-    const onAlways = key($(dialog, 'approval-always')!, 'Enter');
+    const onAlways = key($(next, 'approval-always')!, 'Enter');
     expect(onAlways.defaultPrevented).toBe(true);
-    // Enter in the composer behind it neither approves nor sends.
+    // Enter in the (empty) composer neither approves nor sends.
     await inAct(() => key($(root, 'prompt-input')!, 'Enter'));
     expect(fake.callsOf('decide_approval')).toEqual([]);
     expect(fake.callsOf('submit')).toEqual([]);
     expect($(root, 'approval-dialog')).not.toBeNull();
     // Enter in the reason field denies (never approves).
-    await inAct(() => key($(dialog, 'approval-reason')!, 'Enter'));
+    await inAct(() => key($(next, 'approval-reason')!, 'Enter'));
     expect(fake.callsOf('decide_approval')).toEqual([
-      { session_id: CHILD, approval_id: 'approval-1', approved: false, remember: false, reason: null },
+      { session_id: CHILD, approval_id: 'approval-0', approved: false, remember: false, reason: null },
     ]);
   });
 

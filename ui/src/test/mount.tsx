@@ -16,6 +16,12 @@ export async function mountApp(fake: FakePlatform, sessionId: string | null, opt
     render(<App platform={fake} notifyDelay={0} />, root);
   });
   await settle();
+  if (options.welcome) {
+    const open = root.querySelector('[data-testid="setup-open"]') as HTMLElement | null;
+    if (!open) throw new Error('no first-start offer');
+    await act(async () => open.click());
+    await settle();
+  }
   return {
     root,
     unmount: () => render(null, root),

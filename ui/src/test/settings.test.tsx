@@ -43,11 +43,18 @@ describe('settings', () => {
     unmount = mounted.unmount;
     const dialog = $(mounted.root, 'settings-dialog')!;
     expect(dialog.textContent).toContain('Welcome');
+
     expect($(dialog, 'probe-unsupported')).not.toBeNull();
     const use = $$(dialog, 'probe-use');
     expect(use.map((b) => b.textContent)).toEqual(['Ollama (http://127.0.0.1:11434/v1)', 'LM Studio (http://127.0.0.1:1234/v1)']);
     await inAct(() => use[1].click());
     expect(($(dialog, 'settings-base-url') as HTMLInputElement).value).toBe('http://127.0.0.1:1234/v1');
+    // "Later" closes the offer for good; Settings stays reachable.
+    await inAct(() => $(dialog, 'settings-close')!.click());
+    expect($(mounted.root, 'setup-banner')).toBeNull();
+    expect(localStorage.getItem('bumblehive.providerChecked')).toBe('1');
+    await inAct(() => $(mounted.root, 'settings-button')!.click());
+    expect($(mounted.root, 'settings-dialog')!.textContent).not.toContain('Welcome');
   });
 
   it('uses what probe_providers finds', async () => {
