@@ -12,6 +12,12 @@ import type { Snapshot } from './bindings/Snapshot';
 import type { SubagentInfo } from './bindings/SubagentInfo';
 import type { SubagentState } from './bindings/SubagentState';
 import type { Usage } from './bindings/Usage';
+import type { DecideApproval } from './bindings/DecideApproval';
+import type { MessageRef } from './bindings/MessageRef';
+import type { SessionRef } from './bindings/SessionRef';
+import type { Steered } from './bindings/Steered';
+import type { Submit } from './bindings/Submit';
+import type { Submitted } from './bindings/Submitted';
 import { CommandError, toCommandError, type Platform, type StreamStatus } from './platform';
 
 /** Token counts as plain numbers (the wire carries JSON numbers; see `tokens`). */
@@ -257,7 +263,8 @@ export class SessionModel {
       echoing: false,
     }));
     try {
-      const loaded: SessionWithMessages = await this.platform.invoke('get_session', { session_id: sessionId });
+      const args: SessionRef = { session_id: sessionId };
+      const loaded: SessionWithMessages = await this.platform.invoke('get_session', args);
       if (this.disposed) return;
       for (const m of loaded.messages) if (m.role === 'user' && m.id) this.appended.add(m.id);
       this.patchTranscript(sessionId, (t) => {
@@ -302,7 +309,8 @@ export class SessionModel {
   /** Re-reads the snapshot (e.g. to learn the text of a report that was just queued). */
   async refreshSnapshot(): Promise<void> {
     try {
-      const snapshot: Snapshot = await this.platform.invoke('snapshot', { session_id: this.sessionId });
+      const args: SessionRef = { session_id: this.sessionId };
+      const snapshot: Snapshot = await this.platform.invoke('snapshot', args);
       if (!this.disposed) this.applySnapshot(snapshot, false);
     } catch {
       /* the stream will bring it */
@@ -628,11 +636,8 @@ export class SessionModel {
   // ------------------------------------------------------------------ actions
 
   async submit(content: string): Promise<void> {
-    const result: { message_id: string; status: MessageStatus } = await this.platform.invoke('submit', {
-      session_id: this.sessionId,
-      content,
-      config: null,
-    });
+    const args: Submit = { session_id: this.sessionId, content, config: null };
+    const result: Submitted = await this.platform.invoke('submit', args);
     if (this.disposed) return;
     const id = result.message_id;
     const statuses = { ...this.state.statuses, [id]: result.status };
@@ -648,15 +653,14 @@ export class SessionModel {
   }
 
   async cancel(sessionId: string = this.sessionId): Promise<void> {
-    await this.platform.invoke('cancel', { session_id: sessionId });
+    const args: SessionRef = { session_id: sessionId };
+    await this.platform.invoke('cancel', args);
   }
 
   async steer(messageId: string): Promise<void> {
     const item = this.state.pending.find((p) => p.message_id === messageId);
-    const result: { status: MessageStatus } = await this.platform.invoke('steer', {
-      session_id: this.sessionId,
-      message_id: messageId,
-    });
+    const args: MessageRef = { session_id: this.sessionId, message_id: messageId };
+    const result: Steered = await this.platform.invoke('steer', args);
     if (this.disposed) return;
     const pending = this.state.pending.filter((p) => p.message_id !== messageId);
     const inflight = this.state.inflight.filter((m) => m.messageId !== messageId);
@@ -676,21 +680,23 @@ export class SessionModel {
   }
 
   async discard(messageId: string): Promise<void> {
-    await this.platform.invoke('discard', { session_id: this.sessionId, message_id: messageId });
+    const args: MessageRef = { session_id: this.sessionId, message_id: messageId };
+    await this.platform.invoke('discard', args);
     if (this.disposed) return;
     this.set({ pending: this.state.pending.filter((p) => p.message_id !== messageId) });
   }
 
   async decide(approval: ApprovalInfo, approved: boolean, remember = false, reason: string | null = null): Promise<void> {
     try {
-      await this.platform.invoke('decide_approval', {
+      const args: DecideApproval = {
         // The asking session (a child's id when a sub-agent asks); its ancestors may decide too.
         session_id: approval.session_id,
         approval_id: approval.approval_id,
         approved,
         remember: approved && remember,
         reason: approved ? null : reason && reason.trim() ? reason.trim() : null,
-      });
+      };
+      await this.platform.invoke('decide_approval', args);
     } catch (err) {
       const error = toCommandError(err);
       // Already decided (e.g. the run was stopped meanwhile): just drop it.

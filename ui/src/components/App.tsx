@@ -1,5 +1,7 @@
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import type { ListSessions } from '../bindings/ListSessions';
 import type { SessionInfo } from '../bindings/SessionInfo';
+import type { SessionRef } from '../bindings/SessionRef';
 import { toCommandError, type Platform } from '../platform';
 import { SETUP_KEY, flag, forgetWorkspace, lastSession, readRecents, rememberSession, rememberWorkspace, setFlag } from '../util';
 import { PlatformContext } from './context';
@@ -30,7 +32,8 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   const loadSessions = useCallback(async (ws: string | null = workspaceRef.current) => {
     if (!ws) return [];
     try {
-      const list: SessionInfo[] = await platform.invoke('list_sessions', { workspace: ws });
+      const args: ListSessions = { workspace: ws };
+      const list: SessionInfo[] = await platform.invoke('list_sessions', args);
       if (workspaceRef.current !== ws) return list;
       setSessions(list);
       setListError(null);
@@ -107,7 +110,8 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
 
   const remove = async (s: SessionInfo) => {
     try {
-      await platform.invoke('delete_session', { session_id: s.session_id });
+      const args: SessionRef = { session_id: s.session_id };
+      await platform.invoke('delete_session', args);
       if (selected === s.session_id) select(null);
       void loadSessions();
     } catch (err) {

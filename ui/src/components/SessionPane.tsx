@@ -1,5 +1,7 @@
 import { useEffect, useReducer, useRef, useState } from 'preact/hooks';
+import type { CreateSession } from '../bindings/CreateSession';
 import type { SessionInfo } from '../bindings/SessionInfo';
+import type { SessionRef } from '../bindings/SessionRef';
 import type { SubagentState } from '../bindings/SubagentState';
 import { SessionModel, totalTokens, type ChildTab } from '../model';
 import { toCommandError, type Platform } from '../platform';
@@ -62,7 +64,8 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
   const cancel = () => act(() => model.cancel(tab.sessionId));
   const remove = () =>
     void act(async () => {
-      await model.platform.invoke('delete_session', { session_id: tab.sessionId });
+      const args: SessionRef = { session_id: tab.sessionId };
+      await model.platform.invoke('delete_session', args);
       props.onDeleted();
     });
 
@@ -175,7 +178,8 @@ export function SessionPane(props: {
     if (model) return model.submit(text);
     // A new conversation: the session is created with the first message.
     const title = text.trim().split('\n')[0].slice(0, 60);
-    const info: SessionInfo = await platform.invoke('create_session', { workspace: props.workspace, title });
+    const args: CreateSession = { workspace: props.workspace, title };
+    const info: SessionInfo = await platform.invoke('create_session', args);
     const created = makeModel(info.session_id);
     modelRef.current = created;
     setModel(created);

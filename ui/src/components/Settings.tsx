@@ -1,4 +1,5 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
+import type { UpdateConfig } from '../bindings/UpdateConfig';
 import { toCommandError, type Platform, type ProbeResult } from '../platform';
 import { ErrorBox } from './ErrorBox';
 
@@ -68,7 +69,7 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
     setError(null);
     setSaved(false);
     try {
-      const patch = {
+      const patch: UpdateConfig['patch'] = {
         provider: {
           kind: form.kind,
           base_url: form.base_url.trim(),
@@ -77,7 +78,8 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
           api_key_env: form.api_key_env.trim() || null,
         },
       };
-      const config = await platform.invoke('update_config', { patch });
+      const args: UpdateConfig = { patch };
+      const config = await platform.invoke('update_config', args);
       setForm(formFromConfig(config));
       setSaved(true);
       props.onSaved(config);
