@@ -170,7 +170,7 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
         }
       };
       handlers.set(clientId, onEvent);
-      (async () => {
+      const attempt = async () => {
         await listen();
         if (closed) return;
         // Both spellings: a Rust `session_id` parameter is `sessionId` to Tauri's invoke.
@@ -191,10 +191,15 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
           if (event) onEvent(event);
         }
         unclaimed.delete(id);
-      })().catch((err) => {
-        console.error('subscribe failed', err);
-        onStatus?.('reconnecting');
-      });
+      };
+      let tries = 0;
+      const run = () =>
+        attempt().catch((err) => {
+          console.error('subscribe failed', err);
+          onStatus?.('reconnecting');
+          if (!closed && ++tries < 5) setTimeout(run, 1000 * tries);
+        });
+      void run();
       return () => {
         if (closed) return;
         closed = true;
