@@ -169,9 +169,18 @@ impl Run {
             self.ctl.meta().parent_session_id.is_some(),
         )));
         messages.extend(self.history.iter().cloned());
+        // Tools switched off by policy are not offered; a call to one is refused anyway.
+        let policy = self.ctl.shared.config().tools.policy;
+        let tools = self
+            .ctl
+            .tools
+            .specs()
+            .into_iter()
+            .filter(|spec| policy.get(&spec.name) != Some(&crate::config::ToolPolicy::Deny))
+            .collect();
         let request = ModelRequest {
             messages,
-            tools: self.ctl.tools.specs(),
+            tools,
             settings,
         };
         let ctl = self.ctl.clone();
