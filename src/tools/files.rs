@@ -104,9 +104,8 @@ fn read_text(resolved: &Resolved, range: Option<(usize, usize)>) -> Result<Strin
             resolved.display
         )));
     }
-    let failed = |err: std::io::Error| {
-        ToolError::Failed(format!("cannot read {}: {err}", resolved.display))
-    };
+    let failed =
+        |err: std::io::Error| ToolError::Failed(format!("cannot read {}: {err}", resolved.display));
     let Some((start, end)) = range else {
         let mut bytes = Vec::new();
         reader
@@ -188,6 +187,28 @@ pub(super) enum Current {
     Text(String),
     /// Not shown as text (binary or too big); the words say what it is.
     Opaque(String),
+    /// Outside the workspace, where nothing is read before the person's yes.
+    Unread,
+}
+
+/// Like [`current`], but outside the workspace only checks what kind of thing is there
+/// (a stat): its content is not read before approval.
+pub(super) fn current_if_inside(resolved: &Resolved) -> Result<Current, ToolError> {
+    if resolved.inside {
+        return current(resolved);
+    }
+    match std::fs::metadata(&resolved.real) {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(Current::Missing),
+        Ok(meta) if meta.is_dir() => Err(ToolError::Failed(format!(
+            "{} is a directory",
+            resolved.display
+        ))),
+        Ok(meta) if !meta.is_file() => Err(ToolError::Failed(format!(
+            "{} is not a regular file",
+            resolved.display
+        ))),
+        _ => Ok(Current::Unread),
+    }
 }
 
 /// Reads what a change would replace. Folders, pipes and devices are refused before any
@@ -260,7 +281,7 @@ The person is shown a diff and asked for approval first. To change part of a fil
         let args: WriteArgs = parse_args(arguments.clone())?;
         let resolved = resolve(&ctx.workspace, &args.path)?;
         let probe = resolved.clone();
-        let old = blocking(ctx, move |_| current(&probe)).await?;
+        let old = blocking(ctx, move |_| current_if_inside(&probe)).await?;
         let diff = match &old {
             Current::Missing => unified_diff(&resolved.display, "", &args.content),
             Current::Text(text) => unified_diff(&resolved.display, text, &args.content),
@@ -268,6 +289,11 @@ The person is shown a diff and asked for approval first. To change part of a fil
                 "--- a/{0}\n+++ b/{0}\n(replaces {what} with {1} bytes of text)\n",
                 resolved.display,
                 args.content.len()
+            ),
+            Current::Unread => format!(
+                "(outside the workspace: the current content of {} is not read before approval)\n{}",
+                resolved.display,
+                unified_diff(&resolved.display, "", &args.content)
             ),
         };
         ctx.ask(ApprovalAsk {

@@ -1,7 +1,11 @@
 //! The tool trait, the context a tool runs in, and the registry that offers tools to the model.
 
+mod command;
+mod edit;
 mod files;
+mod list;
 pub mod paths;
+mod search;
 mod sub_agent;
 
 use std::path::PathBuf;
@@ -16,7 +20,11 @@ use crate::config::ToolPolicy;
 use crate::protocol::SessionId;
 use crate::provider::ToolSpec;
 
+pub use command::RunCommand;
+pub use edit::EditFile;
 pub use files::{ReadFile, WriteFile};
+pub use list::{Glob, ListDir};
+pub use search::Grep;
 pub use sub_agent::SubAgent;
 
 /// A failure the model is told about as the tool's result; the run goes on.
@@ -147,7 +155,12 @@ impl ToolRegistry {
     pub fn standard() -> Self {
         let mut registry = ToolRegistry::default();
         registry.register(Arc::new(ReadFile));
+        registry.register(Arc::new(ListDir));
+        registry.register(Arc::new(Glob));
+        registry.register(Arc::new(Grep));
         registry.register(Arc::new(WriteFile));
+        registry.register(Arc::new(EditFile));
+        registry.register(Arc::new(RunCommand));
         registry.register(Arc::new(SubAgent));
         registry
     }

@@ -133,7 +133,11 @@ pub fn verify_opened(file: &std::fs::File, resolved: &Resolved) -> Result<(), To
 pub fn open_regular(resolved: &Resolved) -> Result<(std::fs::File, u64), ToolError> {
     use std::os::unix::fs::OpenOptionsExt;
     let meta = std::fs::metadata(&resolved.real).map_err(|err| {
-        ToolError::Failed(format!("cannot read {}: {}", resolved.display, io_text(&err)))
+        ToolError::Failed(format!(
+            "cannot read {}: {}",
+            resolved.display,
+            io_text(&err)
+        ))
     })?;
     if meta.is_dir() {
         return Err(ToolError::Failed(format!(
@@ -152,7 +156,11 @@ pub fn open_regular(resolved: &Resolved) -> Result<(std::fs::File, u64), ToolErr
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&resolved.real)
         .map_err(|err| {
-            ToolError::Failed(format!("cannot open {}: {}", resolved.display, io_text(&err)))
+            ToolError::Failed(format!(
+                "cannot open {}: {}",
+                resolved.display,
+                io_text(&err)
+            ))
         })?;
     let meta = file
         .metadata()
@@ -174,7 +182,10 @@ pub fn write_regular(resolved: &Resolved, content: &[u8]) -> Result<(), ToolErro
     use std::os::unix::fs::OpenOptionsExt;
     if let Some(parent) = resolved.real.parent() {
         std::fs::create_dir_all(parent).map_err(|err| {
-            ToolError::Failed(format!("cannot create the folder for {}: {err}", resolved.display))
+            ToolError::Failed(format!(
+                "cannot create the folder for {}: {err}",
+                resolved.display
+            ))
         })?;
     }
     let existed = std::fs::symlink_metadata(&resolved.real).is_ok();
@@ -185,7 +196,11 @@ pub fn write_regular(resolved: &Resolved, content: &[u8]) -> Result<(), ToolErro
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&resolved.real)
         .map_err(|err| {
-            ToolError::Failed(format!("cannot write {}: {}", resolved.display, io_text(&err)))
+            ToolError::Failed(format!(
+                "cannot write {}: {}",
+                resolved.display,
+                io_text(&err)
+            ))
         })?;
     let checked = file
         .metadata()
