@@ -217,6 +217,7 @@ impl Run {
             approvals: self.ctl.gate(),
             delegator: self.ctl.delegator.clone(),
             run_config: self.config.clone(),
+            secret_env: crate::tools::secret_env(&self.ctl.shared.config().provider),
         };
         let mut running = FuturesUnordered::new();
         for (index, call) in calls.iter().enumerate() {

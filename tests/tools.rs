@@ -106,6 +106,7 @@ pub fn context(workspace: &Path, gate: Arc<dyn ApprovalGate>) -> ToolContext {
         approvals: gate,
         delegator: None,
         run_config: Default::default(),
+        secret_env: Vec::new(),
     }
 }
 
@@ -697,6 +698,21 @@ async fn run_command_output_exit_code_and_cap() {
         big.contains("[truncated: ") && big.trim_end().ends_with("END"),
         "cut in the middle"
     );
+    // Secret variables (the provider's key) are not passed on; the rest of the
+    // environment is. HOME stands in for a key: it is set in every test environment.
+    assert!(std::env::var("HOME").is_ok_and(|h| !h.is_empty()));
+    let hidden = ToolContext {
+        secret_env: vec!["HOME".into()],
+        ..ctx.clone()
+    };
+    let printed = call(
+        &hidden,
+        "run_command",
+        json!({"command": "echo \"[$HOME]\" \"$PATH\""}),
+    )
+    .await
+    .unwrap();
+    assert!(printed.starts_with("exit code: 0\n[] /"), "{printed}");
     let sub = call(&ctx, "run_command", json!({"command": "pwd", "cwd": "."}))
         .await
         .unwrap();
@@ -1386,5 +1402,32 @@ async fn stopping_a_run_kills_its_command() {
         "{}",
         result.text()
     );
+    fx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sub_agent_asks_when_its_policy_says_ask() {
+    let fx = Fixture::new(
+        json!({"tools": {"policy": {"sub_agent": "ask", "write_file": "allow"}}}),
+        delegating_script,
+    );
+    let (parent, mut events) = fx.start("please delegate");
+    let parent_id = parent.session_id().to_string();
+    let ask = next_where(&mut events, "delegation ask", |v| {
+        is_type(v, "approval_request")
+    })
+    .await;
+    assert_eq!(ask["tool"], "sub_agent");
+    assert_eq!(ask["arguments"]["title"], "Scribe");
+    fx.decide(&parent_id, &ask, true, false, None);
+    // The child's write is allowed by policy: no further ask, the report comes back.
+    let seen = events_until(&mut events, "parent result with report", |v| {
+        is_type(v, "result")
+            && v["session_id"] == parent_id.as_str()
+            && v["content"].as_str().unwrap().starts_with("parent saw:")
+    })
+    .await;
+    assert!(!seen.iter().any(|v| is_type(v, "approval_request")));
+    assert!(fx.ws.join("notes.txt").exists());
     fx.shutdown().await;
 }

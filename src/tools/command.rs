@@ -44,7 +44,8 @@ impl Tool for RunCommand {
         "Run a shell command (sh -c) in the workspace, or in `cwd` relative to it, after the person \
 approves it. stdin is empty; stdout and stderr are returned together with the exit code, cut in \
 the middle when longer than 32 KB. The command and everything it started are killed after \
-timeout_secs (default 120) or when the run is stopped; background processes do not outlive it."
+timeout_secs (default 120) or when the run is stopped; background processes do not outlive it. \
+The model provider's API key variable is not passed to commands."
     }
 
     fn parameters(&self) -> Value {
@@ -180,7 +181,11 @@ async fn run(
     cwd: &std::path::Path,
     timeout: Duration,
 ) -> Result<String, ToolError> {
-    let mut child = tokio::process::Command::new("/bin/sh")
+    let mut command_line = tokio::process::Command::new("/bin/sh");
+    for name in &ctx.secret_env {
+        command_line.env_remove(name);
+    }
+    let mut child = command_line
         .arg("-c")
         .arg(command)
         .current_dir(cwd)

@@ -51,7 +51,8 @@ pub struct Decision {
 /// What a call does and where, which decides whether the person is asked (SPEC §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
-    /// Reading inside the workspace: free unless the tool's policy says `ask`.
+    /// Reading inside the workspace, or anything else that needs no approval by default
+    /// (delegating): free unless the tool's policy says `ask`.
     Read,
     /// Changing things inside the workspace (writes, edits, commands): asks unless the
     /// tool is allowed by policy or remembered for the session.
@@ -119,6 +120,21 @@ pub struct ToolContext {
     pub delegator: Option<Arc<dyn Delegator>>,
     /// The run config of the message that started this run, passed on to children.
     pub run_config: crate::protocol::RunConfig,
+    /// Environment variables that hold secrets (the provider's API key): commands do not
+    /// get them, so an approved `env` cannot write a key into the session's history.
+    pub secret_env: Vec<String>,
+}
+
+/// The variables [`ToolContext::secret_env`] holds for a provider config: the configured
+/// key variable and the usual ones.
+pub fn secret_env(provider: &crate::config::ProviderConfig) -> Vec<String> {
+    let mut names: Vec<String> = provider.api_key_env.iter().cloned().collect();
+    for usual in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"] {
+        if !names.iter().any(|n| n == usual) {
+            names.push(usual.to_string());
+        }
+    }
+    names
 }
 
 impl ToolContext {
