@@ -313,7 +313,7 @@ pub mod commands {
     use super::*;
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
-#[ts(export)]
+    #[ts(export)]
     pub struct CreateSession {
         pub workspace: String,
         #[serde(default)]
@@ -321,20 +321,20 @@ pub mod commands {
     }
 
     #[derive(Debug, Clone, Default, Serialize, Deserialize, TS)]
-#[ts(export)]
+    #[ts(export)]
     pub struct ListSessions {
         #[serde(default)]
         pub workspace: Option<String>,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
-#[ts(export)]
+    #[ts(export)]
     pub struct SessionRef {
         pub session_id: SessionId,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
-#[ts(export)]
+    #[ts(export)]
     pub struct Submit {
         pub session_id: SessionId,
         pub content: String,
@@ -343,14 +343,14 @@ pub mod commands {
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
-#[ts(export)]
+    #[ts(export)]
     pub struct MessageRef {
         pub session_id: SessionId,
         pub message_id: String,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
-#[ts(export)]
+    #[ts(export)]
     pub struct DecideApproval {
         pub session_id: SessionId,
         pub approval_id: String,
@@ -363,13 +363,13 @@ pub mod commands {
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
-#[ts(export)]
+    #[ts(export)]
     pub struct UpdateConfig {
         pub patch: Value,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
-#[ts(export)]
+    #[ts(export)]
     pub struct SessionWithMessages {
         pub info: SessionInfo,
         pub messages: Vec<Message>,
@@ -379,14 +379,14 @@ pub mod commands {
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
-#[ts(export)]
+    #[ts(export)]
     pub struct Submitted {
         pub message_id: String,
         pub status: MessageStatus,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
-#[ts(export)]
+    #[ts(export)]
     pub struct Steered {
         pub status: MessageStatus,
     }

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use bumblehive::protocol::{Message, Role, SubagentState};
 use bumblehive::subagents::{
-    ChildOutcome, ChildStart, LeaseFn, NotifyFn, Report, RunnerFn, SubagentObserver,
-    SubagentTasks,
+    ChildOutcome, ChildStart, LeaseFn, NotifyFn, Report, RunnerFn, SubagentObserver, SubagentTasks,
 };
 use futures::FutureExt;
 use serde_json::{Value, json};
@@ -67,16 +66,15 @@ async fn background_returns_then_wakes_idle_parent_and_preserves_order(count: us
                 .to_string()
         })
         .collect();
-    assert_eq!(
-        ids,
-        (0..count).map(|i| format!("delegate-{i}")).collect()
-    );
+    assert_eq!(ids, (0..count).map(|i| format!("delegate-{i}")).collect());
     assert!(reports.iter().all(|m| m.role == Role::User));
-    assert!(
-        reports
-            .iter()
-            .all(|m| m.text().split_once("\n\n").unwrap().1.starts_with("REPORT:idle-"))
-    );
+    assert!(reports.iter().all(|m| {
+        m.text()
+            .split_once("\n\n")
+            .unwrap()
+            .1
+            .starts_with("REPORT:idle-")
+    }));
     for child in &begun.children {
         assert!(!fx.history(child["session_id"].as_str().unwrap()).is_empty());
     }
@@ -134,7 +132,13 @@ async fn completion_during_approval_is_steered_then_restored_on_stop() {
     let parent = begun.session_id.clone();
     receive(&mut begun.events, "approval_request", Some(&parent), None).await;
     fx.provider.gate("stop-0").set();
-    receive(&mut begun.events, "message_status", Some(&parent), Some("steered")).await;
+    receive(
+        &mut begun.events,
+        "message_status",
+        Some(&parent),
+        Some("steered"),
+    )
+    .await;
     begun.controller.cancel().await;
     let pending = begun.controller.pending();
     assert_eq!(pending.len(), 1);
@@ -161,7 +165,13 @@ async fn late_report_after_stop_stays_queued_until_manual_resume() {
     while receive(&mut begun.events, "event", None, None).await["kind"] != "tool.call.finished" {}
     begun.controller.cancel().await;
     fx.provider.gate("late-0").set();
-    receive(&mut begun.events, "message_status", Some(&parent), Some("queued")).await;
+    receive(
+        &mut begun.events,
+        "message_status",
+        Some(&parent),
+        Some("queued"),
+    )
+    .await;
     tokio::time::timeout(WAIT, fx.service.subagents().wait_empty())
         .await
         .unwrap();
@@ -216,13 +226,15 @@ async fn failure_reports_once_and_delete_cancels_without_waking_parent() {
     let parent = begun.session_id.clone();
     receive(&mut begun.events, "result", Some(&parent), None).await;
     fx.provider.gate("error-0").set();
-    receive(&mut begun.events, "message_status", Some(&parent), Some("started")).await;
+    receive(
+        &mut begun.events,
+        "message_status",
+        Some(&parent),
+        Some("started"),
+    )
+    .await;
     receive(&mut begun.events, "result", Some(&parent), None).await;
-    let reports: Vec<Message> = fx
-        .history(&parent)
-        .into_iter()
-        .filter(is_report)
-        .collect();
+    let reports: Vec<Message> = fx.history(&parent).into_iter().filter(is_report).collect();
     assert_eq!(reports.len(), 1);
     assert_eq!(
         reports[0].text(),
@@ -253,7 +265,13 @@ async fn report_arriving_during_final_model_response_follows_assistant() {
         })
         .await;
     fx.provider.gate("final-0").set();
-    receive(&mut begun.events, "message_status", Some(&parent), Some("steered")).await;
+    receive(
+        &mut begun.events,
+        "message_status",
+        Some(&parent),
+        Some("steered"),
+    )
+    .await;
     fx.provider.parent_release.set();
     receive(&mut begun.events, "result", Some(&parent), None).await;
     let history = fx.history(&parent);
@@ -276,7 +294,13 @@ async fn report_during_approval_is_consumed_after_complete_tool_batch() {
     let parent = begun.session_id.clone();
     let approval = receive(&mut begun.events, "approval_request", Some(&parent), None).await;
     fx.provider.gate("approve-0").set();
-    receive(&mut begun.events, "message_status", Some(&parent), Some("steered")).await;
+    receive(
+        &mut begun.events,
+        "message_status",
+        Some(&parent),
+        Some("steered"),
+    )
+    .await;
     assert!(begun.controller.pending().is_empty());
     begun
         .controller
@@ -382,7 +406,10 @@ async fn background_cancel_before_lease_does_not_leave_startup_waiting() {
         .unwrap()
         .unwrap_err();
     assert!(err.to_string().contains("stopped before startup"), "{err}");
-    assert_eq!(*observer.cancelled.lock().unwrap(), vec!["child".to_string()]);
+    assert_eq!(
+        *observer.cancelled.lock().unwrap(),
+        vec!["child".to_string()]
+    );
     assert!(reports.lock().unwrap().is_empty() && tasks.is_empty());
 }
 
@@ -414,7 +441,13 @@ async fn parent_failure_does_not_auto_resume_for_late_report() {
     let parent = begun.session_id.clone();
     receive(&mut begun.events, "error", Some(&parent), None).await;
     fx.provider.gate("parent-error-0").set();
-    receive(&mut begun.events, "message_status", Some(&parent), Some("queued")).await;
+    receive(
+        &mut begun.events,
+        "message_status",
+        Some(&parent),
+        Some("queued"),
+    )
+    .await;
     tokio::time::timeout(WAIT, fx.service.subagents().wait_empty())
         .await
         .unwrap();

@@ -83,10 +83,13 @@ impl DelegationProvider {
     /// Waits (at most [`WAIT`]) until some recorded request satisfies `pred`.
     pub async fn wait_request(&self, pred: impl Fn(&[Message]) -> bool) {
         let mut rx = self.requests.subscribe();
-        tokio::time::timeout(WAIT, rx.wait_for(|requests| requests.iter().any(|r| pred(r))))
-            .await
-            .expect("timed out waiting for a model request")
-            .expect("provider dropped");
+        tokio::time::timeout(
+            WAIT,
+            rx.wait_for(|requests| requests.iter().any(|r| pred(r))),
+        )
+        .await
+        .expect("timed out waiting for a model request")
+        .expect("provider dropped");
     }
 
     async fn respond(&self, messages: Vec<Message>) -> Result<ModelResponse, ProviderError> {
@@ -108,7 +111,10 @@ impl DelegationProvider {
                 .to_string();
             let last = messages.last().unwrap();
             if last.role == Role::Tool {
-                return Ok(ModelResponse::text(format!("REPORT:{name}: {}", last.text())));
+                return Ok(ModelResponse::text(format!(
+                    "REPORT:{name}: {}",
+                    last.text()
+                )));
             }
             self.gate(&name).wait().await;
             if self.child_error.load(Ordering::SeqCst) {
