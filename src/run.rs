@@ -195,9 +195,18 @@ impl Run {
             self.ctl.meta().parent_session_id.is_some(),
         )));
         messages.extend(self.history.iter().cloned());
+        // Tools switched off by policy are not offered; a call to one is refused anyway.
+        let policy = self.ctl.shared.config().tools.policy;
+        let tools = self
+            .ctl
+            .tools
+            .specs()
+            .into_iter()
+            .filter(|spec| policy.get(&spec.name) != Some(&crate::config::ToolPolicy::Deny))
+            .collect();
         let request = ModelRequest {
             messages,
-            tools: self.ctl.tools.specs(),
+            tools,
             settings,
         };
         let ctl = self.ctl.clone();
@@ -234,6 +243,7 @@ impl Run {
             approvals: self.ctl.gate(),
             delegator: self.ctl.delegator.clone(),
             run_config: self.config.clone(),
+            secret_env: crate::tools::secret_env(&self.ctl.shared.config().provider),
         };
         let mut running = FuturesUnordered::new();
         for (index, call) in calls.iter().enumerate() {

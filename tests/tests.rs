@@ -8,6 +8,13 @@ mod support;
 // Every scenario of ../shared/seed/test_background_delegation.py, same names without `test_`.
 mod seed;
 
+// Workspace tools driven directly (edits, search, commands with no process left behind),
+// and approvals end to end: a child's approval in the parent's window, remember, denial reasons.
+mod tools;
+
+// The path-escape corpus: every file tool against hundreds of ways out of the workspace.
+mod paths;
+
 // The controller's delivery table (SPEC §4), steer/discard errors, snapshots, approvals.
 mod controller;
 
