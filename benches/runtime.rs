@@ -46,7 +46,10 @@ impl ModelProvider for Scripted {
             .map(|m| m.text().to_string())
             .unwrap_or_default();
         let is_child = first.contains("\nTask:\n");
-        let assistants = messages.iter().filter(|m| m.role == Role::Assistant).count();
+        let assistants = messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .count();
         if !is_child && self.children > 0 {
             if assistants == 0 {
                 let calls = (0..self.children)
@@ -154,7 +157,13 @@ async fn per_turn(base: &Path, label: &str, runs: usize, turns: usize) {
 
 /// Fan-out: one parent delegates `children` sub-agents of 3 turns each with a simulated
 /// model latency; compares wall time with the ideal.
-async fn fan_out(base: &Path, label: &str, children: usize, max_concurrent: usize, latency_ms: u64) {
+async fn fan_out(
+    base: &Path,
+    label: &str,
+    children: usize,
+    max_concurrent: usize,
+    latency_ms: u64,
+) {
     let dir = scratch(base, "fan-out");
     let workspace = dir.join("ws");
     std::fs::create_dir_all(&workspace).expect("ws");
@@ -177,10 +186,12 @@ async fn fan_out(base: &Path, label: &str, children: usize, max_concurrent: usiz
     service.wait_idle().await;
     let wall = started.elapsed();
     let rss_after = rss_kib("VmRSS:");
-    let ideal = Duration::from_millis(
-        children.div_ceil(max_concurrent) as u64 * 3 * latency_ms,
-    );
-    let history = service.store().load(&info.session_id).expect("load").messages;
+    let ideal = Duration::from_millis(children.div_ceil(max_concurrent) as u64 * 3 * latency_ms);
+    let history = service
+        .store()
+        .load(&info.session_id)
+        .expect("load")
+        .messages;
     let reports = history
         .iter()
         .filter(|m| m.text().starts_with("[Background tool result]"))
@@ -209,19 +220,29 @@ async fn scale(base: &Path, label: &str, messages: usize, sessions: usize) {
         .expect("create");
     let message = |i: usize| {
         if i % 2 == 0 {
-            Message::user(format!("m{i}"), "Please look at src/lib.rs and tell me what it does. ".repeat(4))
+            Message::user(
+                format!("m{i}"),
+                "Please look at src/lib.rs and tell me what it does. ".repeat(4),
+            )
         } else {
-            Message::assistant(Some("It defines the runtime's modules and re-exports a few names. ".repeat(6)), vec![])
+            Message::assistant(
+                Some("It defines the runtime's modules and re-exports a few names. ".repeat(6)),
+                vec![],
+            )
         }
     };
     let started = Instant::now();
     for i in 0..messages {
-        store.append(&meta.session_id, &[message(i)]).expect("append");
+        store
+            .append(&meta.session_id, &[message(i)])
+            .expect("append");
     }
     let append = started.elapsed();
     let started = Instant::now();
     for i in 0..200.min(messages) {
-        store.append(&meta.session_id, &[message(i)]).expect("append");
+        store
+            .append(&meta.session_id, &[message(i)])
+            .expect("append");
         store.sync(&meta.session_id).expect("sync");
     }
     let append_synced = started.elapsed() / 200.min(messages).max(1) as u32;
@@ -278,19 +299,34 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("tokio");
     let disk = tempfile::Builder::new()
         .prefix("bumblehive-bench-")
-        .tempdir_in(std::env::var_os("BENCH_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir))
+        .tempdir_in(
+            std::env::var_os("BENCH_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(std::env::temp_dir),
+        )
         .expect("tempdir");
     // tmpfs, where a flush costs nothing: what is left is the runtime's own overhead.
     let shm = Path::new("/dev/shm");
     let memory = shm
         .is_dir()
-        .then(|| tempfile::Builder::new().prefix("bumblehive-bench-").tempdir_in(shm).ok())
+        .then(|| {
+            tempfile::Builder::new()
+                .prefix("bumblehive-bench-")
+                .tempdir_in(shm)
+                .ok()
+        })
         .flatten();
     println!(
         "machine: {} cores; disk dir {}; {}",
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
         disk.path().display(),
-        if quick { "quick (tiny sizes)" } else { "full sizes" }
+        if quick {
+            "quick (tiny sizes)"
+        } else {
+            "full sizes"
+        }
     );
     runtime.block_on(async {
         if quick {

@@ -246,7 +246,10 @@ impl SessionController {
                 let event = match received {
                     Received::Event(event) => event,
                     Received::Lagged(missed) => {
-                        tracing::debug!(missed, "a subscriber fell behind; sending a fresh snapshot");
+                        tracing::debug!(
+                            missed,
+                            "a subscriber fell behind; sending a fresh snapshot"
+                        );
                         Event::Snapshot(controller.snapshot())
                     }
                 };

@@ -181,7 +181,9 @@ impl Run {
         match flushed {
             Ok(Ok(())) => {}
             Ok(Err(err)) => tracing::warn!(session = %self.ctl.session_id(), "fsync failed: {err}"),
-            Err(err) => tracing::warn!(session = %self.ctl.session_id(), "fsync task failed: {err}"),
+            Err(err) => {
+                tracing::warn!(session = %self.ctl.session_id(), "fsync task failed: {err}")
+            }
         }
     }
 

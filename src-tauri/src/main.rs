@@ -27,7 +27,11 @@ struct Desktop {
 
 /// Runs any command of the table: `{name, args}` in, its JSON result or `{error}` out.
 #[tauri::command]
-async fn command(state: State<'_, Arc<Desktop>>, name: String, args: Value) -> Result<Value, Value> {
+async fn command(
+    state: State<'_, Arc<Desktop>>,
+    name: String,
+    args: Value,
+) -> Result<Value, Value> {
     dispatch(&state.service, &name, args)
         .await
         .map_err(|err| err.to_json())
