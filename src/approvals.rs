@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ToolPolicy;
 use crate::protocol::{ApprovalInfo, Event, SessionId};
-use crate::tools::{ApprovalAsk, ApprovalGate, Decision};
+use crate::tools::{Access, ApprovalAsk, ApprovalGate, Decision};
 
 type Emit = Arc<dyn Fn(Event) + Send + Sync>;
 /// The configured policy of a tool, if any.
@@ -46,6 +46,10 @@ impl ApprovalBook {
     }
 
     /// Decides an approval that `session_id` (the asker or an ancestor) can see.
+    ///
+    /// Approving with `remember` covers the asking session's later calls of that tool
+    /// inside the workspace, and settles its other open asks of that tool inside the
+    /// workspace too (a batch may hold several). It never covers an outside path.
     pub fn decide(
         &self,
         session_id: &str,
@@ -54,27 +58,35 @@ impl ApprovalBook {
         remember: bool,
         reason: Option<String>,
     ) -> bool {
-        let open = {
+        let (decided, covered) = {
             let mut open = self.open();
             let Some(index) = open.iter().position(|o| {
                 o.info.approval_id == approval_id && o.lineage.iter().any(|id| id == session_id)
             }) else {
                 return false;
             };
-            open.remove(index)
+            let decided = open.remove(index);
+            let mut covered = Vec::new();
+            if approved && remember && decided.info.rememberable {
+                self.remembered
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert((decided.info.session_id.clone(), decided.info.tool.clone()));
+                let (same, rest): (Vec<Open>, Vec<Open>) =
+                    std::mem::take(&mut *open).into_iter().partition(|o| {
+                        o.info.rememberable
+                            && o.info.session_id == decided.info.session_id
+                            && o.info.tool == decided.info.tool
+                    });
+                *open = rest;
+                covered = same;
+            }
+            (decided, covered)
         };
-        if approved && remember && open.info.rememberable {
-            self.remembered
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert((open.info.session_id.clone(), open.info.tool.clone()));
+        resolve(decided, approved, reason);
+        for open in covered {
+            resolve(open, true, None);
         }
-        (open.emit)(Event::ApprovalResolved {
-            session_id: open.info.session_id.clone(),
-            approval_id: open.info.approval_id.clone(),
-            approved,
-        });
-        let _ = open.reply.send(Decision { approved, reason });
         true
     }
 
@@ -89,15 +101,7 @@ impl ApprovalBook {
             denied
         };
         for open in denied {
-            (open.emit)(Event::ApprovalResolved {
-                session_id: open.info.session_id.clone(),
-                approval_id: open.info.approval_id.clone(),
-                approved: false,
-            });
-            let _ = open.reply.send(Decision {
-                approved: false,
-                reason: Some("the run was stopped".into()),
-            });
+            resolve(open, false, Some("the run was stopped".into()));
         }
     }
 
@@ -116,6 +120,16 @@ impl ApprovalBook {
     }
 }
 
+/// Tells the asker's window (and its ancestors') and the waiting tool.
+fn resolve(open: Open, approved: bool, reason: Option<String>) {
+    (open.emit)(Event::ApprovalResolved {
+        session_id: open.info.session_id.clone(),
+        approval_id: open.info.approval_id.clone(),
+        approved,
+    });
+    let _ = open.reply.send(Decision { approved, reason });
+}
+
 /// The gate a session's tools ask through. Emits `approval_request` on the session's
 /// event stream (which reaches its ancestors' subscribers too).
 pub struct SessionGate {
@@ -130,23 +144,17 @@ pub struct SessionGate {
 
 #[async_trait]
 impl ApprovalGate for SessionGate {
+    fn policy(&self, tool: &str) -> Option<ToolPolicy> {
+        (self.policy)(tool)
+    }
+
     async fn ask(&self, ask: ApprovalAsk, cancel: &CancellationToken) -> Decision {
-        // "Always allow" and an `allow` policy cover only paths inside the workspace.
-        if ask.rememberable {
-            if self.book.remembered(&self.session_id, &ask.tool) {
-                return Decision {
-                    approved: true,
-                    reason: None,
-                };
-            }
-            if (self.policy)(&ask.tool) == Some(ToolPolicy::Allow) {
-                return Decision {
-                    approved: true,
-                    reason: None,
-                };
-            }
-        }
-        if (self.policy)(&ask.tool) == Some(ToolPolicy::Deny) {
+        let approve = Decision {
+            approved: true,
+            reason: None,
+        };
+        let policy = (self.policy)(&ask.tool);
+        if policy == Some(ToolPolicy::Deny) {
             return Decision {
                 approved: false,
                 reason: Some(format!(
@@ -155,6 +163,18 @@ impl ApprovalGate for SessionGate {
                 )),
             };
         }
+        match ask.access {
+            Access::Read if policy != Some(ToolPolicy::Ask) => return approve,
+            // "Always allow" and an `allow` policy cover only places inside the workspace.
+            Access::Read | Access::Change => {
+                if policy == Some(ToolPolicy::Allow)
+                    || self.book.remembered(&self.session_id, &ask.tool)
+                {
+                    return approve;
+                }
+            }
+            Access::Outside => {}
+        }
         if cancel.is_cancelled() {
             return Decision {
                 approved: false,
@@ -162,6 +182,7 @@ impl ApprovalGate for SessionGate {
             };
         }
         let approval_id = format!("approval-{}", uuid::Uuid::new_v4().simple());
+        let rememberable = ask.rememberable();
         let info = ApprovalInfo {
             approval_id: approval_id.clone(),
             session_id: self.session_id.clone(),
@@ -170,7 +191,7 @@ impl ApprovalGate for SessionGate {
             tool: ask.tool,
             arguments: ask.arguments,
             diff: ask.diff,
-            rememberable: ask.rememberable,
+            rememberable,
         };
         let (reply, answer) = oneshot::channel();
         {
@@ -184,24 +205,39 @@ impl ApprovalGate for SessionGate {
             // Emitted under the book's lock so a snapshot taken meanwhile is consistent.
             (self.emit)(Event::ApprovalRequest(info));
         }
+        // However this wait ends (decided, cancelled, or the call dropped), the request
+        // leaves the book and the windows are told, so nothing shows a request no one awaits.
+        let _withdraw = Withdraw {
+            gate: self,
+            approval_id,
+        };
         tokio::select! {
-            decision = answer => decision.unwrap_or(Decision { approved: false, reason: None }),
-            _ = cancel.cancelled() => {
-                let still_open = {
-                    let mut open = self.book.open();
-                    let before = open.len();
-                    open.retain(|o| o.info.approval_id != approval_id);
-                    before != open.len()
-                };
-                if still_open {
-                    (self.emit)(Event::ApprovalResolved {
-                        session_id: self.session_id.clone(),
-                        approval_id,
-                        approved: false,
-                    });
-                }
-                Decision { approved: false, reason: Some("the run was stopped".into()) }
-            }
+            decision = answer => decision.unwrap_or(Decision { approved: false, reason: Some("the approval was withdrawn".into()) }),
+            _ = cancel.cancelled() => Decision { approved: false, reason: Some("the run was stopped".into()) },
+        }
+    }
+}
+
+/// Withdraws an approval request that is still open when its asker stops waiting.
+struct Withdraw<'a> {
+    gate: &'a SessionGate,
+    approval_id: String,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        let still_open = {
+            let mut open = self.gate.book.open();
+            let before = open.len();
+            open.retain(|o| o.info.approval_id != self.approval_id);
+            before != open.len()
+        };
+        if still_open {
+            (self.gate.emit)(Event::ApprovalResolved {
+                session_id: self.gate.session_id.clone(),
+                approval_id: std::mem::take(&mut self.approval_id),
+                approved: false,
+            });
         }
     }
 }

@@ -15,12 +15,14 @@ pub const COMMANDS: &[&str] = &[
     "delete_session",
     "submit",
     "cancel",
+    "resume_subagent",
     "steer",
     "discard",
     "decide_approval",
     "snapshot",
     "get_config",
     "update_config",
+    "probe_providers",
 ];
 
 /// Why a command failed, with the code and HTTP status a transport needs.
@@ -108,7 +110,12 @@ pub async fn dispatch(
         }
         "cancel" => {
             let a: SessionRef = args(command, arguments)?;
-            service.controller(&a.session_id)?.cancel().await;
+            service.cancel_session(&a.session_id).await?;
+            Ok(json!({}))
+        }
+        "resume_subagent" => {
+            let a: SessionRef = args(command, arguments)?;
+            service.resume_subagent(&a.session_id).await?;
             Ok(json!({}))
         }
         "steer" => {
@@ -135,6 +142,7 @@ pub async fn dispatch(
             let a: UpdateConfig = args(command, arguments)?;
             Ok(service.update_config(&a.patch)?.redacted())
         }
+        "probe_providers" => to_value(crate::probe::probe_known().await),
         other => Err(CommandError::UnknownCommand(other.to_string())),
     }
 }

@@ -139,7 +139,7 @@ impl Config {
     pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
         let text = serde_json::to_string_pretty(self)
             .map_err(|err| ConfigError::Invalid(err.to_string()))?;
-        crate::store::write_atomic(path, text.as_bytes()).map_err(|source| ConfigError::Io {
+        crate::store::write_atomic(path, text.as_bytes(), true).map_err(|source| ConfigError::Io {
             path: path.display().to_string(),
             source,
         })

@@ -12,7 +12,7 @@ use crate::protocol::{
     Usage, kinds,
 };
 use crate::service::Shared;
-use crate::store::SessionMeta;
+use crate::store::{LoadedSession, SessionMeta};
 use crate::subagents::ChildOutcome;
 use crate::tools::{Delegator, ToolRegistry};
 
@@ -64,6 +64,10 @@ pub(crate) struct State {
     /// Ids of every user message the session has seen, so a report is never added twice.
     pub message_ids: HashSet<String>,
     pub usage: Usage,
+    /// The stored meta, kept current and written through (atomic replace).
+    pub meta: Option<SessionMeta>,
+    /// Why the session must not be written (a damaged history), if so.
+    pub read_only: Option<String>,
 }
 
 /// What the subscriber receives.
@@ -116,12 +120,19 @@ pub struct SessionController {
 
 impl SessionController {
     pub(crate) fn new(
-        meta: SessionMeta,
+        loaded: LoadedSession,
+        pending: Vec<PendingMessage>,
         shared: Arc<Shared>,
         parent: Option<&SessionController>,
         tools: ToolRegistry,
         delegator: Option<Arc<dyn Delegator>>,
     ) -> Arc<Self> {
+        let LoadedSession {
+            meta,
+            messages,
+            notice,
+            damaged,
+        } = loaded;
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let (ancestors, mut lineage) = match parent {
             Some(parent) => {
@@ -133,9 +144,22 @@ impl SessionController {
         };
         lineage.insert(0, meta.session_id.clone());
         let state = State {
+            // "running" on disk outside recovery is a fresh child about to start.
             paused: meta.state == SessionState::Paused,
             usage: meta.usage,
-            ..State::default()
+            message_ids: messages.iter().filter_map(|m| m.id.clone()).collect(),
+            history: Some(messages),
+            pending: pending
+                .into_iter()
+                .map(|p| QueuedMessage {
+                    message_id: p.message_id,
+                    content: p.content,
+                    config: p.config,
+                })
+                .collect(),
+            meta: Some(meta.clone()),
+            read_only: if damaged { notice } else { None },
+            run: None,
         };
         Arc::new_cyclic(|this| SessionController {
             meta,
@@ -198,6 +222,40 @@ impl SessionController {
         let rx = self.events.subscribe();
         let snapshot = self.snapshot_locked(&state);
         (Subscription { rx }, snapshot)
+    }
+
+    /// What a transport forwards: the snapshot first, then live events. A consumer that
+    /// fell behind (the runtime never waits for it) gets a fresh snapshot and continues.
+    /// Ends when `stop` fires; dropping it cancels nothing.
+    pub fn feed(
+        self: &Arc<Self>,
+        stop: CancellationToken,
+    ) -> impl futures::Stream<Item = Event> + Send + 'static {
+        let (subscription, snapshot) = self.subscribe();
+        let first = Some(Event::Snapshot(snapshot));
+        futures::stream::unfold(
+            (first, subscription, self.clone(), stop),
+            |(first, mut subscription, controller, stop)| async move {
+                if let Some(first) = first {
+                    return Some((first, (None, subscription, controller, stop)));
+                }
+                let received = tokio::select! {
+                    _ = stop.cancelled() => None,
+                    received = subscription.recv() => received,
+                }?;
+                let event = match received {
+                    Received::Event(event) => event,
+                    Received::Lagged(missed) => {
+                        tracing::debug!(
+                            missed,
+                            "a subscriber fell behind; sending a fresh snapshot"
+                        );
+                        Event::Snapshot(controller.snapshot())
+                    }
+                };
+                Some((event, (None, subscription, controller, stop)))
+            },
+        )
     }
 
     /// Dropping the subscription is enough; this names the act.
@@ -278,9 +336,14 @@ impl SessionController {
         };
         let id = message.message_id.clone();
         let mut state = self.lock();
+        if let Some(why) = &state.read_only {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "session {} is read-only: {why}",
+                self.meta.session_id
+            )));
+        }
         if state.run.is_none() && state.paused {
             state.paused = false;
-            self.persist_paused(false);
         }
         let status = self.deliver_locked(&mut state, message);
         Ok((id, status))
@@ -306,8 +369,9 @@ impl SessionController {
         let status = if let Some(run) = state.run.as_mut() {
             run.inbox.push(message);
             MessageStatus::Steered
-        } else if state.paused || self.shared.root.is_cancelled() {
+        } else if state.paused || state.read_only.is_some() || self.shared.root.is_cancelled() {
             state.pending.push(message);
+            self.save_pending(state);
             MessageStatus::Queued
         } else {
             self.start_run_locked(state, message);
@@ -330,15 +394,21 @@ impl SessionController {
                 self.meta.session_id
             )));
         };
+        if state.run.is_none() {
+            if let Some(why) = &state.read_only {
+                return Err(RuntimeError::InvalidArgument(format!(
+                    "session {} is read-only: {why}",
+                    self.meta.session_id
+                )));
+            }
+        }
         let message = state.pending.remove(index);
+        self.save_pending(&state);
         let status = if let Some(run) = state.run.as_mut() {
             run.inbox.push(message);
             MessageStatus::Steered
         } else {
-            if state.paused {
-                state.paused = false;
-                self.persist_paused(false);
-            }
+            state.paused = false;
             self.start_run_locked(&mut state, message);
             MessageStatus::Started
         };
@@ -360,6 +430,7 @@ impl SessionController {
             )));
         };
         state.pending.remove(index);
+        self.save_pending(&state);
         drop(state);
         self.emit_kind(
             kinds::MESSAGE_DISCARDED,
@@ -400,7 +471,16 @@ impl SessionController {
     }
 
     fn start_run_locked(&self, state: &mut State, first: QueuedMessage) {
+        self.start_run_with(state, Some(first));
+    }
+
+    /// Starts a run; without a first message it continues from the history (resuming an
+    /// interrupted child).
+    fn start_run_with(&self, state: &mut State, first: Option<QueuedMessage>) {
         let token = self.shared.root.child_token();
+        // A session found "running" on disk at the next start was cut off by a crash;
+        // recovery repairs it.
+        self.update_meta(state, |meta| meta.state = SessionState::Running);
         let done = CancellationToken::new();
         state.run = Some(ActiveRun {
             token: token.clone(),
@@ -476,7 +556,7 @@ impl SessionController {
                 }
                 state.pending.extend(run.inbox.iter().cloned());
                 state.paused = true;
-                self.persist_paused(true);
+                self.save_pending(state);
                 self.shared.run_ended();
                 match &outcome {
                     RunOutcome::Failed(message) => self.emit(Event::Error {
@@ -487,7 +567,17 @@ impl SessionController {
                 }
             }
         }
-        self.persist_usage(state.usage);
+        let usage = state.usage;
+        let paused = state.paused;
+        self.update_meta(state, |meta| {
+            meta.usage = usage;
+            meta.state = if paused {
+                SessionState::Paused
+            } else {
+                SessionState::Idle
+            };
+            meta.updated_at = crate::store::now();
+        });
         for waiter in run.waiters {
             let _ = waiter.send(outcome.clone());
         }
@@ -499,14 +589,7 @@ impl SessionController {
         let cached = self.lock().history.take();
         match cached {
             Some(history) => Ok(history),
-            None => {
-                let loaded = self.shared.store.load(&self.meta.session_id)?;
-                let mut state = self.lock();
-                state
-                    .message_ids
-                    .extend(loaded.messages.iter().filter_map(|m| m.id.clone()));
-                Ok(loaded.messages)
-            }
+            None => Ok(self.shared.store.load(&self.meta.session_id)?.messages),
         }
     }
 
@@ -570,33 +653,73 @@ impl SessionController {
         self.shared.add_tree_usage(&self.lineage, usage);
     }
 
-    fn persist_paused(&self, paused: bool) {
-        let mut meta = match self.shared.store.meta(&self.meta.session_id) {
-            Ok(meta) => meta,
-            Err(_) => return,
+    /// Changes the stored meta and writes it through (atomic replace; rare: run start/end).
+    fn update_meta(&self, state: &mut State, change: impl FnOnce(&mut SessionMeta)) {
+        let Some(meta) = state.meta.as_mut() else {
+            return;
         };
-        meta.state = if paused {
-            SessionState::Paused
-        } else {
-            SessionState::Idle
-        };
-        if let Err(err) = self.shared.store.write_meta(&meta) {
-            tracing::warn!(session = %self.meta.session_id, "cannot save paused state: {err}");
+        change(meta);
+        if let Err(err) = self.shared.store.write_meta(meta) {
+            tracing::warn!(session = %self.meta.session_id, "cannot save session meta: {err}");
         }
     }
 
-    fn persist_usage(&self, usage: Usage) {
-        let Ok(mut meta) = self.shared.store.meta(&self.meta.session_id) else {
-            return;
-        };
-        if meta.usage == usage {
-            return;
+    /// The pending queue survives restarts (SPEC §4, durability).
+    fn save_pending(&self, state: &State) {
+        let pending: Vec<PendingMessage> =
+            state.pending.iter().map(QueuedMessage::pending).collect();
+        if let Err(err) = self
+            .shared
+            .store
+            .write_pending(&self.meta.session_id, &pending)
+        {
+            tracing::warn!(session = %self.meta.session_id, "cannot save the pending queue: {err}");
         }
-        meta.usage = usage;
-        meta.updated_at = crate::store::now();
-        if let Err(err) = self.shared.store.write_meta(&meta) {
-            tracing::warn!(session = %self.meta.session_id, "cannot save usage: {err}");
+    }
+
+    /// Resumes an interrupted child from its own history: a run with no new message.
+    pub(crate) fn start_resumed(&self) -> oneshot::Receiver<RunOutcome> {
+        let (tx, rx) = oneshot::channel();
+        let mut state = self.lock();
+        if state.run.is_some() || state.read_only.is_some() || self.shared.root.is_cancelled() {
+            let _ = tx.send(RunOutcome::Cancelled);
+            return rx;
         }
+        state.paused = false;
+        self.start_run_with(&mut state, None);
+        if let Some(run) = state.run.as_mut() {
+            run.waiters.push(tx);
+        }
+        rx
+    }
+
+    /// A child's report is in its parent's ledger.
+    pub(crate) fn mark_reported(&self) {
+        let mut state = self.lock();
+        self.update_meta(&mut state, |meta| meta.reported = true);
+    }
+
+    /// The stored meta as it is now (interrupted, reported, state …).
+    pub fn current_meta(&self) -> SessionMeta {
+        self.lock()
+            .meta
+            .clone()
+            .unwrap_or_else(|| self.meta.clone())
+    }
+
+    pub(crate) fn set_interrupted(&self, interrupted: bool) {
+        let mut state = self.lock();
+        self.update_meta(&mut state, |meta| meta.interrupted = interrupted);
+    }
+
+    /// Waits for a resumed child's run, like [`Self::run_child`].
+    pub(crate) async fn resume_child(&self, token: CancellationToken) -> ChildOutcome {
+        let outcome = self.start_resumed();
+        self.child_outcome(outcome, token).await
+    }
+
+    pub fn read_only(&self) -> Option<String> {
+        self.lock().read_only.clone()
     }
 
     /// Waits for a child's run and maps it to the task registry's outcome; a cancelled
@@ -607,6 +730,14 @@ impl SessionController {
         token: CancellationToken,
     ) -> ChildOutcome {
         let outcome = self.start_watched(message);
+        self.child_outcome(outcome, token).await
+    }
+
+    async fn child_outcome(
+        &self,
+        outcome: oneshot::Receiver<RunOutcome>,
+        token: CancellationToken,
+    ) -> ChildOutcome {
         tokio::select! {
             outcome = outcome => match outcome {
                 Ok(RunOutcome::Completed(answer)) => ChildOutcome::Completed(answer),

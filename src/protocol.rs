@@ -34,7 +34,10 @@ pub struct ToolCall {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[ts(export)]
 pub struct Usage {
+    // JSON numbers: token counts stay far below 2^53.
+    #[ts(type = "number")]
     pub input_tokens: u64,
+    #[ts(type = "number")]
     pub output_tokens: u64,
 }
 
@@ -178,6 +181,9 @@ pub struct SessionInfo {
     pub state: SessionState,
     #[serde(default)]
     pub usage: Usage,
+    /// A child whose work was cut off by a crash: resume it (`resume_subagent`) or cancel it.
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 /// A message waiting in a session's pending queue (SPEC §4).

@@ -36,7 +36,7 @@ struct Run {
 /// Runs one activity of a session until it ends; the controller learns the outcome.
 pub(crate) async fn run(
     ctl: Arc<SessionController>,
-    first: QueuedMessage,
+    first: Option<QueuedMessage>,
     token: CancellationToken,
 ) {
     let history = match ctl.take_history() {
@@ -47,8 +47,8 @@ pub(crate) async fn run(
             return;
         }
     };
-    let workspace = first
-        .config
+    let config = first.as_ref().map(|m| m.config.clone()).unwrap_or_default();
+    let workspace = config
         .runtime
         .workspace
         .clone()
@@ -58,7 +58,7 @@ pub(crate) async fn run(
         history,
         token,
         workspace,
-        config: first.config.clone(),
+        config,
     };
     let outcome = run.drive(first).await;
     let Run { ctl, history, .. } = run;
@@ -71,8 +71,8 @@ pub(crate) async fn run(
 impl Run {
     /// Returns `None` when the run completed (already ended under the controller's
     /// lock), or how it stopped.
-    async fn drive(&mut self, first: QueuedMessage) -> Option<RunOutcome> {
-        if let Err(err) = self.append_users(vec![first]) {
+    async fn drive(&mut self, first: Option<QueuedMessage>) -> Option<RunOutcome> {
+        if let Err(err) = self.append_users(first.into_iter().collect()) {
             return Some(RunOutcome::Failed(err));
         }
         loop {
@@ -96,7 +96,7 @@ impl Run {
             if calls.is_empty() {
                 // Safe point 2: steered messages follow the final answer and the run goes on.
                 let answer = response.content.unwrap_or_default();
-                self.sync();
+                self.sync().await;
                 match self.ctl.finish_or_take_inbox(&answer, &mut self.history) {
                     None => return None,
                     Some(steered) => {
@@ -110,7 +110,7 @@ impl Run {
                     Ok(cancelled) => cancelled,
                     Err(err) => return Some(RunOutcome::Failed(err)),
                 };
-                self.sync();
+                self.sync().await;
                 if cancelled {
                     return Some(RunOutcome::Cancelled);
                 }
@@ -134,7 +134,26 @@ impl Run {
         if messages.is_empty() {
             return Ok(());
         }
-        self.append(messages)
+        self.append(messages.clone())?;
+        // A report in the history is delivered; note it in the ledger so recovery
+        // need not read this history to know.
+        for message in &messages {
+            if let Some(task_id) = message
+                .id
+                .as_deref()
+                .and_then(|id| id.strip_prefix("subagent:"))
+            {
+                if let Err(err) = self
+                    .ctl
+                    .shared
+                    .store
+                    .mark_delivered(self.ctl.session_id(), task_id)
+                {
+                    tracing::warn!(session = %self.ctl.session_id(), "cannot note a delivered report: {err}");
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Persists, then shows: a message is on disk before any subscriber hears of it.
@@ -153,9 +172,18 @@ impl Run {
         Ok(())
     }
 
-    fn sync(&self) {
-        if let Err(err) = self.ctl.shared.store.sync(self.ctl.session_id()) {
-            tracing::warn!(session = %self.ctl.session_id(), "fsync failed: {err}");
+    /// The end of a run step: flush the history to the disk (the fsync policy). On a
+    /// blocking thread, since a flush can take milliseconds and must not stall other runs.
+    async fn sync(&self) {
+        let store = self.ctl.shared.store.clone();
+        let id = self.ctl.session_id().to_string();
+        let flushed = tokio::task::spawn_blocking(move || store.sync(&id)).await;
+        match flushed {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(session = %self.ctl.session_id(), "fsync failed: {err}"),
+            Err(err) => {
+                tracing::warn!(session = %self.ctl.session_id(), "fsync task failed: {err}")
+            }
         }
     }
 
@@ -169,9 +197,18 @@ impl Run {
             self.ctl.meta().parent_session_id.is_some(),
         )));
         messages.extend(self.history.iter().cloned());
+        // Tools switched off by policy are not offered; a call to one is refused anyway.
+        let policy = self.ctl.shared.config().tools.policy;
+        let tools = self
+            .ctl
+            .tools
+            .specs()
+            .into_iter()
+            .filter(|spec| policy.get(&spec.name) != Some(&crate::config::ToolPolicy::Deny))
+            .collect();
         let request = ModelRequest {
             messages,
-            tools: self.ctl.tools.specs(),
+            tools,
             settings,
         };
         let ctl = self.ctl.clone();
@@ -208,6 +245,7 @@ impl Run {
             approvals: self.ctl.gate(),
             delegator: self.ctl.delegator.clone(),
             run_config: self.config.clone(),
+            secret_env: crate::tools::secret_env(&self.ctl.shared.config().provider),
         };
         let mut running = FuturesUnordered::new();
         for (index, call) in calls.iter().enumerate() {

@@ -18,7 +18,7 @@ use crate::protocol::{
     report_message_id, report_text,
 };
 use crate::provider::{ModelProvider, ProviderError, ProviderFactory};
-use crate::store::{NewSession, SessionStore};
+use crate::store::{NewSession, ReportRecord, SessionStore};
 use crate::subagents::{
     ChildOutcome, ChildStart, LeaseGuard, Report, SubagentObserver, SubagentTasks,
 };
@@ -109,6 +109,45 @@ struct ServiceInner {
 #[derive(Clone)]
 pub struct RuntimeService {
     inner: Arc<ServiceInner>,
+    recovery: RecoveryStats,
+}
+
+/// The result text given to calls a crash left unanswered.
+pub const INTERRUPTED_RESULT: &str = "Interrupted: Bumblehive stopped before this call finished";
+
+/// Counts of what start-up recovery repaired.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryStats {
+    pub interrupted_runs: usize,
+    pub interrupted_children: usize,
+    pub recorded_reports: usize,
+    pub requeued_reports: usize,
+}
+
+/// Ids of the calls of the last assistant message that have no result yet.
+fn unanswered_calls(messages: &[crate::protocol::Message]) -> Vec<String> {
+    use crate::protocol::Role;
+    let Some(index) = messages.iter().rposition(|m| m.role == Role::Assistant) else {
+        return Vec::new();
+    };
+    let answered: std::collections::HashSet<&str> = messages[index + 1..]
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .filter_map(|m| m.tool_call_id.as_deref())
+        .collect();
+    messages[index]
+        .tool_calls
+        .iter()
+        .filter(|c| !answered.contains(c.id.as_str()))
+        .map(|c| c.id.clone())
+        .collect()
+}
+
+/// The final answer, if the history ends with one.
+fn final_answer(messages: &[crate::protocol::Message]) -> Option<String> {
+    let last = messages.last()?;
+    (last.role == crate::protocol::Role::Assistant && last.tool_calls.is_empty())
+        .then(|| last.text().to_string())
 }
 
 impl RuntimeService {
@@ -149,7 +188,81 @@ impl RuntimeService {
                 this: this.clone(),
             }
         });
-        Ok(RuntimeService { inner })
+        let recovery = inner.recover()?;
+        Ok(RuntimeService { inner, recovery })
+    }
+
+    /// What the start-up recovery repaired.
+    pub fn recovery(&self) -> &RecoveryStats {
+        &self.recovery
+    }
+
+    /// Continues an interrupted child from its own history; its report then reaches the
+    /// parent as usual. Waits until the child holds a slot.
+    pub async fn resume_subagent(&self, session_id: &str) -> Result<(), RuntimeError> {
+        let child = self.controller(session_id)?;
+        let meta = child.current_meta();
+        let (Some(task_id), Some(parent)) = (meta.task_id.clone(), meta.parent_session_id.clone())
+        else {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "session {session_id} is not a sub-agent"
+            )));
+        };
+        if !meta.interrupted {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "sub-agent {session_id} was not interrupted"
+            )));
+        }
+        let resume = !self
+            .inner
+            .shared
+            .store
+            .load(session_id)?
+            .messages
+            .is_empty();
+        child.set_interrupted(false);
+        let start = ChildStart {
+            task_id: task_id.clone(),
+            session_id: session_id.to_string(),
+            parent_session_id: parent,
+            title: meta.title.clone(),
+            workspace: meta.workspace.clone(),
+            content: meta.task_content.clone().unwrap_or_default(),
+            config: RunConfig::default(),
+            resume,
+        };
+        let observer = Arc::new(EventObserver {
+            child: Arc::downgrade(&child),
+            task_id,
+        });
+        self.subagents()
+            .start(start, observer)
+            .await
+            .map_err(|err| RuntimeError::InvalidArgument(err.to_string()))
+    }
+
+    /// `cancel`: stops a session's run. An interrupted child has no run: cancelling it
+    /// ends its task, and the parent gets an error report instead of waiting forever.
+    pub async fn cancel_session(&self, session_id: &str) -> Result<(), RuntimeError> {
+        let controller = self.controller(session_id)?;
+        let meta = controller.current_meta();
+        if meta.interrupted {
+            if let (Some(task_id), Some(parent)) = (meta.task_id, meta.parent_session_id) {
+                controller.set_interrupted(false);
+                self.inner.deliver_report(Report {
+                    task_id,
+                    session_id: session_id.to_string(),
+                    parent_session_id: parent,
+                    outcome: Err(
+                        "the sub-agent was interrupted and then cancelled by the user".into(),
+                    ),
+                    config: RunConfig::default(),
+                });
+                return Ok(());
+            }
+        }
+        controller.cancel().await;
+        Ok(())
     }
 
     pub fn store(&self) -> &SessionStore {
@@ -385,8 +498,14 @@ impl ServiceInner {
             None
         };
         let usage = meta.usage;
+        let loaded = self.shared.store.load(session_id)?;
+        let pending = self.shared.store.read_pending(session_id).unwrap_or_else(|err| {
+            tracing::warn!(session = %session_id, "pending queue unreadable, starting empty: {err}");
+            Vec::new()
+        });
         let controller = SessionController::new(
-            meta,
+            loaded,
+            pending,
             self.shared.clone(),
             parent.as_deref(),
             tools,
@@ -402,7 +521,8 @@ impl ServiceInner {
         Ok(controller)
     }
 
-    /// A finished child's report goes to its parent through the delivery table.
+    /// A finished child's report is recorded in its parent's ledger (flushed), then goes
+    /// to the parent through the delivery table.
     fn deliver_report(&self, report: Report) {
         let parent = match self.controller(&report.parent_session_id) {
             Ok(parent) => parent,
@@ -411,11 +531,153 @@ impl ServiceInner {
                 return;
             }
         };
-        parent.deliver(QueuedMessage {
+        let record = ReportRecord {
+            task_id: report.task_id.clone(),
+            child_session_id: report.session_id.clone(),
             message_id: report_message_id(&report.task_id),
             content: report_text(&report.task_id, &report.outcome),
             config: report.config,
+        };
+        match self
+            .shared
+            .store
+            .record_report(parent.session_id(), &record)
+        {
+            Ok(()) => {
+                if let Ok(child) = self.controller(&report.session_id) {
+                    child.mark_reported();
+                }
+            }
+            Err(err) => tracing::error!(task = %report.task_id, "cannot record a report: {err}"),
+        }
+        parent.deliver(QueuedMessage {
+            message_id: record.message_id,
+            content: record.content,
+            config: record.config,
         });
+    }
+
+    /// Repairs what a crash left behind (issue: durability). Runs once, at start:
+    /// - a run found "running" gets synthetic results for its unanswered calls and is paused;
+    /// - a child that was working is marked interrupted (resume or cancel it);
+    /// - a child that finished but whose report was never recorded gets it recorded;
+    /// - recorded reports that never reached their parent's history go to its pending queue.
+    fn recover(&self) -> Result<RecoveryStats, RuntimeError> {
+        let store = &self.shared.store;
+        let mut stats = RecoveryStats::default();
+        let mut metas = store.list(None)?;
+        for meta in metas
+            .iter_mut()
+            .filter(|m| m.state == SessionState::Running)
+        {
+            let loaded = store.load(&meta.session_id)?;
+            let unanswered = unanswered_calls(&loaded.messages);
+            if !unanswered.is_empty() && !loaded.damaged {
+                let results: Vec<_> = unanswered
+                    .iter()
+                    .map(|id| crate::protocol::Message::tool(id, INTERRUPTED_RESULT))
+                    .collect();
+                store.append(&meta.session_id, &results)?;
+                store.sync(&meta.session_id)?;
+            }
+            let finished_child = meta.task_id.is_some()
+                && !meta.reported
+                && final_answer(&loaded.messages).is_some()
+                && unanswered.is_empty();
+            if meta.task_id.is_some() && !meta.reported && !finished_child {
+                meta.interrupted = true;
+                stats.interrupted_children += 1;
+            }
+            meta.state = SessionState::Paused;
+            store.write_meta(meta)?;
+            stats.interrupted_runs += 1;
+        }
+        let mut ledgers: HashMap<SessionId, crate::store::Ledger> = HashMap::new();
+        for meta in metas.iter_mut() {
+            let (Some(task_id), Some(parent)) =
+                (meta.task_id.clone(), meta.parent_session_id.clone())
+            else {
+                continue;
+            };
+            if meta.reported || meta.interrupted || !store.exists(&parent) {
+                continue;
+            }
+            let ledger = match ledgers.get(&parent) {
+                Some(ledger) => ledger,
+                None => ledgers
+                    .entry(parent.clone())
+                    .or_insert(store.ledger(&parent)?),
+            };
+            if !ledger.records.iter().any(|r| r.task_id == task_id) {
+                let history = store.load(&meta.session_id)?.messages;
+                let Some(answer) = final_answer(&history) else {
+                    meta.interrupted = true;
+                    store.write_meta(meta)?;
+                    stats.interrupted_children += 1;
+                    continue;
+                };
+                let record = ReportRecord {
+                    task_id: task_id.clone(),
+                    child_session_id: meta.session_id.clone(),
+                    message_id: report_message_id(&task_id),
+                    content: report_text(&task_id, &Ok(answer)),
+                    config: RunConfig::default(),
+                };
+                store.record_report(&parent, &record)?;
+                ledgers
+                    .entry(parent.clone())
+                    .or_default()
+                    .records
+                    .push(record);
+                stats.recorded_reports += 1;
+            }
+            meta.reported = true;
+            store.write_meta(meta)?;
+        }
+        for meta in metas.iter_mut() {
+            let id = meta.session_id.clone();
+            let ledger = match ledgers.remove(&id) {
+                Some(ledger) => ledger,
+                None if store.has_ledger(&id) => store.ledger(&id)?,
+                None => continue,
+            };
+            if ledger.undelivered().next().is_none() {
+                continue;
+            }
+            let history_ids: std::collections::HashSet<String> = store
+                .load(&id)?
+                .messages
+                .into_iter()
+                .filter_map(|m| m.id)
+                .collect();
+            let mut pending = store.read_pending(&id).unwrap_or_default();
+            let mut added = false;
+            for record in ledger.undelivered() {
+                if history_ids.contains(&record.message_id)
+                    || pending.iter().any(|p| p.message_id == record.message_id)
+                {
+                    continue;
+                }
+                pending.push(crate::protocol::PendingMessage {
+                    message_id: record.message_id.clone(),
+                    content: record.content.clone(),
+                    status: crate::protocol::MessageStatus::Queued,
+                    config: record.config.clone(),
+                });
+                added = true;
+                stats.requeued_reports += 1;
+            }
+            if added {
+                store.write_pending(&id, &pending)?;
+                // Queued reports wait for the person after a crash: nothing starts by itself.
+                meta.state = SessionState::Paused;
+                store.write_meta(meta)?;
+            }
+        }
+        if stats != RecoveryStats::default() {
+            tracing::warn!(?stats, "recovered from an unclean stop");
+        }
+        Ok(stats)
     }
 }
 
@@ -453,6 +715,9 @@ fn runner_fn(service: Weak<ServiceInner>) -> crate::subagents::RunnerFn {
                 Ok(child) => child,
                 Err(err) => return ChildOutcome::Failed(err.to_string()),
             };
+            if start.resume {
+                return child.resume_child(token).await;
+            }
             let mut config = start.config.clone();
             config.runtime.workspace = Some(start.workspace.clone());
             let message = QueuedMessage {
@@ -515,6 +780,7 @@ impl Delegator for ServiceDelegator {
             .controller(&ctx.session_id)
             .map_err(|err| err.to_string())?;
         let workspace = ctx.workspace.display().to_string();
+        let content = format!("You are the sub-agent \"{title}\".\nTask:\n{task}");
         let meta = service
             .shared
             .store
@@ -523,6 +789,9 @@ impl Delegator for ServiceDelegator {
                 title: Some(title.clone()),
                 parent_session_id: Some(parent.session_id().to_string()),
                 task_id: Some(ctx.call_id.clone()),
+                task_content: Some(content.clone()),
+                // "running" until its run ends: a crash before then leaves it interrupted.
+                state: SessionState::Running,
             })
             .map_err(|err| err.to_string())?;
         let child = service
@@ -540,10 +809,9 @@ impl Delegator for ServiceDelegator {
             parent_session_id: parent.session_id().to_string(),
             title: title.clone(),
             workspace,
-            content: format!("You are the sub-agent \"{title}\".\nTask:\n{task}"),
-            config: RunConfig {
-                ..ctx.run_config.clone()
-            },
+            content,
+            config: ctx.run_config.clone(),
+            resume: false,
         };
         let observer = Arc::new(EventObserver {
             child: Arc::downgrade(&child),

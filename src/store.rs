@@ -13,6 +13,10 @@ use crate::protocol::{Message, SessionId, SessionInfo, SessionState, Usage};
 
 const META: &str = "meta.json";
 const MESSAGES: &str = "messages.jsonl";
+/// The pending queue of SPEC §4 (atomic replace on every change).
+const PENDING: &str = "pending.json";
+/// The report ledger: each finished child's report, recorded before delivery.
+const REPORTS: &str = "reports.jsonl";
 
 /// What `meta.json` holds. Live state (running) is the controller's; the stored
 /// `state` only says whether the session was left paused.
@@ -32,6 +36,50 @@ pub struct SessionMeta {
     pub state: SessionState,
     #[serde(default)]
     pub usage: Usage,
+    /// A child whose work was cut off by a crash; the person resumes or cancels it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
+    /// A child's first message, kept so an interrupted child can start again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_content: Option<String>,
+    /// A child whose report is in its parent's ledger: nothing left to recover.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reported: bool,
+}
+
+/// One line of a parent's report ledger: a recorded report, or the note that it reached
+/// the history (the history line itself is the proof; the note saves reading it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum LedgerLine {
+    Record(ReportRecord),
+    Delivered { delivered: String },
+}
+
+/// A parent's ledger: the reports recorded, and the task ids noted as delivered.
+#[derive(Debug, Clone, Default)]
+pub struct Ledger {
+    pub records: Vec<ReportRecord>,
+    pub delivered: std::collections::HashSet<String>,
+}
+
+impl Ledger {
+    pub fn undelivered(&self) -> impl Iterator<Item = &ReportRecord> {
+        self.records
+            .iter()
+            .filter(|r| !self.delivered.contains(&r.task_id))
+    }
+}
+
+/// One recorded report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportRecord {
+    pub task_id: String,
+    pub child_session_id: SessionId,
+    pub message_id: String,
+    pub content: String,
+    #[serde(default)]
+    pub config: crate::protocol::RunConfig,
 }
 
 impl SessionMeta {
@@ -46,6 +94,7 @@ impl SessionMeta {
             updated_at: self.updated_at.clone(),
             state,
             usage: self.usage,
+            interrupted: self.interrupted,
         }
     }
 }
@@ -56,6 +105,8 @@ pub struct LoadedSession {
     pub meta: SessionMeta,
     pub messages: Vec<Message>,
     pub notice: Option<String>,
+    /// Lines other than a torn last one were unreadable: the session must not be written.
+    pub damaged: bool,
 }
 
 /// What a new session starts with.
@@ -65,6 +116,8 @@ pub struct NewSession {
     pub title: Option<String>,
     pub parent_session_id: Option<SessionId>,
     pub task_id: Option<String>,
+    pub task_content: Option<String>,
+    pub state: SessionState,
 }
 
 /// Sessions on disk. Appenders stay open per session so an append costs one write.
@@ -78,7 +131,9 @@ pub fn now() -> String {
 }
 
 /// Writes a file so that readers see either the old or the new content, never half.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// `durable` also flushes it to the disk first (survives power loss, costs milliseconds);
+/// without it the rename alone survives a killed process.
+pub fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent)?;
     }
@@ -89,7 +144,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_file_name(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
     let mut file = File::create(&tmp)?;
     file.write_all(bytes)?;
-    file.sync_all()?;
+    if durable {
+        file.sync_all()?;
+    }
     fs::rename(&tmp, path)
 }
 
@@ -125,8 +182,11 @@ impl SessionStore {
             task_id: new.task_id,
             updated_at: created_at.clone(),
             created_at,
-            state: SessionState::Idle,
+            state: new.state,
             usage: Usage::default(),
+            interrupted: false,
+            task_content: new.task_content,
+            reported: false,
         };
         let messages = dir.join(MESSAGES);
         File::create(&messages).map_err(|err| StoreError::io(&messages, err))?;
@@ -146,7 +206,9 @@ impl SessionStore {
             path: path.display().to_string(),
             message: err.to_string(),
         })?;
-        write_atomic(&path, &bytes).map_err(|err| StoreError::io(&path, err))
+        // Not flushed: everything in meta is either derivable (usage, timestamps) or
+        // repaired by recovery (a session found "running" after a crash).
+        write_atomic(&path, &bytes, false).map_err(|err| StoreError::io(&path, err))
     }
 
     pub fn meta(&self, id: &str) -> Result<SessionMeta, StoreError> {
@@ -210,7 +272,7 @@ impl SessionStore {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(err) => return Err(StoreError::io(&path, err)),
         };
-        let (messages, notice) = parse_history(&text);
+        let (messages, notice, damaged) = parse_history(&text);
         if let Some(notice) = &notice {
             tracing::warn!(session = id, "{notice}");
         }
@@ -226,6 +288,7 @@ impl SessionStore {
             meta,
             messages,
             notice,
+            damaged,
         })
     }
 
@@ -248,6 +311,96 @@ impl SessionStore {
         }
         metas.sort_by(|a, b| a.session_id.cmp(&b.session_id));
         Ok(metas)
+    }
+
+    /// Saves the pending queue (small; replaced whole, atomically).
+    pub fn write_pending(
+        &self,
+        id: &str,
+        pending: &[crate::protocol::PendingMessage],
+    ) -> Result<(), StoreError> {
+        let path = self.dir(id)?.join(PENDING);
+        let bytes = serde_json::to_vec(pending)
+            .map_err(|err| StoreError::io(&path, std::io::Error::other(err)))?;
+        // Not flushed: reports, the pending messages that matter most, are recovered from
+        // the flushed report ledger.
+        write_atomic(&path, &bytes, false).map_err(|err| StoreError::io(&path, err))
+    }
+
+    pub fn read_pending(
+        &self,
+        id: &str,
+    ) -> Result<Vec<crate::protocol::PendingMessage>, StoreError> {
+        let path = self.dir(id)?.join(PENDING);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|err| StoreError::BadMeta {
+                path: path.display().to_string(),
+                message: err.to_string(),
+            }),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(err) => Err(StoreError::io(&path, err)),
+        }
+    }
+
+    /// Records a child's report in its parent's ledger and flushes it to disk, so a
+    /// crash after this point cannot lose it.
+    pub fn record_report(&self, parent: &str, record: &ReportRecord) -> Result<(), StoreError> {
+        self.append_ledger(parent, &LedgerLine::Record(record.clone()), true)
+    }
+
+    /// Notes that a report reached the parent's history (not flushed: the history line,
+    /// flushed with its run step, is what counts).
+    pub fn mark_delivered(&self, parent: &str, task_id: &str) -> Result<(), StoreError> {
+        let line = LedgerLine::Delivered {
+            delivered: task_id.to_string(),
+        };
+        self.append_ledger(parent, &line, false)
+    }
+
+    fn append_ledger(
+        &self,
+        parent: &str,
+        line: &LedgerLine,
+        durable: bool,
+    ) -> Result<(), StoreError> {
+        let path = self.dir(parent)?.join(REPORTS);
+        let mut bytes = serde_json::to_vec(line)
+            .map_err(|err| StoreError::io(&path, std::io::Error::other(err)))?;
+        bytes.push(b'\n');
+        let mut file = open_repaired(&path).map_err(|err| StoreError::io(&path, err))?;
+        file.write_all(&bytes)
+            .map_err(|err| StoreError::io(&path, err))?;
+        if durable {
+            file.sync_data().map_err(|err| StoreError::io(&path, err))?;
+        }
+        Ok(())
+    }
+
+    pub fn has_ledger(&self, parent: &str) -> bool {
+        self.dir(parent)
+            .map(|dir| dir.join(REPORTS).exists())
+            .unwrap_or(false)
+    }
+
+    /// A parent's ledger (a torn last line is skipped).
+    pub fn ledger(&self, parent: &str) -> Result<Ledger, StoreError> {
+        let path = self.dir(parent)?.join(REPORTS);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Ledger::default()),
+            Err(err) => return Err(StoreError::io(&path, err)),
+        };
+        let mut ledger = Ledger::default();
+        for line in bytes.split(|b| *b == b'\n') {
+            match serde_json::from_slice::<LedgerLine>(line) {
+                Ok(LedgerLine::Record(record)) => ledger.records.push(record),
+                Ok(LedgerLine::Delivered { delivered }) => {
+                    ledger.delivered.insert(delivered);
+                }
+                Err(_) => {}
+            }
+        }
+        Ok(ledger)
     }
 
     pub fn delete(&self, id: &str) -> Result<(), StoreError> {
@@ -284,8 +437,9 @@ fn read_meta(path: &Path, id: &str) -> Result<SessionMeta, StoreError> {
     })
 }
 
-/// Parses JSON lines; returns the messages and, if anything was skipped, why.
-pub fn parse_history(bytes: &[u8]) -> (Vec<Message>, Option<String>) {
+/// Parses JSON lines; returns the messages, what was skipped and why, and whether a
+/// line other than a torn last one was unreadable.
+pub fn parse_history(bytes: &[u8]) -> (Vec<Message>, Option<String>, bool) {
     let mut messages = Vec::new();
     let mut damaged = Vec::new();
     let mut torn = false;
@@ -306,10 +460,11 @@ pub fn parse_history(bytes: &[u8]) -> (Vec<Message>, Option<String>) {
         (false, true) => None,
         (true, true) => Some("the last message was cut off by a crash and was skipped".into()),
         (_, false) => Some(format!(
-            "damaged history: line(s) {damaged:?} of {MESSAGES} could not be read and were skipped"
+            "damaged history: line(s) {damaged:?} of {MESSAGES} could not be read and were skipped; the session is read-only"
         )),
     };
-    (messages, notice)
+    let is_damaged = !damaged.is_empty();
+    (messages, notice, is_damaged)
 }
 
 /// Opens a history for appending; a torn tail left by a crash is cut off first so the
@@ -338,7 +493,8 @@ fn open_repaired(path: &Path) -> std::io::Result<File> {
         .iter()
         .rposition(|b| *b == b'\n')
         .map_or(0, |pos| pos + 1);
-    if serde_json::from_slice::<Message>(&bytes[start..]).is_ok() {
+    // Any whole JSON value is a line that only lacks its newline (histories and ledgers).
+    if serde_json::from_slice::<serde_json::Value>(&bytes[start..]).is_ok() {
         file.write_all(b"\n")?;
     } else {
         tracing::warn!(
@@ -405,10 +561,11 @@ mod tests {
 
     #[test]
     fn damaged_middle_line_is_reported_not_fatal() {
-        let (messages, notice) = parse_history(
+        let (messages, notice, damaged) = parse_history(
             b"{\"role\":\"user\",\"content\":\"a\"}\nnot json\n{\"role\":\"user\",\"content\":\"b\"}\n",
         );
         assert_eq!(messages.len(), 2);
+        assert!(damaged);
         assert!(notice.unwrap().contains("line(s) [2]"));
     }
 

@@ -13,7 +13,8 @@ use crate::protocol::{RunConfig, SessionId, SubagentInfo, SubagentState};
 pub type LeaseGuard = Box<dyn Send + Sync>;
 /// Acquires a slot; may wait (all slots busy) or fail (runtime unavailable).
 pub type LeaseFn = Arc<dyn Fn() -> BoxFuture<'static, Result<LeaseGuard, String>> + Send + Sync>;
-/// Runs a child to its end. It must stop the child when the token fires.
+/// Runs a child to its end. Its first poll must start the child's run (so the child
+/// counts as active at once), and it must stop the child when the token fires.
 pub type RunnerFn =
     Arc<dyn Fn(ChildStart, CancellationToken) -> BoxFuture<'static, ChildOutcome> + Send + Sync>;
 /// Hands a finished child's report to its parent.
@@ -30,6 +31,8 @@ pub struct ChildStart {
     pub content: String,
     /// The config of the parent's run that delegated, kept by the report.
     pub config: RunConfig,
+    /// Continue an interrupted child from its own history instead of starting it.
+    pub resume: bool,
 }
 
 /// How a child's run ended.
@@ -200,8 +203,15 @@ impl SubagentTasks {
         };
         self.set_state(&session_id, SubagentState::Running);
         observer.state(&session_id, SubagentState::Running);
+        // One poll starts the child's run, so it counts as active before `start` returns
+        // (the parent may finish its own run at once and must see the child working).
+        let mut running = (self.inner.runner)(start.clone(), token.clone());
+        let first = futures::poll!(&mut running);
         let _ = started.send(Ok(()));
-        let outcome = (self.inner.runner)(start.clone(), token.clone()).await;
+        let outcome = match first {
+            std::task::Poll::Ready(outcome) => outcome,
+            std::task::Poll::Pending => running.await,
+        };
         drop(guard);
         if token.is_cancelled() {
             // Deleted or shut down: no report, the parent is not woken.

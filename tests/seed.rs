@@ -375,6 +375,7 @@ fn child_start(task_id: &str, title: &str) -> ChildStart {
         workspace: "/tmp".into(),
         content: "Inspect".into(),
         config: Default::default(),
+        resume: false,
     }
 }
 

@@ -211,6 +211,22 @@ impl Delegation {
         }
     }
 
+    /// Stops the service and starts a new one on the same data dir and provider, as an
+    /// app restart does.
+    pub async fn restart(&mut self) {
+        tokio::time::timeout(WAIT, self.service.shutdown())
+            .await
+            .expect("shutdown hung");
+        self.service = RuntimeService::new(ServiceOptions {
+            data_dir: self.dir.path().join("data"),
+            config_path: Some(self.dir.path().join("config.json")),
+            config: None,
+            provider_factory: fixed_provider(self.provider.clone()),
+            tools: None,
+        })
+        .unwrap();
+    }
+
     pub fn path(&self) -> &Path {
         self.dir.path()
     }

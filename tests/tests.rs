@@ -24,5 +24,15 @@ mod providers_anthropic;
 // BUMBLEHIVE_REAL_MODEL_URL is set; scripts/real-model-tier.sh sets it).
 mod real_model;
 
+// Workspace tools driven directly (edits, search, commands with no process left behind),
+// and approvals end to end: a child's approval in the parent's window, remember, denial reasons.
+mod tools;
+
+// The path-escape corpus: every file tool against hundreds of ways out of the workspace.
+mod paths;
+
 // The controller's delivery table (SPEC §4), steer/discard errors, snapshots, approvals.
-// mod controller;
+mod controller;
+
+// Recovery after a crash or restart, the report ledger, interrupted children, damaged sessions.
+mod durability;

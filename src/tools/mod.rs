@@ -1,20 +1,30 @@
 //! The tool trait, the context a tool runs in, and the registry that offers tools to the model.
 
+mod command;
+mod edit;
 mod files;
+mod list;
 pub mod paths;
+mod search;
 mod sub_agent;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::ToolPolicy;
 use crate::protocol::SessionId;
 use crate::provider::ToolSpec;
 
+pub use command::RunCommand;
+pub use edit::EditFile;
 pub use files::{ReadFile, WriteFile};
+pub use list::{Glob, ListDir};
+pub use search::Grep;
 pub use sub_agent::SubAgent;
 
 /// A failure the model is told about as the tool's result; the run goes on.
@@ -24,6 +34,9 @@ pub enum ToolError {
     InvalidArguments(String),
     #[error("denied by user{}", .0.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
     Denied(Option<String>),
+    /// The tool is switched off by `tools.policy` in the config.
+    #[error("the {0} tool is disabled by configuration (tools.policy)")]
+    Disabled(String),
     #[error("{0}")]
     Failed(String),
 }
@@ -35,21 +48,59 @@ pub struct Decision {
     pub reason: Option<String>,
 }
 
-/// An approval a tool asks for.
+/// What a call does and where, which decides whether the person is asked (SPEC §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Reading inside the workspace, or anything else that needs no approval by default
+    /// (delegating): free unless the tool's policy says `ask`.
+    Read,
+    /// Changing things inside the workspace (writes, edits, commands): asks unless the
+    /// tool is allowed by policy or remembered for the session.
+    Change,
+    /// Reading or changing outside the workspace (or through a symlink that leaves it):
+    /// always asks; neither "always allow" nor an `allow` policy covers it.
+    Outside,
+}
+
+impl Access {
+    /// The access of a call on a resolved path.
+    pub fn of(resolved: &paths::Resolved, change: bool) -> Access {
+        match (resolved.inside, change) {
+            (false, _) => Access::Outside,
+            (true, false) => Access::Read,
+            (true, true) => Access::Change,
+        }
+    }
+}
+
+/// What a tool is about to do, for the gate to allow, ask about or refuse.
 #[derive(Debug, Clone)]
 pub struct ApprovalAsk {
     pub tool: String,
     pub arguments: Value,
+    /// A unified diff of the change, for writes and edits.
     pub diff: Option<String>,
-    /// False for paths outside the workspace: "always allow" never covers those.
-    pub rememberable: bool,
+    pub access: Access,
+}
+
+impl ApprovalAsk {
+    /// False for places outside the workspace: "always allow" never covers those.
+    pub fn rememberable(&self) -> bool {
+        self.access != Access::Outside
+    }
 }
 
 /// Where approvals go: the session controller, which shows them to the person.
 #[async_trait]
 pub trait ApprovalGate: Send + Sync {
-    /// Waits for the person's decision; a cancelled run resolves it as denied.
+    /// Decides a call: at once when policy, remembered choices or a free read settle it,
+    /// otherwise by waiting for the person; a cancelled run resolves it as denied.
     async fn ask(&self, ask: ApprovalAsk, cancel: &CancellationToken) -> Decision;
+
+    /// The configured policy of a tool, if any (`deny` refuses the tool outright).
+    fn policy(&self, _tool: &str) -> Option<ToolPolicy> {
+        None
+    }
 }
 
 /// Starts a background sub-agent for a `sub_agent` call (the service implements it).
@@ -69,9 +120,26 @@ pub struct ToolContext {
     pub delegator: Option<Arc<dyn Delegator>>,
     /// The run config of the message that started this run, passed on to children.
     pub run_config: crate::protocol::RunConfig,
+    /// Environment variables that hold secrets (the provider's API key): commands do not
+    /// get them, so an approved `env` cannot write a key into the session's history.
+    pub secret_env: Vec<String>,
+}
+
+/// The variables [`ToolContext::secret_env`] holds for a provider config: the configured
+/// key variable and the usual ones.
+pub fn secret_env(provider: &crate::config::ProviderConfig) -> Vec<String> {
+    let mut names: Vec<String> = provider.api_key_env.iter().cloned().collect();
+    for usual in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"] {
+        if !names.iter().any(|n| n == usual) {
+            names.push(usual.to_string());
+        }
+    }
+    names
 }
 
 impl ToolContext {
+    /// Every access a tool makes goes through here, free reads included, so that the
+    /// per-tool policy applies to all of them.
     pub async fn ask(&self, ask: ApprovalAsk) -> Result<(), ToolError> {
         let decision = self.approvals.ask(ask, &self.cancel).await;
         if decision.approved {
@@ -99,13 +167,23 @@ pub struct ToolRegistry {
 }
 
 impl ToolRegistry {
-    /// The standard tool set.
+    /// The standard tool set: read-only tools first, then the ones that change things.
     pub fn standard() -> Self {
         let mut registry = ToolRegistry::default();
         registry.register(Arc::new(ReadFile));
+        registry.register(Arc::new(ListDir));
+        registry.register(Arc::new(Glob));
+        registry.register(Arc::new(Grep));
         registry.register(Arc::new(WriteFile));
+        registry.register(Arc::new(EditFile));
+        registry.register(Arc::new(RunCommand));
         registry.register(Arc::new(SubAgent));
         registry
+    }
+
+    /// Names of the tools, in order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.tools.iter().map(|t| t.name()).collect()
     }
 
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
@@ -154,6 +232,9 @@ impl ToolRegistry {
                 known.join(", ")
             )));
         };
+        if ctx.approvals.policy(name) == Some(ToolPolicy::Deny) {
+            return Err(ToolError::Disabled(name.to_string()));
+        }
         let arguments = match arguments {
             Value::Object(_) => arguments,
             Value::Null => Value::Object(Default::default()),
@@ -173,6 +254,41 @@ impl ToolRegistry {
         };
         tool.call(ctx, arguments).await
     }
+}
+
+/// Runs blocking file-system work (walks, searches, reads) off the async threads. When the
+/// run is cancelled, or the call's future is dropped, the tool returns at once and `stop`
+/// tells the work to give up at its next check.
+pub(crate) async fn blocking<T, F>(ctx: &ToolContext, work: F) -> Result<T, ToolError>
+where
+    T: Send + 'static,
+    F: FnOnce(&AtomicBool) -> Result<T, ToolError> + Send + 'static,
+{
+    struct StopOnDrop(Arc<AtomicBool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    let flag = stop.0.clone();
+    let handle = tokio::task::spawn_blocking(move || work(&flag));
+    tokio::select! {
+        joined = handle => joined.map_err(|err| ToolError::Failed(format!("the tool failed: {err}")))?,
+        _ = ctx.cancel.cancelled() => Err(ToolError::Failed("cancelled".into())),
+    }
+}
+
+/// Runs a blocking change to completion even if the run is cancelled meanwhile: once the
+/// person approved it, the result must say truthfully whether it happened.
+pub(crate) async fn blocking_change<T, F>(work: F) -> Result<T, ToolError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, ToolError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|err| ToolError::Failed(format!("the tool failed: {err}")))?
 }
 
 /// Decodes typed arguments, with a message the model can act on.

@@ -20,6 +20,18 @@ pub struct Resolved {
     pub inside: bool,
     /// The path relative to the workspace when inside, for messages and diffs.
     pub display: String,
+    /// The workspace's own real location.
+    pub root: PathBuf,
+}
+
+/// Characters that are legal in file names but let a path look like another one in the
+/// approval dialog or the transcript (line breaks, escapes, bidirectional overrides).
+fn deceptive(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200E}' | '\u{200F}' | '\u{061C}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+        )
 }
 
 /// Resolves `raw` (relative to the workspace, or absolute) to its real location.
@@ -31,6 +43,12 @@ pub fn resolve(workspace: &Path, raw: &str) -> Result<Resolved, ToolError> {
         return Err(ToolError::InvalidArguments(
             "the path contains a NUL byte".into(),
         ));
+    }
+    if let Some(c) = raw.chars().find(|c| deceptive(*c)) {
+        return Err(ToolError::InvalidArguments(format!(
+            "the path contains the control character U+{:04X}; name files without control or text-direction characters",
+            u32::from(c)
+        )));
     }
     if raw.len() > MAX_PATH {
         return Err(ToolError::InvalidArguments(format!(
@@ -59,6 +77,7 @@ pub fn resolve(workspace: &Path, raw: &str) -> Result<Resolved, ToolError> {
         root.join(raw)
     };
     let real = real_path(&candidate).map_err(ToolError::Failed)?;
+    // Component-wise: `/ws-other` is not inside `/ws`.
     let inside = real.starts_with(&root);
     let display = if inside {
         let rel = real.strip_prefix(&root).unwrap_or(&real);
@@ -74,7 +93,149 @@ pub fn resolve(workspace: &Path, raw: &str) -> Result<Resolved, ToolError> {
         real,
         inside,
         display,
+        root,
     })
+}
+
+/// Where an open file really is, from the kernel (Linux's `/proc/self/fd`); `None` where
+/// that is not available.
+fn opened_location(file: &std::fs::File) -> Option<PathBuf> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        None
+    }
+}
+
+/// Checks that a file opened for `resolved` is the one that was decided on: a folder on
+/// the way could have been swapped for a symlink between resolving and opening.
+pub fn verify_opened(file: &std::fs::File, resolved: &Resolved) -> Result<(), ToolError> {
+    let Some(actual) = opened_location(file) else {
+        return Ok(());
+    };
+    if actual == resolved.real || (resolved.inside && actual.starts_with(&resolved.root)) {
+        return Ok(());
+    }
+    Err(ToolError::Failed(format!(
+        "{} changed while it was being opened (it now leads to {}); not touching it",
+        resolved.display,
+        actual.display()
+    )))
+}
+
+/// Opens an existing regular file for reading, refusing folders, pipes and devices (a FIFO
+/// would block forever), without following a symlink swapped in at the last component.
+pub fn open_regular(resolved: &Resolved) -> Result<(std::fs::File, u64), ToolError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta = std::fs::metadata(&resolved.real).map_err(|err| {
+        ToolError::Failed(format!(
+            "cannot read {}: {}",
+            resolved.display,
+            io_text(&err)
+        ))
+    })?;
+    if meta.is_dir() {
+        return Err(ToolError::Failed(format!(
+            "{} is a directory; use list_dir to see what it holds",
+            resolved.display
+        )));
+    }
+    if !meta.is_file() {
+        return Err(ToolError::Failed(format!(
+            "{} is not a regular file (a pipe, socket or device); refusing to read it",
+            resolved.display
+        )));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&resolved.real)
+        .map_err(|err| {
+            ToolError::Failed(format!(
+                "cannot open {}: {}",
+                resolved.display,
+                io_text(&err)
+            ))
+        })?;
+    let meta = file
+        .metadata()
+        .map_err(|err| ToolError::Failed(format!("cannot read {}: {err}", resolved.display)))?;
+    if !meta.is_file() {
+        return Err(ToolError::Failed(format!(
+            "{} is not a regular file; refusing to read it",
+            resolved.display
+        )));
+    }
+    verify_opened(&file, resolved)?;
+    Ok((file, meta.len()))
+}
+
+/// Writes `content` to the resolved place, creating missing folders, refusing anything
+/// that is not a regular file, and checking the opened file is the one approved.
+pub fn write_regular(resolved: &Resolved, content: &[u8]) -> Result<(), ToolError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = resolved.real.parent() {
+        std::fs::create_dir_all(parent).map_err(|err| {
+            ToolError::Failed(format!(
+                "cannot create the folder for {}: {err}",
+                resolved.display
+            ))
+        })?;
+    }
+    let existed = std::fs::symlink_metadata(&resolved.real).is_ok();
+    // No O_TRUNC: nothing is cut before the opened file is known to be the right one.
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&resolved.real)
+        .map_err(|err| {
+            ToolError::Failed(format!(
+                "cannot write {}: {}",
+                resolved.display,
+                io_text(&err)
+            ))
+        })?;
+    let checked = file
+        .metadata()
+        .map_err(|err| ToolError::Failed(format!("cannot write {}: {err}", resolved.display)))
+        .and_then(|meta| {
+            if meta.is_file() {
+                Ok(())
+            } else {
+                Err(ToolError::Failed(format!(
+                    "{} is not a regular file; refusing to write it",
+                    resolved.display
+                )))
+            }
+        })
+        .and_then(|()| verify_opened(&file, resolved));
+    if let Err(err) = checked {
+        if !existed {
+            let _ = std::fs::remove_file(&resolved.real);
+        }
+        return Err(err);
+    }
+    file.set_len(0)
+        .and_then(|()| file.write_all(content))
+        .and_then(|()| file.flush())
+        .map_err(|err| ToolError::Failed(format!("cannot write {}: {err}", resolved.display)))
+}
+
+/// An I/O error in words a model can act on.
+pub fn io_text(err: &std::io::Error) -> String {
+    match err.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ if err.raw_os_error() == Some(libc::ELOOP) => "it is a symbolic link".into(),
+        _ => err.to_string(),
+    }
 }
 
 /// `realpath` that also resolves paths whose tail does not exist yet (a file about to

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError, parse_args};
+use super::{Access, ApprovalAsk, Tool, ToolContext, ToolError, parse_args};
 
 pub struct SubAgent;
 
@@ -38,10 +38,18 @@ Returns at once with a task id; the sub-agent's report arrives later as a user m
     }
 
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError> {
-        let args: SubAgentArgs = parse_args(arguments)?;
+        let args: SubAgentArgs = parse_args(arguments.clone())?;
         if args.task.trim().is_empty() {
             return Err(ToolError::InvalidArguments("task must not be empty".into()));
         }
+        // Free by default; through the gate so that a configured `ask` policy applies.
+        ctx.ask(ApprovalAsk {
+            tool: self.name().to_string(),
+            arguments,
+            diff: None,
+            access: Access::Read,
+        })
+        .await?;
         let Some(delegator) = &ctx.delegator else {
             return Err(ToolError::Failed(
                 "this session cannot delegate further (subagents.max_depth)".into(),

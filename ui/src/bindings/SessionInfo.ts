@@ -9,4 +9,8 @@ export type SessionInfo = { session_id: string, workspace: string, title: string
 /**
  * The `sub_agent` call that created this session, for children.
  */
-task_id?: string | null, created_at: string, updated_at: string, state: SessionState, usage: Usage, };
+task_id?: string | null, created_at: string, updated_at: string, state: SessionState, usage: Usage, 
+/**
+ * A child whose work was cut off by a crash: resume it (`resume_subagent`) or cancel it.
+ */
+interrupted: boolean, };

@@ -3,4 +3,4 @@
 /**
  * Token counts of one model call, or sums of them.
  */
-export type Usage = { input_tokens: bigint, output_tokens: bigint, };
+export type Usage = { input_tokens: number, output_tokens: number, };

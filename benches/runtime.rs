@@ -1,0 +1,348 @@
+//! Benchmarks of the runtime without a GUI: per-turn overhead, sub-agent fan-out, session scale. `cargo bench --bench runtime` (add `-- --quick` for a tiny smoke run).
+// A benchmark that cannot set itself up should stop loudly, like a test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bumblehive::config::Config;
+use bumblehive::protocol::{Message, Role, ToolCall};
+use bumblehive::provider::{
+    ModelProvider, ModelRequest, ModelResponse, ProviderError, ProviderSink, fixed_provider,
+};
+use bumblehive::service::{RuntimeService, ServiceOptions};
+use bumblehive::store::{NewSession, SessionStore};
+use serde_json::json;
+
+/// Scripted model: `turns` tool calls (`read_file data.txt`) then a final answer; a
+/// parent's first call may instead delegate `children` sub-agents. Optional latency.
+struct Scripted {
+    turns: usize,
+    children: usize,
+    latency: Duration,
+    calls: AtomicUsize,
+    stamps: std::sync::Mutex<Vec<Instant>>,
+}
+
+#[async_trait]
+impl ModelProvider for Scripted {
+    async fn generate(
+        &self,
+        request: ModelRequest,
+        _sink: ProviderSink<'_>,
+    ) -> Result<ModelResponse, ProviderError> {
+        self.stamps.lock().unwrap().push(Instant::now());
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
+        let messages = &request.messages;
+        let first = messages
+            .iter()
+            .find(|m| m.role == Role::User)
+            .map(|m| m.text().to_string())
+            .unwrap_or_default();
+        let is_child = first.contains("\nTask:\n");
+        let assistants = messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .count();
+        if !is_child && self.children > 0 {
+            if assistants == 0 {
+                let calls = (0..self.children)
+                    .map(|i| ToolCall {
+                        id: format!("delegate-{i}"),
+                        name: "sub_agent".into(),
+                        arguments: json!({"title": format!("child {i}"), "task": "read data.txt"}),
+                    })
+                    .collect();
+                return Ok(ModelResponse::tool_calls(calls));
+            }
+            return Ok(ModelResponse::text("parent done"));
+        }
+        if assistants < self.turns {
+            return Ok(ModelResponse::tool_calls(vec![ToolCall {
+                id: format!("call-{assistants}"),
+                name: "read_file".into(),
+                arguments: json!({"path": "data.txt"}),
+            }]));
+        }
+        Ok(ModelResponse::text("done"))
+    }
+}
+
+fn rss_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index]
+}
+
+fn service(data: &Path, provider: Arc<Scripted>, max_concurrent: usize) -> RuntimeService {
+    let mut config = Config::default();
+    config.subagents.max_concurrent = max_concurrent;
+    RuntimeService::new(ServiceOptions {
+        data_dir: data.to_path_buf(),
+        config_path: None,
+        config: Some(config),
+        provider_factory: fixed_provider(provider),
+        tools: None,
+    })
+    .expect("service")
+}
+
+fn scratch(base: &Path, name: &str) -> PathBuf {
+    let dir = base.join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// Per turn: model answer → append → tool batch → append → flush → next model call.
+async fn per_turn(base: &Path, label: &str, runs: usize, turns: usize) {
+    let dir = scratch(base, "per-turn");
+    let workspace = dir.join("ws");
+    std::fs::create_dir_all(&workspace).expect("ws");
+    std::fs::write(workspace.join("data.txt"), "hello").expect("data");
+    let provider = Arc::new(Scripted {
+        turns,
+        children: 0,
+        latency: Duration::ZERO,
+        calls: AtomicUsize::new(0),
+        stamps: Default::default(),
+    });
+    let service = service(&dir.join("data"), provider.clone(), 4);
+    let mut deltas = Vec::new();
+    let started = Instant::now();
+    for _ in 0..runs {
+        let info = service
+            .create_session(workspace.to_str().expect("utf8"), None)
+            .expect("session");
+        let ctl = service.controller(&info.session_id).expect("controller");
+        // A subscriber, so event fan-out is part of what is measured.
+        let (mut events, _) = ctl.subscribe();
+        let drain = tokio::spawn(async move { while events.next_event().await.is_some() {} });
+        provider.stamps.lock().unwrap().clear();
+        ctl.submit("go".into(), None).expect("submit");
+        service.wait_idle().await;
+        let stamps = provider.stamps.lock().unwrap().clone();
+        deltas.extend(stamps.windows(2).map(|w| w[1] - w[0]));
+        drain.abort();
+    }
+    let total = started.elapsed();
+    deltas.sort();
+    println!(
+        "per-turn overhead [{label}]: {} turns, p50 {:.1} µs, p99 {:.1} µs (whole bench {:.2} s)",
+        deltas.len(),
+        percentile(&deltas, 0.5).as_secs_f64() * 1e6,
+        percentile(&deltas, 0.99).as_secs_f64() * 1e6,
+        total.as_secs_f64()
+    );
+    service.shutdown().await;
+}
+
+/// Fan-out: one parent delegates `children` sub-agents of 3 turns each with a simulated
+/// model latency; compares wall time with the ideal.
+async fn fan_out(
+    base: &Path,
+    label: &str,
+    children: usize,
+    max_concurrent: usize,
+    latency_ms: u64,
+) {
+    let dir = scratch(base, "fan-out");
+    let workspace = dir.join("ws");
+    std::fs::create_dir_all(&workspace).expect("ws");
+    std::fs::write(workspace.join("data.txt"), "hello").expect("data");
+    let provider = Arc::new(Scripted {
+        turns: 2,
+        children,
+        latency: Duration::from_millis(latency_ms),
+        calls: AtomicUsize::new(0),
+        stamps: Default::default(),
+    });
+    let service = service(&dir.join("data"), provider.clone(), max_concurrent);
+    let info = service
+        .create_session(workspace.to_str().expect("utf8"), None)
+        .expect("session");
+    let ctl = service.controller(&info.session_id).expect("controller");
+    let rss_before = rss_kib("VmRSS:");
+    let started = Instant::now();
+    ctl.submit("delegate".into(), None).expect("submit");
+    service.wait_idle().await;
+    let wall = started.elapsed();
+    let rss_after = rss_kib("VmRSS:");
+    let ideal = Duration::from_millis(children.div_ceil(max_concurrent) as u64 * 3 * latency_ms);
+    let history = service
+        .store()
+        .load(&info.session_id)
+        .expect("load")
+        .messages;
+    let reports = history
+        .iter()
+        .filter(|m| m.text().starts_with("[Background tool result]"))
+        .count();
+    assert_eq!(reports, children, "every child reports once");
+    println!(
+        "fan-out [{label}]: {children} children x 3 turns, {latency_ms} ms latency, max_concurrent {max_concurrent}: wall {:.3} s, ideal {:.3} s, ratio {:.2}; peak RSS {} MiB; RSS per idle child {:.1} KiB",
+        wall.as_secs_f64(),
+        ideal.as_secs_f64(),
+        wall.as_secs_f64() / ideal.as_secs_f64(),
+        rss_kib("VmHWM:") / 1024,
+        rss_after.saturating_sub(rss_before) as f64 / children as f64,
+    );
+    service.shutdown().await;
+}
+
+/// Session scale: open a long session, list many sessions, append throughput.
+async fn scale(base: &Path, label: &str, messages: usize, sessions: usize) {
+    let dir = scratch(base, "scale");
+    let store = SessionStore::new(&dir).expect("store");
+    let meta = store
+        .create(NewSession {
+            workspace: "/tmp".into(),
+            ..NewSession::default()
+        })
+        .expect("create");
+    let message = |i: usize| {
+        if i % 2 == 0 {
+            Message::user(
+                format!("m{i}"),
+                "Please look at src/lib.rs and tell me what it does. ".repeat(4),
+            )
+        } else {
+            Message::assistant(
+                Some("It defines the runtime's modules and re-exports a few names. ".repeat(6)),
+                vec![],
+            )
+        }
+    };
+    let started = Instant::now();
+    for i in 0..messages {
+        store
+            .append(&meta.session_id, &[message(i)])
+            .expect("append");
+    }
+    let append = started.elapsed();
+    let started = Instant::now();
+    for i in 0..200.min(messages) {
+        store
+            .append(&meta.session_id, &[message(i)])
+            .expect("append");
+        store.sync(&meta.session_id).expect("sync");
+    }
+    let append_synced = started.elapsed() / 200.min(messages).max(1) as u32;
+    let mut opens = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        let loaded = store.load(&meta.session_id).expect("load");
+        opens.push(started.elapsed());
+        assert!(loaded.messages.len() >= messages);
+    }
+    opens.sort();
+    // Opening through the service: load + controller (what the UI's subscribe costs).
+    let provider = Arc::new(Scripted {
+        turns: 0,
+        children: 0,
+        latency: Duration::ZERO,
+        calls: AtomicUsize::new(0),
+        stamps: Default::default(),
+    });
+    let service = service(&dir, provider, 4);
+    let started = Instant::now();
+    let _ctl = service.controller(&meta.session_id).expect("controller");
+    let open_controller = started.elapsed();
+    for _ in 0..sessions {
+        store
+            .create(NewSession {
+                workspace: "/tmp/ws".into(),
+                ..NewSession::default()
+            })
+            .expect("create");
+    }
+    let mut lists = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let listed = store.list(None).expect("list");
+        lists.push(started.elapsed());
+        assert!(listed.len() > sessions);
+    }
+    lists.sort();
+    println!(
+        "session scale [{label}]: open a {messages}-message session p50 {:.1} ms (with controller {:.1} ms); list {sessions} sessions p50 {:.1} ms; append {:.0} messages/s ({:.1} µs each), append+fsync {:.2} ms each",
+        percentile(&opens, 0.5).as_secs_f64() * 1e3,
+        open_controller.as_secs_f64() * 1e3,
+        percentile(&lists, 0.5).as_secs_f64() * 1e3,
+        messages as f64 / append.as_secs_f64(),
+        append.as_secs_f64() * 1e6 / messages as f64,
+        append_synced.as_secs_f64() * 1e3,
+    );
+    service.shutdown().await;
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let runtime = tokio::runtime::Runtime::new().expect("tokio");
+    let disk = tempfile::Builder::new()
+        .prefix("bumblehive-bench-")
+        .tempdir_in(
+            std::env::var_os("BENCH_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(std::env::temp_dir),
+        )
+        .expect("tempdir");
+    // tmpfs, where a flush costs nothing: what is left is the runtime's own overhead.
+    let shm = Path::new("/dev/shm");
+    let memory = shm
+        .is_dir()
+        .then(|| {
+            tempfile::Builder::new()
+                .prefix("bumblehive-bench-")
+                .tempdir_in(shm)
+                .ok()
+        })
+        .flatten();
+    println!(
+        "machine: {} cores; disk dir {}; {}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        disk.path().display(),
+        if quick {
+            "quick (tiny sizes)"
+        } else {
+            "full sizes"
+        }
+    );
+    runtime.block_on(async {
+        if quick {
+            per_turn(disk.path(), "disk", 3, 3).await;
+            fan_out(disk.path(), "disk", 8, 4, 2).await;
+            scale(disk.path(), "disk", 100, 50).await;
+            return;
+        }
+        if let Some(memory) = &memory {
+            per_turn(memory.path(), "tmpfs", 200, 5).await;
+        }
+        per_turn(disk.path(), "disk", 50, 5).await;
+        if let Some(memory) = &memory {
+            fan_out(memory.path(), "tmpfs", 1000, 64, 20).await;
+        }
+        fan_out(disk.path(), "disk", 1000, 64, 20).await;
+        scale(disk.path(), "disk", 10_000, 10_000).await;
+    });
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs the system packages Bumblehive needs on Debian/Ubuntu, only those missing.
+# Usage: scripts/setup-system.sh [desktop] [e2e]
+#   (no group)  what the runtime and its tests need
+#   desktop     WebKitGTK and friends for the Tauri window
+#   e2e         a virtual display, WebKit's WebDriver and Chromium for end-to-end tests
+set -euo pipefail
+
+packages=(build-essential pkg-config libssl-dev curl ca-certificates)
+for group in "$@"; do
+  case "$group" in
+    desktop) packages+=(libwebkit2gtk-4.1-dev libxdo-dev libayatana-appindicator3-dev librsvg2-dev) ;;
+    e2e) packages+=(xvfb xauth x11-utils xdotool imagemagick webkit2gtk-driver chromium) ;;
+    *) echo "unknown group: $group" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  echo "installing: ${missing[*]}"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Rust (rustup) and Node.js 20+ are needed too; install them when absent.
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "installing Rust with rustup"
+  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --component clippy,rustfmt
+  # shellcheck disable=SC1091
+  . "$HOME/.cargo/env"
+fi
+node_major=$(node -e 'console.log(process.versions.node.split(".")[0])' 2>/dev/null || echo 0)
+if [ "$node_major" -lt 20 ]; then
+  echo "Node.js 20 or newer is needed for the web UI (found: ${node_major}); installing Debian's nodejs" >&2
+  DEBIAN_FRONTEND=noninteractive ${sudo_cmd:-} apt-get install -y -qq nodejs npm
+fi

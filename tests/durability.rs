@@ -1,0 +1,233 @@
+//! Durability: recovery after an unclean stop or a restart, the report ledger's exactly-once delivery, interrupted children, read-only damaged sessions.
+
+use bumblehive::protocol::SessionState;
+use bumblehive::protocol::{Message, MessageStatus, ToolCall};
+use bumblehive::store::{NewSession, ReportRecord};
+use serde_json::json;
+
+use crate::support::*;
+
+fn call(id: &str) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: "read_file".into(),
+        arguments: json!({"path": "data.txt"}),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_repairs_a_run_cut_off_mid_batch() {
+    let mut fx = Delegation::new();
+    let store = fx.service.store();
+    let mut meta = store
+        .create(NewSession {
+            workspace: fx.path().display().to_string(),
+            ..NewSession::default()
+        })
+        .unwrap();
+    store
+        .append(
+            &meta.session_id,
+            &[
+                Message::user("u1", "ROOT:crash"),
+                Message::assistant(None, vec![call("a"), call("b")]),
+                Message::tool("a", "done"),
+            ],
+        )
+        .unwrap();
+    meta.state = SessionState::Running;
+    store.write_meta(&meta).unwrap();
+    fx.restart().await;
+    assert_eq!(fx.service.recovery().interrupted_runs, 1);
+    let history = fx.history(&meta.session_id);
+    assert_message_order(&history);
+    assert_eq!(history.len(), 4);
+    assert!(history[3].text().starts_with("Interrupted"));
+    let info = fx.service.session_info(&meta.session_id).unwrap();
+    assert_eq!(info.state, SessionState::Paused);
+    // A second start finds nothing left to repair.
+    fx.restart().await;
+    assert_eq!(fx.service.recovery().interrupted_runs, 0);
+    assert_eq!(fx.history(&meta.session_id).len(), 4);
+    fx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_report_reaches_its_parent_exactly_once_across_restarts() {
+    let mut fx = Delegation::new();
+    let store = fx.service.store();
+    let parent = store
+        .create(NewSession {
+            workspace: fx.path().display().to_string(),
+            ..NewSession::default()
+        })
+        .unwrap();
+    store
+        .record_report(
+            &parent.session_id,
+            &ReportRecord {
+                task_id: "t1".into(),
+                child_session_id: "c1".into(),
+                message_id: "subagent:t1".into(),
+                content: "[Background tool result]\nTask ID: t1\n\nREPORT".into(),
+                config: Default::default(),
+            },
+        )
+        .unwrap();
+    fx.restart().await;
+    assert_eq!(fx.service.recovery().requeued_reports, 1);
+    fx.restart().await;
+    assert_eq!(fx.service.recovery().requeued_reports, 0);
+    let ctl = fx.service.controller(&parent.session_id).unwrap();
+    let pending = ctl.pending();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].message_id, "subagent:t1");
+    assert_eq!(pending[0].status, MessageStatus::Queued);
+    assert!(ctl.is_paused());
+    // Delivering it again (a late duplicate) is refused.
+    let duplicate = bumblehive::controller::QueuedMessage {
+        message_id: "subagent:t1".into(),
+        content: "again".into(),
+        config: Default::default(),
+    };
+    assert_eq!(ctl.deliver(duplicate), None);
+    fx.restart().await;
+    let ctl = fx.service.controller(&parent.session_id).unwrap();
+    let reports = ctl.pending();
+    assert_eq!(reports.len(), 1);
+    fx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_stopped_by_a_restart_is_interrupted_and_resumes_to_one_report() {
+    let mut fx = Delegation::new();
+    let mut begun = fx.begin("resume", 1, false, None).await;
+    let parent = begun.session_id.clone();
+    receive(&mut begun.events, "result", Some(&parent), None).await;
+    let child = begun.children[0]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    drop(begun);
+    fx.restart().await;
+    assert_eq!(fx.service.recovery().interrupted_children, 1);
+    let info = fx.service.session_info(&child).unwrap();
+    assert!(info.interrupted);
+    let parent_ctl = fx.service.controller(&parent).unwrap();
+    let (mut events, _) = parent_ctl.subscribe();
+    fx.provider.gate("resume-0").set();
+    fx.service.resume_subagent(&child).await.unwrap();
+    assert!(!fx.service.session_info(&child).unwrap().interrupted);
+    receive(&mut events, "result", Some(&child), None).await;
+    receive(&mut events, "result", Some(&parent), None).await;
+    fx.wait_idle().await;
+    let history = fx.history(&parent);
+    assert_eq!(history.iter().filter(|m| is_report(m)).count(), 1);
+    assert!(format!("{history:?}").contains("REPORT:resume-0: DATA:resume"));
+    assert_message_order(&history);
+    assert_message_order(&fx.history(&child));
+    // Resuming what is not interrupted is a clear error.
+    let err = fx.service.resume_subagent(&child).await.unwrap_err();
+    assert!(err.to_string().contains("not interrupted"), "{err}");
+    fx.restart().await;
+    assert_eq!(fx.service.recovery(), &Default::default());
+    fx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_an_interrupted_child_tells_the_parent() {
+    let mut fx = Delegation::new();
+    let mut begun = fx.begin("gone", 1, false, None).await;
+    let parent = begun.session_id.clone();
+    receive(&mut begun.events, "result", Some(&parent), None).await;
+    let child = begun.children[0]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    drop(begun);
+    fx.restart().await;
+    let parent_ctl = fx.service.controller(&parent).unwrap();
+    let (mut events, _) = parent_ctl.subscribe();
+    fx.service.cancel_session(&child).await.unwrap();
+    receive(
+        &mut events,
+        "message_status",
+        Some(&parent),
+        Some("started"),
+    )
+    .await;
+    receive(&mut events, "result", Some(&parent), None).await;
+    let reports: Vec<Message> = fx.history(&parent).into_iter().filter(is_report).collect();
+    assert_eq!(reports.len(), 1);
+    assert!(
+        reports[0]
+            .text()
+            .contains("Error:\nthe sub-agent was interrupted")
+    );
+    fx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_and_paused_survive_a_restart() {
+    let mut fx = Delegation::new();
+    let mut begun = fx.begin("keep", 1, true, None).await;
+    let parent = begun.session_id.clone();
+    receive(&mut begun.events, "approval_request", Some(&parent), None).await;
+    fx.provider.gate("keep-0").set();
+    receive(
+        &mut begun.events,
+        "message_status",
+        Some(&parent),
+        Some("steered"),
+    )
+    .await;
+    begun.controller.cancel().await;
+    drop(begun);
+    fx.restart().await;
+    let ctl = fx.service.controller(&parent).unwrap();
+    assert!(ctl.is_paused());
+    assert_eq!(ctl.pending()[0].message_id, "subagent:delegate-0");
+    let (mut events, _) = ctl.subscribe();
+    ctl.steer("subagent:delegate-0").unwrap();
+    receive(&mut events, "result", Some(&parent), None).await;
+    let history = fx.history(&parent);
+    assert_eq!(history.iter().filter(|m| is_report(m)).count(), 1);
+    assert_message_order(&history);
+    fx.restart().await;
+    assert_eq!(fx.service.recovery(), &Default::default());
+    fx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_session_opens_read_only_and_the_list_still_works() {
+    let mut fx = Delegation::new();
+    let info = fx
+        .service
+        .create_session(fx.path().to_str().unwrap(), Some("damaged".into()))
+        .unwrap();
+    fx.service
+        .store()
+        .append(&info.session_id, &[Message::user("u1", "hello")])
+        .unwrap();
+    let path = fx
+        .path()
+        .join("data/sessions")
+        .join(&info.session_id)
+        .join("messages.jsonl");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str("{garbage\n");
+    text.push_str(&serde_json::to_string(&Message::user("u2", "after")).unwrap());
+    text.push('\n');
+    std::fs::write(&path, text).unwrap();
+    fx.restart().await;
+    let loaded = fx.service.get_session(&info.session_id).unwrap();
+    assert_eq!(loaded.messages.len(), 2);
+    assert!(loaded.notice.unwrap().contains("read-only"));
+    let ctl = fx.service.controller(&info.session_id).unwrap();
+    let err = ctl.submit("more".into(), None).unwrap_err();
+    assert!(err.to_string().contains("read-only"), "{err}");
+    assert_eq!(fx.service.list_sessions(None).unwrap().len(), 1);
+    // Nothing was written to it.
+    assert!(std::fs::read_to_string(&path).unwrap().contains("{garbage"));
+    fx.shutdown().await;
+}

@@ -1,0 +1,220 @@
+import { useEffect, useRef, useState } from 'preact/hooks';
+import type { UpdateConfig } from '../bindings/UpdateConfig';
+import { toCommandError, type Platform, type ProbeResult } from '../platform';
+import { ErrorBox } from './ErrorBox';
+
+export interface ProviderForm {
+  kind: 'openai' | 'anthropic';
+  base_url: string;
+  model: string;
+  api_key_env: string;
+}
+
+/** The well-known local servers the first start offers to look for. */
+export const LOCAL_SERVERS = [
+  { name: 'Ollama', kind: 'openai' as const, base_url: 'http://127.0.0.1:11434/v1', probe: 'http://127.0.0.1:11434/v1/models' },
+  { name: 'LM Studio', kind: 'openai' as const, base_url: 'http://127.0.0.1:1234/v1', probe: 'http://127.0.0.1:1234/v1/models' },
+];
+
+export function formFromConfig(config: any): ProviderForm {
+  const p = config?.provider ?? {};
+  return {
+    kind: p.kind === 'anthropic' ? 'anthropic' : 'openai',
+    base_url: typeof p.base_url === 'string' ? p.base_url : '',
+    model: typeof p.model === 'string' ? p.model : '',
+    api_key_env: typeof p.api_key_env === 'string' ? p.api_key_env : '',
+  };
+}
+
+type ProbeState = { status: 'idle' | 'running' } | { status: 'unsupported' } | { status: 'done'; results: ProbeResult[] } | { status: 'error'; message: string };
+
+/** Provider settings (`get_config` / `update_config`); on first start it offers to find a local server. */
+export function Settings(props: { platform: Platform; welcome?: boolean; onClose: () => void; onSaved: (config: any) => void }) {
+  const { platform } = props;
+  const [form, setForm] = useState<ProviderForm | null>(null);
+  const [loadError, setLoadError] = useState<string | null>(null);
+  const [error, setError] = useState<{ code: string; message: string } | null>(null);
+  const [saving, setSaving] = useState(false);
+  const [saved, setSaved] = useState(false);
+  const [probe, setProbe] = useState<ProbeState>({ status: 'idle' });
+  const box = useRef<HTMLDivElement>(null);
+
+  const load = async () => {
+    setLoadError(null);
+    try {
+      setForm(formFromConfig(await platform.invoke('get_config', {})));
+    } catch (err) {
+      setLoadError(toCommandError(err).message);
+    }
+  };
+  useEffect(() => {
+    void load();
+    box.current?.focus();
+    if (props.welcome) void runProbe();
+  }, []);
+
+  const runProbe = async () => {
+    setProbe({ status: 'running' });
+    try {
+      const results = await platform.probeProviders();
+      setProbe(results == null ? { status: 'unsupported' } : { status: 'done', results });
+    } catch (err) {
+      setProbe({ status: 'error', message: toCommandError(err).message });
+    }
+  };
+
+  const save = async () => {
+    if (!form) return;
+    setSaving(true);
+    setError(null);
+    setSaved(false);
+    try {
+      const patch: UpdateConfig['patch'] = {
+        provider: {
+          kind: form.kind,
+          base_url: form.base_url.trim(),
+          model: form.model.trim(),
+          // null removes the key (JSON merge patch).
+          api_key_env: form.api_key_env.trim() || null,
+        },
+      };
+      const args: UpdateConfig = { patch };
+      const config = await platform.invoke('update_config', args);
+      setForm(formFromConfig(config));
+      setSaved(true);
+      props.onSaved(config);
+    } catch (err) {
+      const e = toCommandError(err);
+      setError({ code: e.code, message: e.message });
+    } finally {
+      setSaving(false);
+    }
+  };
+
+  const field = (key: keyof ProviderForm) => (e: Event) => {
+    setSaved(false);
+    setForm((f) => (f ? { ...f, [key]: (e.target as HTMLInputElement).value } : f));
+  };
+  const use = (kind: ProviderForm['kind'], base_url: string, model?: string) => {
+    setSaved(false);
+    setForm((f) => ({ ...(f ?? { kind, base_url, model: '', api_key_env: '' }), kind, base_url, model: model ?? f?.model ?? '' }));
+  };
+
+  const onKeyDown = (e: KeyboardEvent) => {
+    if (e.key === 'Escape') {
+      e.preventDefault();
+      e.stopPropagation();
+      props.onClose();
+    }
+  };
+
+  return (
+    <div class="overlay" onKeyDown={onKeyDown}>
+      <div class="dialog settings" role="dialog" aria-modal="true" aria-labelledby="settings-title" tabIndex={-1} ref={box} data-testid="settings-dialog">
+        <h2 id="settings-title">{props.welcome ? 'Welcome: choose a model provider' : 'Settings'}</h2>
+        {loadError && <ErrorBox message={`Cannot read the settings: ${loadError}`} onRetry={() => void load()} />}
+        <section class="probe" data-testid="settings-probe-section">
+          <div class="row">
+            <span>Local model servers (Ollama, LM Studio)</span>
+            <button type="button" data-testid="settings-probe" disabled={probe.status === 'running'} onClick={() => void runProbe()}>
+              {probe.status === 'running' ? 'Looking…' : 'Look again'}
+            </button>
+          </div>
+          {probe.status === 'unsupported' && (
+            <div class="muted" data-testid="probe-unsupported">
+              This backend cannot look for local servers yet. Pick one of the usual addresses, or type your own below:
+              <div class="row">
+                {LOCAL_SERVERS.map((s) => (
+                  <button key={s.name} type="button" onClick={() => use(s.kind, s.base_url)} data-testid="probe-use">
+                    {s.name} ({s.base_url})
+                  </button>
+                ))}
+              </div>
+            </div>
+          )}
+          {probe.status === 'error' && <ErrorBox message={probe.message} onRetry={() => void runProbe()} />}
+          {probe.status === 'done' && probe.results.filter((r) => r.ok).length === 0 && (
+            <div class="muted">No local server answered at {LOCAL_SERVERS.map((s) => s.probe).join(' or ')}.</div>
+          )}
+          {probe.status === 'done' &&
+            probe.results
+              .filter((r) => r.ok)
+              .map((r) => (
+                <div key={r.base_url} class="row probe-result">
+                  <span>
+                    {r.name} at {r.base_url}
+                  </span>
+                  {r.models.length > 0 ? (
+                    r.models.slice(0, 6).map((m) => (
+                      <button key={m} type="button" data-testid="probe-use" onClick={() => use(r.kind, r.base_url, m)}>
+                        Use {m}
+                      </button>
+                    ))
+                  ) : (
+                    <button type="button" data-testid="probe-use" onClick={() => use(r.kind, r.base_url)}>
+                      Use
+                    </button>
+                  )}
+                </div>
+              ))}
+        </section>
+        {form && (
+          <form
+            class="settings-form"
+            onSubmit={(e) => {
+              e.preventDefault();
+              void save();
+            }}
+          >
+            <label>
+              <span>Provider</span>
+              <select value={form.kind} data-testid="settings-kind" onChange={field('kind')}>
+                <option value="openai">OpenAI-compatible (OpenAI, Ollama, LM Studio, vLLM…)</option>
+                <option value="anthropic">Anthropic</option>
+              </select>
+            </label>
+            <label>
+              <span>Base URL</span>
+              <input type="url" value={form.base_url} data-testid="settings-base-url" onInput={field('base_url')} placeholder="http://127.0.0.1:11434/v1" />
+            </label>
+            <label>
+              <span>Model</span>
+              <input type="text" value={form.model} data-testid="settings-model" onInput={field('model')} />
+            </label>
+            <label>
+              <span>API key environment variable</span>
+              <input type="text" value={form.api_key_env} data-testid="settings-api-key-env" onInput={field('api_key_env')} placeholder="e.g. OPENAI_API_KEY (empty for local servers)" />
+            </label>
+            <p class="muted">The key itself is never stored here: Bumblehive reads it from that variable or the system keyring.</p>
+            {error && (
+              <ErrorBox
+                testid="settings-error"
+                code={error.code}
+                message={
+                  error.code === 'busy'
+                    ? `Settings cannot change while the agent works. ${error.message}`
+                    : `Not saved: ${error.message}`
+                }
+                onRetry={() => void save()}
+                onDismiss={() => setError(null)}
+              />
+            )}
+            {saved && (
+              <div class="ok" data-testid="settings-saved">
+                Saved.
+              </div>
+            )}
+            <div class="dialog-buttons">
+              <button type="submit" class="primary" disabled={saving} data-testid="settings-save">
+                {saving ? 'Saving…' : 'Save'}
+              </button>
+              <button type="button" onClick={props.onClose} data-testid="settings-close">
+                {props.welcome ? 'Later' : 'Close'}
+              </button>
+            </div>
+          </form>
+        )}
+      </div>
+    </div>
+  );
+}

@@ -1,0 +1,105 @@
+// Markdown of model output → sanitised HTML. Model output is untrusted: it may contain
+// HTML, scripts, event handlers or javascript: links. marked renders, DOMPurify removes
+// everything that could run or load something; images are shown as links (no fetches).
+
+import DOMPurify from 'dompurify';
+import { Marked } from 'marked';
+
+const marked = new Marked({
+  gfm: true,
+  breaks: false,
+  async: false,
+  renderer: {
+    // No remote images: a model could use them to send data out. Show a link instead.
+    image({ href, text }) {
+      const label = escapeHtml(text || href || 'image');
+      return `<a href="${escapeHtml(href ?? '')}" class="md-image-link">[image: ${label}]</a>`;
+    },
+  },
+});
+
+export function escapeHtml(text: string): string {
+  return text
+    .replace(/&/g, '&amp;')
+    .replace(/</g, '&lt;')
+    .replace(/>/g, '&gt;')
+    .replace(/"/g, '&quot;')
+    .replace(/'/g, '&#39;');
+}
+
+let purifier: ReturnType<typeof DOMPurify> | null = null;
+
+function purify(): ReturnType<typeof DOMPurify> {
+  if (purifier) return purifier;
+  purifier = DOMPurify(window);
+  purifier.addHook('afterSanitizeAttributes', (node) => {
+    if (node.tagName === 'A') {
+      const href = node.getAttribute('href') ?? '';
+      // Only web and mail links survive; everything else becomes plain text-like.
+      if (!/^(https?:|mailto:)/i.test(href)) node.removeAttribute('href');
+      node.setAttribute('rel', 'noopener noreferrer nofollow');
+      node.setAttribute('target', '_blank');
+    }
+  });
+  return purifier;
+}
+
+const SANITIZE = {
+  ALLOWED_TAGS: [
+    'a', 'b', 'blockquote', 'br', 'code', 'del', 'details', 'div', 'em', 'h1', 'h2', 'h3', 'h4',
+    'h5', 'h6', 'hr', 'i', 'kbd', 'li', 'ol', 'p', 'pre', 's', 'span', 'strong', 'sub', 'summary',
+    'sup', 'table', 'tbody', 'td', 'tfoot', 'th', 'thead', 'tr', 'ul', 'input',
+  ],
+  ALLOWED_ATTR: ['href', 'title', 'class', 'align', 'start', 'type', 'checked', 'disabled', 'colspan', 'rowspan'],
+  ALLOW_DATA_ATTR: false,
+  ALLOW_UNKNOWN_PROTOCOLS: false,
+};
+
+/** Renders untrusted markdown into HTML that is safe to put into the page. */
+export function renderMarkdown(text: string): string {
+  const html = marked.parse(text ?? '') as string;
+  const clean = purify().sanitize(html, SANITIZE) as unknown as string;
+  return String(clean);
+}
+
+/** Task-list checkboxes are the only inputs markdown makes; keep them inert. */
+export function afterRender(root: HTMLElement, copy: (text: string) => void): void {
+  for (const input of Array.from(root.querySelectorAll('input'))) {
+    if ((input as HTMLInputElement).type !== 'checkbox') input.remove();
+    else (input as HTMLInputElement).disabled = true;
+  }
+  for (const pre of Array.from(root.querySelectorAll('pre'))) {
+    if (pre.querySelector(':scope > .copy-button')) continue;
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.className = 'copy-button';
+    button.textContent = 'Copy';
+    button.setAttribute('data-testid', 'copy-code');
+    button.addEventListener('click', () => {
+      const code = pre.querySelector('code') ?? pre;
+      copy(code.textContent ?? '');
+      button.textContent = 'Copied';
+      setTimeout(() => (button.textContent = 'Copy'), 1200);
+    });
+    pre.appendChild(button);
+  }
+}
+
+/** Copies text, with a fallback for webviews without the async clipboard. */
+export function copyText(text: string): void {
+  const fallback = () => {
+    const area = document.createElement('textarea');
+    area.value = text;
+    area.style.position = 'fixed';
+    area.style.opacity = '0';
+    document.body.appendChild(area);
+    area.select();
+    try {
+      document.execCommand('copy');
+    } finally {
+      area.remove();
+    }
+  };
+  if (navigator.clipboard?.writeText) navigator.clipboard.writeText(text).catch(fallback);
+  else fallback();
+}

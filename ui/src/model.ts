@@ -1,0 +1,725 @@
+// The state of one open (parent) session and its sub-agents, built from `get_session`, the
+// snapshot and the live event stream. Pure TypeScript (no DOM): the components only read it.
+
+import type { ApprovalInfo } from './bindings/ApprovalInfo';
+import type { Event as WireEvent } from './bindings/Event';
+import type { Message } from './bindings/Message';
+import type { MessageStatus } from './bindings/MessageStatus';
+import type { PendingMessage } from './bindings/PendingMessage';
+import type { SessionInfo } from './bindings/SessionInfo';
+import type { SessionWithMessages } from './bindings/SessionWithMessages';
+import type { Snapshot } from './bindings/Snapshot';
+import type { SubagentInfo } from './bindings/SubagentInfo';
+import type { SubagentState } from './bindings/SubagentState';
+import type { Usage } from './bindings/Usage';
+import type { DecideApproval } from './bindings/DecideApproval';
+import type { MessageRef } from './bindings/MessageRef';
+import type { SessionRef } from './bindings/SessionRef';
+import type { Steered } from './bindings/Steered';
+import type { Submit } from './bindings/Submit';
+import type { Submitted } from './bindings/Submitted';
+import { CommandError, toCommandError, type Platform, type StreamStatus } from './platform';
+
+/** Token counts as plain numbers (the wire carries JSON numbers; see `tokens`). */
+export interface Tokens {
+  input: number;
+  output: number;
+}
+
+/** `Usage` is generated with `bigint` fields (u64) but JSON gives numbers: accept both. */
+export function tokens(usage: Usage | null | undefined): Tokens {
+  return { input: Number(usage?.input_tokens ?? 0), output: Number(usage?.output_tokens ?? 0) };
+}
+
+export const totalTokens = (t: Tokens) => t.input + t.output;
+
+export interface ToolLive {
+  running: boolean;
+  result?: string;
+  isError?: boolean;
+}
+
+/** Something that happened in a transcript but is not a message: a stop or a failed run. */
+export interface Note {
+  kind: 'stopped' | 'error';
+  text: string;
+  /** Shown after this many messages. */
+  at: number;
+}
+
+export interface Transcript {
+  sessionId: string;
+  messages: Message[];
+  /** idle: not loaded (events still collect); loading: `get_session` in flight. */
+  status: 'idle' | 'loading' | 'loaded' | 'error';
+  loadError: string | null;
+  notice: string | null;
+  /** Text of the model's answer as it streams, until the message is appended. */
+  streaming: string;
+  tools: Record<string, ToolLive>;
+  notes: Note[];
+  retry: { attempt: number; delay_ms: number; reason: string } | null;
+  running: boolean;
+  /** Messages appended by events while the transcript was idle or loading (merge input). */
+  live: Message[] | null;
+  /**
+   * After a load: the end of the history read, whose events may still arrive (a message is
+   * saved, then read by us, then announced). `echoing` once the first echo matched.
+   */
+  echo: Message[] | null;
+  echoing: boolean;
+}
+
+export interface ChildTab {
+  sessionId: string;
+  parentSessionId: string | null;
+  taskId: string | null;
+  title: string;
+  state: SubagentState;
+}
+
+/** A message handed to the session that is not in the transcript yet (steered or started). */
+export interface Inflight {
+  messageId: string;
+  content: string | null;
+  status: MessageStatus;
+}
+
+export interface ViewState {
+  sessionId: string;
+  info: SessionInfo | null;
+  stream: 'connecting' | StreamStatus;
+  /** Set once the first snapshot arrived. */
+  synced: boolean;
+  running: boolean;
+  paused: boolean;
+  /** Queued messages only (steered ones are in `inflight`). */
+  pending: PendingMessage[];
+  approvals: ApprovalInfo[];
+  children: ChildTab[];
+  statuses: Record<string, MessageStatus>;
+  inflight: Inflight[];
+  usage: Tokens;
+  treeUsage: Tokens;
+  transcripts: Record<string, Transcript>;
+}
+
+export const REPORT_PREFIX = 'subagent:';
+
+/** The task id of a report message id (`subagent:<task_id>`), or null. */
+export function reportTaskId(messageId: string | null | undefined): string | null {
+  return messageId && messageId.startsWith(REPORT_PREFIX) ? messageId.slice(REPORT_PREFIX.length) : null;
+}
+
+/** The body of a report without its `[Background tool result]` header. */
+export function reportBody(text: string): string {
+  const match = /^\[Background tool result\]\nTask ID: [^\n]*\n\n?/.exec(text);
+  return match ? text.slice(match[0].length) : text;
+}
+
+function emptyTranscript(sessionId: string, status: Transcript['status'] = 'idle'): Transcript {
+  return {
+    sessionId,
+    messages: [],
+    status,
+    loadError: null,
+    notice: null,
+    streaming: '',
+    tools: {},
+    notes: [],
+    retry: null,
+    running: false,
+    live: status === 'idle' ? [] : null,
+    echo: null,
+    echoing: false,
+  };
+}
+
+const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+
+/**
+ * Joins a fetched history with the messages events appended meanwhile. Messages are saved
+ * before they are announced, so the first few live ones may already be in the fetched list:
+ * skip the longest prefix of `live` that `fetched` ends with.
+ */
+export function mergeHistory(fetched: Message[], live: Message[]): Message[] {
+  for (let j = Math.min(live.length, fetched.length); j >= 0; j--) {
+    let ok = true;
+    for (let k = 0; k < j; k++) {
+      if (!same(fetched[fetched.length - j + k], live[k])) {
+        ok = false;
+        break;
+      }
+    }
+    if (ok) return fetched.concat(live.slice(j));
+  }
+  return fetched.concat(live);
+}
+
+const childStateFromInfo = (info: SessionInfo): SubagentState =>
+  info.state === 'running' ? 'running' : info.state === 'paused' ? 'failed' : 'done';
+
+export interface ModelOptions {
+  /** Called when something that the sessions list shows may have changed. */
+  onSessionsChanged?: () => void;
+  /** Render coalescing: how long to wait before telling listeners (0 = at once). */
+  notifyDelay?: number;
+}
+
+export class SessionModel {
+  state: ViewState;
+  private listeners = new Set<() => void>();
+  private unsubscribe: (() => void) | null = null;
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  private snapshots = 0;
+  private appended = new Set<string>();
+  private disposed = false;
+
+  constructor(
+    readonly platform: Platform,
+    readonly sessionId: string,
+    private options: ModelOptions = {},
+  ) {
+    this.state = {
+      sessionId,
+      info: null,
+      stream: 'connecting',
+      synced: false,
+      running: false,
+      paused: false,
+      pending: [],
+      approvals: [],
+      children: [],
+      statuses: {},
+      inflight: [],
+      usage: { input: 0, output: 0 },
+      treeUsage: { input: 0, output: 0 },
+      transcripts: { [sessionId]: emptyTranscript(sessionId) },
+    };
+  }
+
+  // ------------------------------------------------------------------ life cycle
+
+  /** Subscribes first (so nothing is missed), then reads the transcript and merges. */
+  start(): void {
+    this.unsubscribe = this.platform.subscribe(
+      this.sessionId,
+      (event) => this.apply(event),
+      (status) => this.set({ stream: status }),
+    );
+    void this.loadTranscript(this.sessionId);
+  }
+
+  dispose(): void {
+    this.disposed = true;
+    this.unsubscribe?.();
+    this.unsubscribe = null;
+    if (this.timer) clearTimeout(this.timer);
+    this.listeners.clear();
+  }
+
+  listen(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private set(patch: Partial<ViewState>): void {
+    this.state = { ...this.state, ...patch };
+    this.changed();
+  }
+
+  private changed(): void {
+    if (this.disposed) return;
+    const delay = this.options.notifyDelay ?? 16;
+    if (delay <= 0) {
+      for (const l of [...this.listeners]) l();
+      return;
+    }
+    if (this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      for (const l of [...this.listeners]) l();
+    }, delay);
+  }
+
+  private transcript(sessionId: string): Transcript {
+    return this.state.transcripts[sessionId] ?? emptyTranscript(sessionId);
+  }
+
+  private patchTranscript(sessionId: string, patch: (t: Transcript) => Partial<Transcript>): void {
+    const current = this.transcript(sessionId);
+    const next = { ...current, ...patch(current) };
+    this.state = { ...this.state, transcripts: { ...this.state.transcripts, [sessionId]: next } };
+    this.changed();
+  }
+
+  /** Reads a session's history (`get_session`) and merges what events appended meanwhile. */
+  async loadTranscript(sessionId: string): Promise<void> {
+    this.patchTranscript(sessionId, (t) => ({
+      status: 'loading',
+      loadError: null,
+      live: t.status === 'idle' || t.status === 'error' ? (t.live ?? []) : [],
+      echo: null,
+      echoing: false,
+    }));
+    try {
+      const args: SessionRef = { session_id: sessionId };
+      const loaded: SessionWithMessages = await this.platform.invoke('get_session', args);
+      if (this.disposed) return;
+      for (const m of loaded.messages) if (m.role === 'user' && m.id) this.appended.add(m.id);
+      this.patchTranscript(sessionId, (t) => {
+        const live = t.live ?? [];
+        return {
+          status: 'loaded',
+          messages: mergeHistory(loaded.messages, live),
+          live: null,
+          // Nothing arrived yet: the next events may still be echoes of what was read.
+          echo: live.length === 0 && loaded.messages.length > 0 ? loaded.messages.slice(-64) : null,
+          echoing: false,
+          notice: loaded.notice ?? null,
+        };
+      });
+      if (sessionId === this.sessionId) {
+        this.set({
+          info: loaded.info,
+          inflight: this.state.inflight.filter((m) => !this.appended.has(m.messageId)),
+        });
+      } else {
+        const child = this.state.children.find((c) => c.sessionId === sessionId);
+        if (!child) this.addChildFromInfo(loaded.info);
+      }
+    } catch (err) {
+      if (this.disposed) return;
+      const error = toCommandError(err);
+      this.patchTranscript(sessionId, (t) => ({
+        status: 'error',
+        loadError: error.message,
+        // Keep collecting so a retry still merges correctly.
+        live: t.live ?? [],
+      }));
+    }
+  }
+
+  /** Opens a child's tab: its history is read on first view. */
+  ensureTranscript(sessionId: string): void {
+    const t = this.state.transcripts[sessionId];
+    if (!t || t.status === 'idle') void this.loadTranscript(sessionId);
+  }
+
+  /** Re-reads the snapshot (e.g. to learn the text of a report that was just queued). */
+  async refreshSnapshot(): Promise<void> {
+    try {
+      const args: SessionRef = { session_id: this.sessionId };
+      const snapshot: Snapshot = await this.platform.invoke('snapshot', args);
+      if (!this.disposed) this.applySnapshot(snapshot, false);
+    } catch {
+      /* the stream will bring it */
+    }
+  }
+
+  /** Adds tabs for children that the sessions list knows (finished ones are not in the snapshot). */
+  mergeChildren(sessions: SessionInfo[]): void {
+    const mine = new Set([this.sessionId, ...this.state.children.map((c) => c.sessionId)]);
+    let changed = false;
+    const children = [...this.state.children];
+    // Children of children too, in list order.
+    for (let pass = 0; pass < 4; pass++) {
+      for (const info of sessions) {
+        if (!info.parent_session_id || !mine.has(info.parent_session_id)) continue;
+        const index = children.findIndex((c) => c.sessionId === info.session_id);
+        if (index < 0) {
+          children.push({
+            sessionId: info.session_id,
+            parentSessionId: info.parent_session_id,
+            taskId: info.task_id ?? null,
+            title: info.title,
+            state: childStateFromInfo(info),
+          });
+          mine.add(info.session_id);
+          changed = true;
+        }
+      }
+    }
+    if (changed) this.set({ children });
+  }
+
+  private addChildFromInfo(info: SessionInfo): void {
+    if (!info.parent_session_id) return;
+    this.set({
+      children: [
+        ...this.state.children,
+        {
+          sessionId: info.session_id,
+          parentSessionId: info.parent_session_id,
+          taskId: info.task_id ?? null,
+          title: info.title,
+          state: childStateFromInfo(info),
+        },
+      ],
+    });
+  }
+
+  // ------------------------------------------------------------------ events
+
+  apply(event: WireEvent): void {
+    if (this.disposed) return;
+    switch (event.type) {
+      case 'snapshot':
+        return this.applySnapshot(event as Snapshot, true);
+      case 'session_created':
+        return this.onSessionCreated(event);
+      case 'message_status':
+        return this.onStatus(event.session_id, event.message_id, event.status);
+      case 'approval_request': {
+        const { type: _type, ...info } = event as { type: string } & ApprovalInfo;
+        if (this.state.approvals.some((a) => a.approval_id === info.approval_id)) return;
+        this.set({ approvals: [...this.state.approvals, info] });
+        return;
+      }
+      case 'approval_resolved':
+        this.set({ approvals: this.state.approvals.filter((a) => a.approval_id !== event.approval_id) });
+        return;
+      case 'event':
+        return this.onKind(event.session_id, event.kind, (event.data ?? {}) as any);
+      case 'result':
+        return this.onRunEnd(event.session_id, null);
+      case 'error':
+        return this.onRunEnd(event.session_id, event.message);
+    }
+  }
+
+  private applySnapshot(snapshot: Snapshot, fromStream: boolean): void {
+    if (snapshot.session_id !== this.sessionId) return;
+    const resync = fromStream && this.snapshots++ > 0;
+    const queued = snapshot.pending.filter((p) => p.status === 'queued');
+    const steered: Inflight[] = snapshot.pending
+      .filter((p) => p.status !== 'queued')
+      .map((p) => ({ messageId: p.message_id, content: p.content, status: p.status }));
+    const statuses = { ...this.state.statuses };
+    for (const p of snapshot.pending) statuses[p.message_id] = p.status;
+    // Started messages of a run in flight are not in the snapshot: keep them until appended.
+    const started = this.state.inflight.filter(
+      (m) => m.status === 'started' && snapshot.running && !steered.some((s) => s.messageId === m.messageId),
+    );
+    let children = [...this.state.children];
+    for (const info of snapshot.subagents) children = upsertChild(children, info);
+    this.state = {
+      ...this.state,
+      synced: true,
+      stream: 'open',
+      running: snapshot.running,
+      paused: snapshot.paused,
+      pending: queued,
+      approvals: snapshot.approvals,
+      children,
+      statuses,
+      inflight: [...started, ...steered],
+      usage: tokens(snapshot.usage),
+      treeUsage: tokens(snapshot.tree_usage),
+    };
+    const own = this.transcript(this.sessionId);
+    this.patchTranscript(this.sessionId, () => ({
+      running: snapshot.running,
+      streaming: snapshot.running ? own.streaming : '',
+    }));
+    if (resync) {
+      // We missed events: read every transcript we show again.
+      for (const t of Object.values(this.state.transcripts)) {
+        if (t.status === 'loaded' || t.status === 'error') void this.loadTranscript(t.sessionId);
+      }
+      this.options.onSessionsChanged?.();
+    }
+  }
+
+  private onSessionCreated(event: Extract<WireEvent, { type: 'session_created' }>): void {
+    if (event.session_id === this.sessionId) return;
+    const exists = this.state.children.some((c) => c.sessionId === event.session_id);
+    if (!exists) {
+      this.set({
+        children: [
+          ...this.state.children,
+          {
+            sessionId: event.session_id,
+            parentSessionId: event.parent_session_id,
+            taskId: event.task_id,
+            title: event.title,
+            state: 'waiting_for_slot',
+          },
+        ],
+      });
+      // A new session has no history but what its events bring.
+      if (!this.state.transcripts[event.session_id]) {
+        this.state = {
+          ...this.state,
+          transcripts: { ...this.state.transcripts, [event.session_id]: emptyTranscript(event.session_id, 'loaded') },
+        };
+      }
+    }
+    this.options.onSessionsChanged?.();
+  }
+
+  private onStatus(sessionId: string, messageId: string, status: MessageStatus): void {
+    if (sessionId !== this.sessionId) {
+      if (status !== 'queued') this.patchTranscript(sessionId, () => ({ running: true }));
+      return;
+    }
+    const statuses = { ...this.state.statuses, [messageId]: status };
+    const known =
+      this.state.pending.find((p) => p.message_id === messageId)?.content ??
+      this.state.inflight.find((m) => m.messageId === messageId)?.content ??
+      null;
+    let pending = this.state.pending;
+    let inflight = this.state.inflight.filter((m) => m.messageId !== messageId);
+    const patch: Partial<ViewState> = { statuses };
+    if (status === 'queued') {
+      if (!pending.some((p) => p.message_id === messageId)) {
+        pending = [
+          ...pending,
+          { message_id: messageId, content: known ?? '', status, config: { runtime: {} } as PendingMessage['config'] },
+        ];
+        // The event has no text: the snapshot has it.
+        if (known == null) void this.refreshSnapshot();
+      }
+    } else {
+      pending = pending.filter((p) => p.message_id !== messageId);
+      if (!this.appended.has(messageId)) inflight = [...inflight, { messageId, content: known, status }];
+      patch.running = true;
+      if (status === 'started') patch.paused = false;
+    }
+    this.set({ ...patch, pending, inflight });
+    if (status === 'started') {
+      this.patchTranscript(sessionId, () => ({ running: true }));
+      this.options.onSessionsChanged?.();
+    }
+  }
+
+  private onKind(sessionId: string, kind: string, data: any): void {
+    const own = sessionId === this.sessionId;
+    switch (kind) {
+      case 'content.delta':
+        this.patchTranscript(sessionId, (t) => ({
+          streaming: t.streaming + String(data.text ?? ''),
+          running: true,
+          retry: null,
+        }));
+        return;
+      case 'message.appended': {
+        const message = data.message as Message | undefined;
+        if (!message) return;
+        if (this.isEcho(sessionId, message)) return;
+        this.patchTranscript(sessionId, (t) => ({
+          messages: [...t.messages, message],
+          live: t.live ? [...t.live, message] : null,
+          streaming: message.role === 'assistant' ? '' : t.streaming,
+          retry: null,
+        }));
+        if (message.role === 'user' && message.id) {
+          this.appended.add(message.id);
+          if (own) this.set({ inflight: this.state.inflight.filter((m) => m.messageId !== message.id) });
+        }
+        if (message.usage) {
+          const add = tokens(message.usage);
+          const sum = (a: Tokens) => ({ input: a.input + add.input, output: a.output + add.output });
+          this.set({
+            treeUsage: sum(this.state.treeUsage),
+            usage: own ? sum(this.state.usage) : this.state.usage,
+          });
+        }
+        return;
+      }
+      case 'tool.call.started':
+        this.patchTranscript(sessionId, (t) => ({
+          tools: { ...t.tools, [data.call_id]: { running: true } },
+          running: true,
+        }));
+        return;
+      case 'tool.call.finished':
+        this.patchTranscript(sessionId, (t) => ({
+          tools: {
+            ...t.tools,
+            [data.call_id]: { running: false, result: String(data.result ?? ''), isError: Boolean(data.is_error) },
+          },
+        }));
+        return;
+      case 'run.cancelled':
+        this.patchTranscript(sessionId, (t) => ({
+          running: false,
+          streaming: '',
+          retry: null,
+          notes: [...t.notes, { kind: 'stopped', text: 'Stopped.', at: t.messages.length }],
+        }));
+        if (own) this.set({ running: false, paused: true });
+        this.options.onSessionsChanged?.();
+        return;
+      case 'message.discarded':
+        if (own) this.set({ pending: this.state.pending.filter((p) => p.message_id !== data.message_id) });
+        return;
+      case 'subagent.state':
+        this.set({
+          children: this.state.children.map((c) =>
+            c.sessionId === sessionId || (data.task_id && c.taskId === data.task_id)
+              ? { ...c, state: data.state as SubagentState }
+              : c,
+          ),
+        });
+        if (data.state !== 'running' && data.state !== 'waiting_for_slot') this.options.onSessionsChanged?.();
+        return;
+      case 'provider.retry':
+        this.patchTranscript(sessionId, () => ({
+          retry: { attempt: Number(data.attempt ?? 0), delay_ms: Number(data.delay_ms ?? 0), reason: String(data.reason ?? '') },
+        }));
+        return;
+    }
+  }
+
+  /** Whether an appended message is one the last load already read (see `Transcript.echo`). */
+  private isEcho(sessionId: string, message: Message): boolean {
+    const t = this.state.transcripts[sessionId];
+    if (!t?.echo) return false;
+    const echo = t.echo;
+    let index = -1;
+    if (t.echoing) index = same(echo[0], message) ? 0 : -1;
+    else for (let k = echo.length - 1; k >= 0 && index < 0; k--) if (same(echo[k], message)) index = k;
+    if (index < 0) {
+      this.state = { ...this.state, transcripts: { ...this.state.transcripts, [sessionId]: { ...t, echo: null, echoing: false } } };
+      return false;
+    }
+    const rest = echo.slice(index + 1);
+    this.state = {
+      ...this.state,
+      transcripts: { ...this.state.transcripts, [sessionId]: { ...t, echo: rest.length ? rest : null, echoing: rest.length > 0 } },
+    };
+    return true;
+  }
+
+  private onRunEnd(sessionId: string, error: string | null): void {
+    this.patchTranscript(sessionId, (t) => ({
+      running: false,
+      streaming: '',
+      retry: null,
+      notes: error == null ? t.notes : [...t.notes, { kind: 'error', text: error, at: t.messages.length }],
+    }));
+    if (sessionId === this.sessionId) this.set({ running: false, paused: error != null });
+    this.options.onSessionsChanged?.();
+  }
+
+  /** Drops a child's tab (after `delete_session`). */
+  removeChild(sessionId: string): void {
+    const { [sessionId]: _gone, ...transcripts } = this.state.transcripts;
+    this.set({ children: this.state.children.filter((c) => c.sessionId !== sessionId), transcripts });
+  }
+
+  // ------------------------------------------------------------------ derived
+
+  /** Runs working now in this session's tree. */
+  activeRuns(): number {
+    const own = this.state.running ? 1 : 0;
+    return own + this.state.children.filter((c) => c.state === 'running').length;
+  }
+
+  childFor(taskId: string | null | undefined): ChildTab | undefined {
+    if (!taskId) return undefined;
+    return this.state.children.find((c) => c.taskId === taskId);
+  }
+
+  childUsage(sessionId: string): Tokens {
+    const t = this.state.transcripts[sessionId];
+    const sum = { input: 0, output: 0 };
+    for (const m of t?.messages ?? []) {
+      const u = tokens(m.usage);
+      sum.input += u.input;
+      sum.output += u.output;
+    }
+    return sum;
+  }
+
+  // ------------------------------------------------------------------ actions
+
+  async submit(content: string): Promise<void> {
+    const args: Submit = { session_id: this.sessionId, content, config: null };
+    const result: Submitted = await this.platform.invoke('submit', args);
+    if (this.disposed) return;
+    const id = result.message_id;
+    const statuses = { ...this.state.statuses, [id]: result.status };
+    if (result.status === 'queued') {
+      const pending = this.state.pending.filter((p) => p.message_id !== id);
+      pending.push({ message_id: id, content, status: 'queued', config: { runtime: {} } as PendingMessage['config'] });
+      this.set({ statuses, pending });
+    } else {
+      const inflight = this.state.inflight.filter((m) => m.messageId !== id);
+      if (!this.appended.has(id)) inflight.push({ messageId: id, content, status: result.status });
+      this.set({ statuses, inflight, running: true, paused: false });
+    }
+  }
+
+  async cancel(sessionId: string = this.sessionId): Promise<void> {
+    const args: SessionRef = { session_id: sessionId };
+    await this.platform.invoke('cancel', args);
+  }
+
+  async steer(messageId: string): Promise<void> {
+    const item = this.state.pending.find((p) => p.message_id === messageId);
+    const args: MessageRef = { session_id: this.sessionId, message_id: messageId };
+    const result: Steered = await this.platform.invoke('steer', args);
+    if (this.disposed) return;
+    const pending = this.state.pending.filter((p) => p.message_id !== messageId);
+    const inflight = this.state.inflight.filter((m) => m.messageId !== messageId);
+    if (!this.appended.has(messageId)) inflight.push({ messageId, content: item?.content ?? null, status: result.status });
+    this.set({
+      pending,
+      inflight,
+      statuses: { ...this.state.statuses, [messageId]: result.status },
+      running: true,
+      paused: false,
+    });
+  }
+
+  /** Resumes every waiting message, oldest first (the first starts the run, the rest steer in). */
+  async steerAll(): Promise<void> {
+    for (const p of [...this.state.pending]) await this.steer(p.message_id);
+  }
+
+  async discard(messageId: string): Promise<void> {
+    const args: MessageRef = { session_id: this.sessionId, message_id: messageId };
+    await this.platform.invoke('discard', args);
+    if (this.disposed) return;
+    this.set({ pending: this.state.pending.filter((p) => p.message_id !== messageId) });
+  }
+
+  async decide(approval: ApprovalInfo, approved: boolean, remember = false, reason: string | null = null): Promise<void> {
+    try {
+      const args: DecideApproval = {
+        // The asking session (a child's id when a sub-agent asks); its ancestors may decide too.
+        session_id: approval.session_id,
+        approval_id: approval.approval_id,
+        approved,
+        remember: approved && remember,
+        reason: approved ? null : reason && reason.trim() ? reason.trim() : null,
+      };
+      await this.platform.invoke('decide_approval', args);
+    } catch (err) {
+      const error = toCommandError(err);
+      // Already decided (e.g. the run was stopped meanwhile): just drop it.
+      if (error.code !== 'not_found') throw error;
+    }
+    if (this.disposed) return;
+    this.set({ approvals: this.state.approvals.filter((a) => a.approval_id !== approval.approval_id) });
+  }
+}
+
+function upsertChild(children: ChildTab[], info: SubagentInfo): ChildTab[] {
+  const index = children.findIndex((c) => c.sessionId === info.session_id);
+  const tab: ChildTab = {
+    sessionId: info.session_id,
+    parentSessionId: info.parent_session_id,
+    taskId: info.task_id,
+    title: info.title,
+    state: info.state,
+  };
+  if (index < 0) return [...children, tab];
+  const next = [...children];
+  next[index] = tab;
+  return next;
+}
+
+export { CommandError };

@@ -1,0 +1,382 @@
+// The one platform adapter: everything the UI needs from the outside world goes through
+// `Platform`. Two implementations: Tauri (the desktop shell) and Web (`bumblehive serve`).
+// The rest of the UI never touches `window.__TAURI__`, `fetch` or `EventSource`.
+
+import type { Event as WireEvent } from './bindings/Event';
+
+/** Connection state of an event stream, for the "reconnecting…" banner. */
+export type StreamStatus = 'open' | 'reconnecting';
+
+export interface Platform {
+  readonly kind: 'tauri' | 'web' | 'fake';
+  /** Runs a command of the command table (SPEC §9). Rejects with a `CommandError`. */
+  invoke<T = any>(command: string, args?: Record<string, unknown>): Promise<T>;
+  /** Live events of a session (its children's included); the first event is a `snapshot`. */
+  subscribe(
+    sessionId: string,
+    onEvent: (event: WireEvent) => void,
+    onStatus?: (status: StreamStatus) => void,
+  ): () => void;
+  /** Asks the person for a folder; null when they cancel. */
+  pickFolder(): Promise<string | null>;
+  /** A workspace handed to the app at start (command line, environment, `?workspace=`). */
+  initialWorkspace(): Promise<string | null>;
+  /** Opens a link outside the app window (never navigates the app itself). */
+  openExternal(url: string): void;
+  /**
+   * Probes local model servers (Ollama, LM Studio). Returns null when this backend has no
+   * probe: see `probeProviders` below.
+   */
+  probeProviders(): Promise<ProbeResult[] | null>;
+}
+
+/** One local model server found by `probe_providers`. */
+export interface ProbeResult {
+  name: string;
+  kind: 'openai' | 'anthropic';
+  base_url: string;
+  ok: boolean;
+  models: string[];
+  error?: string | null;
+}
+
+/** A failed command, with the stable code of SPEC §9 (`busy`, `not_found`, …). */
+export class CommandError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly status?: number,
+  ) {
+    super(message);
+    this.name = 'CommandError';
+  }
+}
+
+/** Turns whatever a transport rejected with into a `CommandError`. */
+export function toCommandError(err: unknown, status?: number): CommandError {
+  if (err instanceof CommandError) return err;
+  let value: any = err;
+  if (typeof value === 'string') {
+    try {
+      value = JSON.parse(value);
+    } catch {
+      return new CommandError('error', value, status);
+    }
+  }
+  if (value && typeof value === 'object') {
+    const body = value.error && typeof value.error === 'object' ? value.error : value;
+    if (typeof body.message === 'string') {
+      return new CommandError(typeof body.code === 'string' ? body.code : 'error', body.message, status);
+    }
+  }
+  if (err instanceof Error) return new CommandError('error', err.message, status);
+  return new CommandError('error', String(err), status);
+}
+
+function parseEvent(data: unknown, name?: string): WireEvent | null {
+  let value: any = data;
+  if (typeof value === 'string') {
+    try {
+      value = JSON.parse(value);
+    } catch {
+      return null;
+    }
+  }
+  if (!value || typeof value !== 'object') return null;
+  if (typeof value.type !== 'string' && name && name !== 'message') value = { ...value, type: name };
+  return typeof value.type === 'string' ? (value as WireEvent) : null;
+}
+
+/**
+ * TODO(probe_providers): the runtime has no `probe_providers` command yet. When the backend
+ * adds it (arguments `{}`, result `{candidates: ProbeResult[]}` or a bare `ProbeResult[]`),
+ * this starts working with no other change. Until then the UI says so and asks for the
+ * address by hand. The probe must run in the backend: the UI makes no network request of
+ * its own besides the backend (and a browser page could not reach another port anyway).
+ */
+async function probeThroughBackend(invoke: Platform['invoke']): Promise<ProbeResult[] | null> {
+  try {
+    const result: any = await invoke('probe_providers', {});
+    const list = Array.isArray(result) ? result : result?.candidates;
+    return Array.isArray(list) ? list : [];
+  } catch (err) {
+    const error = toCommandError(err);
+    if (error.code === 'unknown_command' || error.status === 404) return null;
+    throw error;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tauri
+
+interface TauriGlobals {
+  core: { invoke(cmd: string, args?: Record<string, unknown>): Promise<any> };
+  event: {
+    listen(name: string, handler: (event: { payload: any }) => void): Promise<() => void>;
+  };
+  dialog?: { open(options: Record<string, unknown>): Promise<string | string[] | null> };
+  opener?: { openUrl(url: string): Promise<void> };
+  shell?: { open(url: string): Promise<void> };
+}
+
+/** The Tauri event every subscription's events arrive on: payload `{subscription, event}`. */
+export const TAURI_EVENT = 'bumblehive://event';
+
+export function createTauriPlatform(tauri: TauriGlobals): Platform {
+  const handlers = new Map<string, (event: WireEvent) => void>();
+  // Events whose subscription id the UI does not know yet (the shell answered `subscribe`
+  // with an id of its own and emitted before the answer arrived).
+  const unclaimed = new Map<string, unknown[]>();
+  let listening: Promise<unknown> | null = null;
+  let counter = 0;
+
+  const dispatch = (payload: any) => {
+    if (!payload || typeof payload !== 'object') return;
+    const id = String(payload.subscription);
+    const handler = handlers.get(id);
+    if (handler) {
+      const event = parseEvent(payload.event);
+      if (event) handler(event);
+    } else {
+      const list = unclaimed.get(id) ?? [];
+      if (list.length < 10000) list.push(payload.event);
+      unclaimed.set(id, list);
+    }
+  };
+  const listen = () => {
+    listening ??= tauri.event.listen(TAURI_EVENT, (e) => dispatch(e.payload));
+    return listening;
+  };
+
+  const invoke = async (command: string, args: Record<string, unknown> = {}) => {
+    try {
+      return await tauri.core.invoke('command', { name: command, args });
+    } catch (err) {
+      throw toCommandError(err);
+    }
+  };
+
+  return {
+    kind: 'tauri',
+    invoke,
+    subscribe(sessionId, onEvent, onStatus) {
+      const clientId = `ui-${Date.now().toString(36)}-${++counter}`;
+      let closed = false;
+      let ids = [clientId];
+      const unsubscribeIds = (list: string[]) => {
+        for (const id of list) handlers.delete(id);
+        for (const id of new Set(list)) {
+          tauri.core.invoke('unsubscribe', { subscription: id }).catch(() => undefined);
+        }
+      };
+      handlers.set(clientId, onEvent);
+      const attempt = async () => {
+        await listen();
+        if (closed) return;
+        // Both spellings: a Rust `session_id` parameter is `sessionId` to Tauri's invoke.
+        const answer = await tauri.core.invoke('subscribe', {
+          sessionId,
+          session_id: sessionId,
+          subscription: clientId,
+        });
+        const id = answer == null || typeof answer === 'object' ? clientId : String(answer);
+        if (id !== clientId) {
+          ids = [clientId, id];
+          handlers.set(id, onEvent);
+        }
+        if (closed) return void unsubscribeIds([id]);
+        onStatus?.('open');
+        for (const raw of unclaimed.get(id) ?? []) {
+          const event = parseEvent(raw);
+          if (event) onEvent(event);
+        }
+        unclaimed.delete(id);
+      };
+      let tries = 0;
+      const run = () =>
+        attempt().catch((err) => {
+          console.error('subscribe failed', err);
+          onStatus?.('reconnecting');
+          if (!closed && ++tries < 5) setTimeout(run, 1000 * tries);
+        });
+      void run();
+      return () => {
+        if (closed) return;
+        closed = true;
+        unsubscribeIds(ids);
+      };
+    },
+    async pickFolder() {
+      if (!tauri.dialog) throw new CommandError('unavailable', 'the dialog plugin is not available');
+      const chosen = await tauri.dialog.open({ directory: true, multiple: false });
+      if (Array.isArray(chosen)) return chosen[0] ?? null;
+      return chosen ?? null;
+    },
+    async initialWorkspace() {
+      try {
+        const value = await tauri.core.invoke('initial_workspace', {});
+        return typeof value === 'string' && value ? value : null;
+      } catch {
+        return null;
+      }
+    },
+    openExternal(url) {
+      const open = tauri.opener?.openUrl ?? tauri.shell?.open;
+      open?.(url).catch(() => undefined);
+    },
+    probeProviders: () => probeThroughBackend(invoke),
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// Web (`bumblehive serve`)
+
+export const TOKEN_KEY = 'bumblehive.token';
+
+export interface WebOptions {
+  /** Where the server is; '' means the page's own origin. */
+  base?: string;
+  token?: string | null;
+  fetch?: typeof fetch;
+  EventSource?: typeof EventSource;
+  prompt?: (message: string) => string | null;
+  location?: { search: string };
+}
+
+const EVENT_NAMES = [
+  'snapshot',
+  'session_created',
+  'message_status',
+  'approval_request',
+  'approval_resolved',
+  'event',
+  'result',
+  'error',
+];
+
+/** The token from `?token=` (remembered for next time) or from localStorage. */
+export function readToken(location: { search: string }, storage: Storage | null): string | null {
+  const fromUrl = new URLSearchParams(location.search).get('token');
+  if (fromUrl) {
+    try {
+      storage?.setItem(TOKEN_KEY, fromUrl);
+    } catch {
+      /* private mode */
+    }
+    return fromUrl;
+  }
+  try {
+    return storage?.getItem(TOKEN_KEY) ?? null;
+  } catch {
+    return null;
+  }
+}
+
+export function createWebPlatform(options: WebOptions = {}): Platform {
+  const base = (options.base ?? '').replace(/\/$/, '');
+  const doFetch = options.fetch ?? ((...a: Parameters<typeof fetch>) => fetch(...a));
+  const Source = options.EventSource ?? globalThis.EventSource;
+  const location = options.location ?? globalThis.location ?? { search: '' };
+  let token = options.token ?? null;
+
+  const invoke = async (command: string, args: Record<string, unknown> = {}) => {
+    const headers: Record<string, string> = { 'Content-Type': 'application/json' };
+    if (token) headers.Authorization = `Bearer ${token}`;
+    let response: Response;
+    try {
+      response = await doFetch(`${base}/api/${encodeURIComponent(command)}`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify(args ?? {}),
+      });
+    } catch (err) {
+      throw new CommandError('network', `cannot reach the Bumblehive server: ${(err as Error).message ?? err}`);
+    }
+    const text = await response.text();
+    let body: any = null;
+    if (text) {
+      try {
+        body = JSON.parse(text);
+      } catch {
+        body = text;
+      }
+    }
+    if (!response.ok) {
+      if (response.status === 401 || response.status === 403) {
+        throw new CommandError(
+          'unauthorized',
+          'The server refused the access token. Open the address that `bumblehive serve` printed (it ends in ?token=…).',
+          response.status,
+        );
+      }
+      const error = toCommandError(body ?? `${response.status} ${response.statusText}`, response.status);
+      throw error;
+    }
+    return body ?? {};
+  };
+
+  return {
+    kind: 'web',
+    invoke,
+    subscribe(sessionId, onEvent, onStatus) {
+      const query = token ? `?token=${encodeURIComponent(token)}` : '';
+      const source = new Source(`${base}/api/sessions/${encodeURIComponent(sessionId)}/events${query}`);
+      const handle = (name: string) => (message: MessageEvent) => {
+        const event = parseEvent(message.data, name);
+        if (event) onEvent(event);
+      };
+      // Unnamed events arrive as `message`; named ones (event: snapshot …) under their name.
+      source.onmessage = handle('message');
+      for (const name of EVENT_NAMES) source.addEventListener(name, handle(name) as EventListener);
+      source.onopen = () => onStatus?.('open');
+      // EventSource reconnects by itself; the server then sends a fresh snapshot first.
+      source.onerror = () => onStatus?.('reconnecting');
+      return () => source.close();
+    },
+    async pickFolder() {
+      const ask = options.prompt ?? ((m: string) => globalThis.prompt?.(m) ?? null);
+      const path = ask('Workspace folder (absolute path on the machine running bumblehive serve):');
+      return path && path.trim() ? path.trim() : null;
+    },
+    async initialWorkspace() {
+      return new URLSearchParams(location.search).get('workspace');
+    },
+    openExternal(url) {
+      globalThis.open?.(url, '_blank', 'noopener,noreferrer');
+    },
+    probeProviders: () => probeThroughBackend(invoke),
+    // Lets the UI ask for a token when the server refuses the one it has.
+    setToken(next: string | null) {
+      token = next;
+      try {
+        if (next) localStorage.setItem(TOKEN_KEY, next);
+        else localStorage.removeItem(TOKEN_KEY);
+      } catch {
+        /* ignore */
+      }
+    },
+  } as Platform & { setToken(token: string | null): void };
+}
+
+/** Picks the implementation for this window: the Tauri shell, or a page served over HTTP. */
+export function detectPlatform(win: any = window): Platform {
+  if ('__TAURI__' in win && win.__TAURI__?.core) return createTauriPlatform(win.__TAURI__);
+  let storage: Storage | null = null;
+  try {
+    storage = win.localStorage;
+  } catch {
+    storage = null;
+  }
+  const token = readToken(win.location, storage);
+  // Keep the token out of the address bar (and out of screenshots and history).
+  try {
+    const url = new URL(win.location.href);
+    if (url.searchParams.has('token')) {
+      url.searchParams.delete('token');
+      win.history.replaceState(null, '', url.toString());
+    }
+  } catch {
+    /* ignore */
+  }
+  return createWebPlatform({ token, location: win.location });
+}

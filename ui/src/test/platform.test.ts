@@ -1,0 +1,166 @@
+import { describe, expect, it, vi } from 'vitest';
+import { CommandError, TAURI_EVENT, createTauriPlatform, createWebPlatform, detectPlatform, readToken, toCommandError } from '../platform';
+
+class FakeEventSource {
+  static last: FakeEventSource | null = null;
+  listeners = new Map<string, (e: MessageEvent) => void>();
+  onmessage: ((e: MessageEvent) => void) | null = null;
+  onopen: (() => void) | null = null;
+  onerror: (() => void) | null = null;
+  closed = false;
+  constructor(readonly url: string) {
+    FakeEventSource.last = this;
+  }
+  addEventListener(name: string, fn: (e: MessageEvent) => void) {
+    this.listeners.set(name, fn);
+  }
+  close() {
+    this.closed = true;
+  }
+}
+
+const response = (status: number, body: unknown) =>
+  new Response(body === undefined ? '' : JSON.stringify(body), { status, headers: { 'Content-Type': 'application/json' } });
+
+describe('web platform', () => {
+  it('POSTs /api/<command> with the bearer token and returns the JSON result', async () => {
+    const fetch = vi.fn(async () => response(200, { message_id: 'm', status: 'started' }));
+    const web = createWebPlatform({ token: 'tok', fetch: fetch as any, location: { search: '' } });
+    const result = await web.invoke('submit', { session_id: 's', content: 'hi', config: null });
+    expect(result).toEqual({ message_id: 'm', status: 'started' });
+    const [url, init] = fetch.mock.calls[0] as unknown as [string, RequestInit];
+    expect(url).toBe('/api/submit');
+    expect(init.method).toBe('POST');
+    expect((init.headers as Record<string, string>).Authorization).toBe('Bearer tok');
+    expect(JSON.parse(init.body as string)).toEqual({ session_id: 's', content: 'hi', config: null });
+  });
+
+  it('turns error envelopes into CommandError with the code', async () => {
+    const fetch = vi.fn(async () => response(409, { error: { code: 'busy', message: 'the runtime is busy: 1 run(s)' } }));
+    const web = createWebPlatform({ token: 't', fetch: fetch as any, location: { search: '' } });
+    const err = await web.invoke('update_config', { patch: {} }).catch((e) => e);
+    expect(err).toBeInstanceOf(CommandError);
+    expect(err.code).toBe('busy');
+    expect(err.status).toBe(409);
+    expect(err.message).toContain('busy');
+    const unauthorized = createWebPlatform({ fetch: (async () => response(401, '')) as any, location: { search: '' } });
+    expect((await unauthorized.invoke('list_sessions').catch((e) => e)).code).toBe('unauthorized');
+    const down = createWebPlatform({ fetch: (async () => Promise.reject(new TypeError('Failed to fetch'))) as any, location: { search: '' } });
+    expect((await down.invoke('list_sessions').catch((e) => e)).code).toBe('network');
+  });
+
+  it('streams events over SSE with ?token=, named or unnamed', () => {
+    const web = createWebPlatform({ token: 'a b', EventSource: FakeEventSource as any, location: { search: '' } });
+    const events: unknown[] = [];
+    const statuses: string[] = [];
+    const stop = web.subscribe('s/1', (e) => events.push(e), (s) => statuses.push(s));
+    const source = FakeEventSource.last!;
+    expect(source.url).toBe('/api/sessions/s%2F1/events?token=a%20b');
+    source.onopen?.();
+    source.onmessage?.(new MessageEvent('message', { data: JSON.stringify({ type: 'snapshot', session_id: 's/1' }) }));
+    source.listeners.get('result')!(new MessageEvent('result', { data: JSON.stringify({ session_id: 's/1', content: 'x' }) }));
+    source.onmessage?.(new MessageEvent('message', { data: 'not json' }));
+    source.onerror?.();
+    expect(events).toEqual([
+      { type: 'snapshot', session_id: 's/1' },
+      { type: 'result', session_id: 's/1', content: 'x' },
+    ]);
+    expect(statuses).toEqual(['open', 'reconnecting']);
+    stop();
+    expect(source.closed).toBe(true);
+  });
+
+  it('reads the token from ?token= (remembering it) or localStorage; ?workspace= is the initial workspace', async () => {
+    localStorage.clear();
+    expect(readToken({ search: '?token=abc' }, localStorage)).toBe('abc');
+    expect(readToken({ search: '' }, localStorage)).toBe('abc');
+    const web = createWebPlatform({ location: { search: '?workspace=%2Fhome%2Fme%2Fproj' } });
+    expect(await web.initialWorkspace()).toBe('/home/me/proj');
+    const asked = createWebPlatform({ prompt: () => '  /tmp/x  ', location: { search: '' } });
+    expect(await asked.pickFolder()).toBe('/tmp/x');
+  });
+
+  it('probe_providers: unknown to the backend means "not supported" (null)', async () => {
+    const web = createWebPlatform({ fetch: (async () => response(404, { error: { code: 'unknown_command', message: 'unknown command' } })) as any, location: { search: '' } });
+    expect(await web.probeProviders()).toBeNull();
+    const found = [{ name: 'Ollama', kind: 'openai', base_url: 'http://127.0.0.1:11434/v1', ok: true, models: ['qwen'] }];
+    const web2 = createWebPlatform({ fetch: (async () => response(200, { candidates: found })) as any, location: { search: '' } });
+    expect(await web2.probeProviders()).toEqual(found);
+  });
+});
+
+describe('tauri platform', () => {
+  function fakeTauri() {
+    let listener: ((e: { payload: any }) => void) | null = null;
+    const invoke = vi.fn(async (cmd: string, args?: any): Promise<any> => {
+      if (cmd === 'command') {
+        if (args.name === 'get_session') throw { error: { code: 'not_found', message: 'session x not found' } };
+        return { ok: args.name, args: args.args };
+      }
+      if (cmd === 'subscribe') {
+        // Emits before answering: the UI must not lose it.
+        listener?.({ payload: { subscription: args.subscription, event: { type: 'snapshot', session_id: args.sessionId } } });
+        return args.subscription;
+      }
+      if (cmd === 'initial_workspace') return '/from/cli';
+      return null;
+    });
+    const tauri = {
+      core: { invoke },
+      event: {
+        listen: vi.fn(async (name: string, fn: (e: { payload: any }) => void) => {
+          expect(name).toBe(TAURI_EVENT);
+          listener = fn;
+          return () => undefined;
+        }),
+      },
+      dialog: { open: vi.fn(async () => '/picked') },
+    };
+    return { tauri, invoke, emit: (payload: unknown) => listener?.({ payload }) };
+  }
+
+  it('sends every command through the one `command` command', async () => {
+    const { tauri, invoke } = fakeTauri();
+    const platform = createTauriPlatform(tauri);
+    expect(await platform.invoke('list_sessions', { workspace: '/w' })).toEqual({ ok: 'list_sessions', args: { workspace: '/w' } });
+    expect(invoke).toHaveBeenCalledWith('command', { name: 'list_sessions', args: { workspace: '/w' } });
+    const err = await platform.invoke('get_session', { session_id: 'x' }).catch((e) => e);
+    expect(err).toBeInstanceOf(CommandError);
+    expect(err.code).toBe('not_found');
+    expect(await platform.pickFolder()).toBe('/picked');
+    expect(tauri.dialog.open).toHaveBeenCalledWith({ directory: true, multiple: false });
+    expect(await platform.initialWorkspace()).toBe('/from/cli');
+  });
+
+  it('subscribes, routes `bumblehive://event` payloads by subscription, and unsubscribes', async () => {
+    const { tauri, invoke, emit } = fakeTauri();
+    const platform = createTauriPlatform(tauri);
+    const events: any[] = [];
+    const stop = platform.subscribe('s1', (e) => events.push(e));
+    await new Promise((r) => setTimeout(r, 0));
+    const subscribeCall = invoke.mock.calls.find((c) => c[0] === 'subscribe')!;
+    const id = (subscribeCall[1] as any).subscription;
+    expect(subscribeCall[1]).toMatchObject({ sessionId: 's1', session_id: 's1' });
+    expect(events).toEqual([{ type: 'snapshot', session_id: 's1' }]);
+    emit({ subscription: id, event: JSON.stringify({ type: 'result', session_id: 's1', content: 'ok' }) });
+    emit({ subscription: 'someone-else', event: { type: 'result', session_id: 'other', content: 'no' } });
+    expect(events.map((e) => e.type)).toEqual(['snapshot', 'result']);
+    stop();
+    expect(invoke).toHaveBeenCalledWith('unsubscribe', { subscription: id });
+    emit({ subscription: id, event: { type: 'result', session_id: 's1', content: 'late' } });
+    expect(events.length).toBe(2);
+  });
+
+  it('is chosen when window.__TAURI__ exists', () => {
+    const { tauri } = fakeTauri();
+    expect(detectPlatform({ __TAURI__: tauri }).kind).toBe('tauri');
+    expect(detectPlatform({ location: new URL('http://x/?token=t'), history: { replaceState() {} }, localStorage }).kind).toBe('web');
+  });
+
+  it('toCommandError reads envelopes, bodies, strings and errors', () => {
+    expect(toCommandError('{"error":{"code":"busy","message":"m"}}').code).toBe('busy');
+    expect(toCommandError({ code: 'x', message: 'y' }).message).toBe('y');
+    expect(toCommandError('plain text').message).toBe('plain text');
+    expect(toCommandError(new Error('boom')).message).toBe('boom');
+  });
+});

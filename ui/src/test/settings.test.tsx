@@ -1,0 +1,100 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { $, $$, FakePlatform, inAct, info, typeInto, workspacePlatform } from './fake';
+import { mountApp } from './mount';
+
+let unmount: (() => void) | null = null;
+afterEach(() => {
+  unmount?.();
+  unmount = null;
+});
+
+describe('settings', () => {
+  it('reads the config, saves a provider patch, and shows busy clearly with Retry', async () => {
+    const fake = workspacePlatform([info('p')]);
+    fake.handlers.update_config = () => {
+      throw { error: { code: 'busy', message: 'the runtime is busy: 1 run(s) and 0 sub-agent task(s) are active' } };
+    };
+    const mounted = await mountApp(fake, 'p');
+    unmount = mounted.unmount;
+    await inAct(() => $(mounted.root, 'settings-button')!.click());
+    const dialog = $(mounted.root, 'settings-dialog')!;
+    expect(($(dialog, 'settings-model') as HTMLInputElement).value).toBe('qwen2.5-coder');
+    expect(($(dialog, 'settings-kind') as HTMLSelectElement).value).toBe('openai');
+    await inAct(() => typeInto($(dialog, 'settings-model')!, 'llama3.1'));
+    await inAct(() => typeInto($(dialog, 'settings-api-key-env')!, 'MY_KEY'));
+    await inAct(() => $(dialog, 'settings-save')!.click());
+    const error = $(dialog, 'settings-error')!;
+    expect(error.dataset.code).toBe('busy');
+    expect(error.textContent).toContain('cannot change while the agent works');
+    expect(error.textContent).toContain('1 run(s)');
+
+    fake.handlers.update_config = ({ patch }) => ({ provider: { ...patch.provider } });
+    await inAct(() => $(error, 'retry')!.click());
+    expect(fake.callsOf('update_config').at(-1)).toEqual({
+      patch: { provider: { kind: 'openai', base_url: 'http://127.0.0.1:11434/v1', model: 'llama3.1', api_key_env: 'MY_KEY' } },
+    });
+    expect($(dialog, 'settings-saved')).not.toBeNull();
+    expect($(mounted.root, 'status-model')!.textContent).toBe('llama3.1 @ 127.0.0.1:11434');
+  });
+
+  it('first start offers local servers; without probe_providers it says so and offers the usual addresses', async () => {
+    const fake = workspacePlatform([info('p')]);
+    const mounted = await mountApp(fake, null, { welcome: true });
+    unmount = mounted.unmount;
+    const dialog = $(mounted.root, 'settings-dialog')!;
+    expect(dialog.textContent).toContain('Welcome');
+
+    expect($(dialog, 'probe-unsupported')).not.toBeNull();
+    const use = $$(dialog, 'probe-use');
+    expect(use.map((b) => b.textContent)).toEqual(['Ollama (http://127.0.0.1:11434/v1)', 'LM Studio (http://127.0.0.1:1234/v1)']);
+    await inAct(() => use[1].click());
+    expect(($(dialog, 'settings-base-url') as HTMLInputElement).value).toBe('http://127.0.0.1:1234/v1');
+    // "Later" closes the offer for good; Settings stays reachable.
+    await inAct(() => $(dialog, 'settings-close')!.click());
+    expect($(mounted.root, 'setup-banner')).toBeNull();
+    expect(localStorage.getItem('bumblehive.providerChecked')).toBe('1');
+    await inAct(() => $(mounted.root, 'settings-button')!.click());
+    expect($(mounted.root, 'settings-dialog')!.textContent).not.toContain('Welcome');
+  });
+
+  it('uses what probe_providers finds', async () => {
+    const fake = workspacePlatform([info('p')]);
+    (fake as FakePlatform).probe = [
+      { name: 'Ollama', kind: 'openai', base_url: 'http://127.0.0.1:11434/v1', ok: true, models: ['qwen2.5-coder:7b', 'llama3'] },
+      { name: 'LM Studio', kind: 'openai', base_url: 'http://127.0.0.1:1234/v1', ok: false, models: [] },
+    ];
+    const mounted = await mountApp(fake, null, { welcome: true });
+    unmount = mounted.unmount;
+    const dialog = $(mounted.root, 'settings-dialog')!;
+    const use = $$(dialog, 'probe-use');
+    expect(use.map((b) => b.textContent)).toEqual(['Use qwen2.5-coder:7b', 'Use llama3']);
+    await inAct(() => use[1].click());
+    expect(($(dialog, 'settings-model') as HTMLInputElement).value).toBe('llama3');
+  });
+});
+
+describe('workspace picker', () => {
+  it('opens a typed path, remembers it as recent, and starts a new conversation with the first message', async () => {
+    const fake = new FakePlatform({
+      list_sessions: () => [],
+      get_config: () => ({ provider: { model: 'm', base_url: 'http://h:1/v1' } }),
+      create_session: ({ workspace, title }) => info('new', { workspace, title }),
+      get_session: () => ({ info: info('new'), messages: [] }),
+      submit: () => ({ message_id: 'msg-1', status: 'started' }),
+    });
+    const mounted = await mountApp(fake, null);
+    unmount = mounted.unmount;
+    const picker = $(mounted.root, 'workspace-picker')!;
+    await inAct(() => typeInto($(picker, 'workspace-path-input')!, '/home/me/proj'));
+    await inAct(() => $(picker, 'workspace-path-submit')!.click());
+    expect(fake.callsOf('list_sessions')).toEqual([{ workspace: '/home/me/proj' }]);
+    expect(JSON.parse(localStorage.getItem('bumblehive.recentWorkspaces')!)).toEqual(['/home/me/proj']);
+
+    await inAct(() => typeInto($(mounted.root, 'prompt-input')!, 'Fix the tests\nplease'));
+    await inAct(() => $(mounted.root, 'send-button')!.click());
+    expect(fake.callsOf('create_session')).toEqual([{ workspace: '/home/me/proj', title: 'Fix the tests' }]);
+    expect(fake.callsOf('submit')).toEqual([{ session_id: 'new', content: 'Fix the tests\nplease', config: null }]);
+    expect(fake.streams.has('new')).toBe(true);
+    expect($(mounted.root, 'session-pane')!.dataset.sessionId).toBe('new');
+  });
+});
