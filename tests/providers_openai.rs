@@ -518,6 +518,35 @@ async fn openai_rate_limited_with_retry_after_then_success() {
 }
 
 #[tokio::test]
+async fn openai_rate_limit_asking_too_long_a_wait_is_reported_not_retried() {
+    let mock = MockLlm::start().await;
+    mock.push(
+        MockResponse::error(
+            429,
+            r#"{"error":{"message":"Rate limit reached for requests per day (RPD)","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#,
+        )
+        .header("retry-after", "3600"),
+    );
+    let provider = provider_from_config(&openai_config(&mock)).unwrap();
+    let (result, events) = generate(&provider, simple_request("hi")).await;
+    match result.unwrap_err() {
+        ProviderError::RateLimited {
+            message,
+            retry_after_ms,
+        } => {
+            assert_eq!(
+                message,
+                "Rate limit reached for requests per day (RPD) (HTTP 429)"
+            );
+            assert_eq!(retry_after_ms, Some(3_600_000));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(retries(&events).is_empty());
+    assert_eq!(mock.requests().len(), 1);
+}
+
+#[tokio::test]
 async fn openai_server_error_twice_then_success_says_so_in_events() {
     let mock = MockLlm::start().await;
     let error = r#"{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}"#;

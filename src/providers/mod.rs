@@ -242,10 +242,15 @@ pub(crate) async fn stream_once<D: StreamDecoder>(
             Ok(Err(err)) => format!("(the error body could not be read: {err})"),
             Err(_) => "(the error body did not arrive)".to_string(),
         };
+        let wait = retry_after(&headers);
+        let mut error = error_from_status(status.as_u16(), &body);
+        if let ProviderError::RateLimited { retry_after_ms, .. } = &mut error {
+            *retry_after_ms = wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX));
+        }
         return Err(Failure {
-            error: error_from_status(status.as_u16(), &body),
+            error,
             streamed: false,
-            retry_after: retry_after(&headers),
+            retry_after: wait,
         });
     }
     let mut events = response.bytes_stream().eventsource();
