@@ -753,6 +753,32 @@ async fn openai_idle_timeout_breaks_a_silent_stream() {
 }
 
 #[tokio::test]
+async fn openai_keep_alive_comments_hold_off_the_idle_timeout() {
+    let mock = MockLlm::start().await;
+    let (response, live) = MockResponse::live();
+    mock.push(response);
+    let mut config = openai_config(&mock);
+    config.extra.insert("idle_timeout_ms".into(), json!(500));
+    config.extra.insert("max_retries".into(), json!(0));
+    let provider = provider_from_config(&config).unwrap();
+    let (task, _events) = spawn_generate(provider, simple_request("hi"));
+    live.send(openai::data(&openai::role()));
+    // A server that is still thinking: only comments, for twice the idle timeout. This
+    // paces the server; nothing in the test waits on it to be in sync.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        live.send(": OPENROUTER PROCESSING\n\n");
+    }
+    live.send(openai::text_answer(&["awake"], (1, 1)));
+    let response = tokio::time::timeout(WAIT, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.content.as_deref(), Some("awake"));
+}
+
+#[tokio::test]
 async fn openai_connection_refused_is_retried_then_reported() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();

@@ -253,21 +253,31 @@ pub(crate) async fn stream_once<D: StreamDecoder>(
             retry_after: wait,
         });
     }
-    let mut events = response.bytes_stream().eventsource();
+    // The idle clock runs on the bytes, not on the events: keep-alive comments (which
+    // the SSE parser swallows) must count as signs of life.
+    let bytes = Box::pin(response.bytes_stream());
+    let bytes = futures::stream::unfold(bytes, move |mut bytes| async move {
+        match tokio::time::timeout(idle, bytes.next()).await {
+            Ok(Some(Ok(piece))) => Some((Ok(piece), bytes)),
+            Ok(Some(Err(err))) => Some((Err(ReadError::Http(err)), bytes)),
+            Ok(None) => None,
+            Err(_) => Some((Err(ReadError::Silent(idle)), bytes)),
+        }
+    });
+    let mut events = std::pin::pin!(bytes.eventsource());
     let fail = |error: ProviderError, decoder: &D| Failure {
         error,
         streamed: decoder.streamed(),
         retry_after: None,
     };
     loop {
-        let event = match tokio::time::timeout(idle, events.next()).await {
-            Err(_) => return Err(fail(silence(idle), &decoder)),
-            Ok(None) => match decoder.end_of_stream() {
+        let event = match events.next().await {
+            None => match decoder.end_of_stream() {
                 Ok(()) => return Ok(decoder.finish()),
                 Err(error) => return Err(fail(error, &decoder)),
             },
-            Ok(Some(Err(err))) => return Err(fail(sse_error(err), &decoder)),
-            Ok(Some(Ok(event))) => event,
+            Some(Err(err)) => return Err(fail(sse_error(err), &decoder)),
+            Some(Ok(event)) => event,
         };
         match decoder.feed(&event, sink) {
             Ok(false) => {}
@@ -302,9 +312,26 @@ fn network_error(err: &reqwest::Error) -> ProviderError {
     ProviderError::Network(message)
 }
 
-fn sse_error(err: EventStreamError<reqwest::Error>) -> ProviderError {
+/// Why reading the body stopped short.
+#[derive(Debug)]
+enum ReadError {
+    Http(reqwest::Error),
+    Silent(Duration),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Http(err) => write!(f, "{err}"),
+            ReadError::Silent(idle) => write!(f, "{}", silence(*idle)),
+        }
+    }
+}
+
+fn sse_error(err: EventStreamError<ReadError>) -> ProviderError {
     match err {
-        EventStreamError::Transport(err) => {
+        EventStreamError::Transport(ReadError::Silent(idle)) => silence(idle),
+        EventStreamError::Transport(ReadError::Http(err)) => {
             let ProviderError::Network(message) = network_error(&err) else {
                 return ProviderError::Network(err.to_string());
             };
