@@ -176,7 +176,16 @@ where
     let mut retry = 0;
     loop {
         let failure = match attempt().await {
-            Ok(response) => return Ok(response),
+            Ok(response) => {
+                tracing::debug!(
+                    finish_reason = ?response.finish_reason,
+                    usage = ?response.usage,
+                    tool_calls = response.tool_calls.len(),
+                    retries = retry,
+                    "model call done"
+                );
+                return Ok(response);
+            }
             Err(failure) => failure,
         };
         if failure.streamed || !failure.error.is_retryable() || retry >= options.max_retries {
