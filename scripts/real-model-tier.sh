@@ -9,6 +9,9 @@ shared=${BUMBLEHIVE_SHARED_DIR:-$repo/../shared}
 export LLM_DIR=${LLM_DIR:-$HOME/.cache/llm-test-server}
 export LLM_PORT=${LLM_PORT:-8089}
 
+# start.sh polls the server's health with curl; everything else it needs comes from PyPI.
+command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq curl; }
+
 pid=""
 stop_server() {
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
