@@ -1250,7 +1250,12 @@ async fn openai_chunk_to_content_delta_overhead() {
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize];
     let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
     println!(
-        "chunk -> content.delta over {CHUNKS} chunks (debug build): median {:?}, mean {:?}, p95 {:?}, p99 {:?}, max {:?}",
+        "chunk -> content.delta over {CHUNKS} chunks ({} build): median {:?}, mean {:?}, p95 {:?}, p99 {:?}, max {:?}",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
         at(0.5),
         mean,
         at(0.95),
