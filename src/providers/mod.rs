@@ -293,6 +293,9 @@ pub(crate) async fn stream_once<D: StreamDecoder>(
             Ok(true) => return Ok(decoder.finish()),
             Err(error) => return Err(fail(error, &decoder)),
         }
+        // A burst of buffered events would otherwise be decoded and broadcast without a
+        // pause, faster than subscribers' tasks can forward them, and they would lag.
+        tokio::task::yield_now().await;
     }
 }
 
