@@ -685,7 +685,11 @@ impl ServiceInner {
             .iter()
             .map(|m| (m.session_id.as_str(), m.parent_session_id.as_deref()))
             .collect();
-        let mut tree = self.shared.tree_usage.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tree = self
+            .shared
+            .tree_usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         for meta in metas {
             let mut id = Some(meta.session_id.as_str());
             // Bounded by the number of sessions, so a corrupt parent cycle cannot loop.
