@@ -17,8 +17,9 @@ struct Scenario {
 
 /// Drives a fresh server through the scenario until `kill_after` events were seen
 /// (approving the parent's write when asked), kills it, restarts it, finishes the work,
-/// and checks the result. Returns how many events the uninterrupted flow had left.
-async fn crash_once(scenario: &Scenario, kill_after: usize) -> usize {
+/// and checks the result. Returns where the kill landed (the last event seen), or `None`
+/// when the flow had ended before this kill point.
+async fn crash_once(scenario: &Scenario, kill_after: usize) -> Option<String> {
     let mut server = Server::start().await;
     server.model.open(&format!("parent:{}", scenario.root));
     for i in 0..scenario.children {
@@ -29,9 +30,11 @@ async fn crash_once(scenario: &Scenario, kill_after: usize) -> usize {
         .await;
     let mut seen = 0;
     let mut finished = false;
+    let mut phase = "start: children created".to_string();
     while seen < kill_after {
         let event = events.next().await;
         seen += 1;
+        phase = phase_of(&event);
         approve_if_asked(&server, &parent, &event).await;
         if is_final(scenario, &parent, &event) {
             // The flow is over before this kill point: the last point was tried.
@@ -45,7 +48,21 @@ async fn crash_once(scenario: &Scenario, kill_after: usize) -> usize {
     check_all_sessions_load(&server).await;
     finish_everything(&mut server, &parent).await;
     check_reports_exactly_once(&server).await;
-    if finished { 0 } else { 1 }
+    (!finished).then_some(phase)
+}
+
+/// Names the phase of the run an event belongs to, for the harness's tally.
+fn phase_of(event: &Value) -> String {
+    let kind = event["kind"].as_str().unwrap_or("");
+    match (event["type"].as_str().unwrap_or(""), kind) {
+        ("event", "content.delta") => "model streaming".into(),
+        ("event", "tool.call.started" | "tool.call.finished") => "tool execution".into(),
+        ("event", "subagent.state") | ("session_created", _) => "children starting/running".into(),
+        ("message_status", _) | ("result", _) => "report delivery / run end".into(),
+        ("approval_request", _) | ("approval_resolved", _) => "approval wait".into(),
+        ("event", "message.appended") => "history append".into(),
+        (other, kind) => format!("{other} {kind}"),
+    }
 }
 
 /// The parent's answer after every child's report: the end of the uninterrupted flow.
@@ -78,7 +95,10 @@ async fn check_all_sessions_load(server: &Server) {
         let id = info["session_id"].as_str().unwrap();
         let session = server.ok("get_session", json!({"session_id": id})).await;
         if let Some(notice) = session["notice"].as_str() {
-            assert!(!notice.contains("read-only"), "session {id} damaged: {notice}");
+            assert!(
+                !notice.contains("read-only"),
+                "session {id} damaged: {notice}"
+            );
         }
         let history: Vec<Message> = serde_json::from_value(session["messages"].clone()).unwrap();
         assert_order(&history);
@@ -96,19 +116,30 @@ async fn finish_everything(server: &mut Server, parent: &str) {
         for info in sessions.as_array().unwrap() {
             let id = info["session_id"].as_str().unwrap();
             if info["interrupted"] == true {
-                server.ok("resume_subagent", json!({"session_id": id})).await;
+                server
+                    .ok("resume_subagent", json!({"session_id": id}))
+                    .await;
                 acted = true;
             }
             let snapshot = server.snapshot(id).await;
-            busy |= snapshot["running"] == true || !snapshot["subagents"].as_array().unwrap().is_empty();
+            busy |= snapshot["running"] == true
+                || !snapshot["subagents"].as_array().unwrap().is_empty();
             for approval in snapshot["approvals"].as_array().unwrap() {
-                approve_if_asked(server, id, &json!({"type": "approval_request", "approval_id": approval["approval_id"]})).await;
+                approve_if_asked(
+                    server,
+                    id,
+                    &json!({"type": "approval_request", "approval_id": approval["approval_id"]}),
+                )
+                .await;
                 acted = true;
             }
             if snapshot["running"] == false {
                 for pending in snapshot["pending"].as_array().unwrap() {
                     server
-                        .ok("steer", json!({"session_id": id, "message_id": pending["message_id"]}))
+                        .ok(
+                            "steer",
+                            json!({"session_id": id, "message_id": pending["message_id"]}),
+                        )
                         .await;
                     acted = true;
                 }
@@ -133,11 +164,16 @@ async fn check_reports_exactly_once(server: &Server) {
         let id = info["session_id"].as_str().unwrap().to_string();
         histories.insert(id.clone(), server.history(&id).await);
         let snapshot = server.snapshot(&id).await;
-        assert!(snapshot["pending"].as_array().unwrap().is_empty(), "pending left in {id}: {snapshot}");
+        assert!(
+            snapshot["pending"].as_array().unwrap().is_empty(),
+            "pending left in {id}: {snapshot}"
+        );
         assert_eq!(info["interrupted"], false);
     }
     for info in sessions.as_array().unwrap() {
-        let (Some(parent), Some(task)) = (info["parent_session_id"].as_str(), info["task_id"].as_str()) else {
+        let (Some(parent), Some(task)) =
+            (info["parent_session_id"].as_str(), info["task_id"].as_str())
+        else {
             continue;
         };
         let id = format!("subagent:{task}");
@@ -145,47 +181,56 @@ async fn check_reports_exactly_once(server: &Server) {
             .iter()
             .filter(|m| m.id.as_deref() == Some(id.as_str()))
             .count();
-        assert_eq!(count, 1, "report {id} of child {} in parent {parent}", info["session_id"]);
+        assert_eq!(
+            count, 1,
+            "report {id} of child {} in parent {parent}",
+            info["session_id"]
+        );
     }
 }
 
-async fn sweep(scenario: Scenario, max_points: usize) -> usize {
+async fn sweep(scenario: Scenario, max_points: usize, tally: &mut HashMap<String, usize>) -> usize {
     let mut points = 0;
     for kill_after in 0..max_points {
         points += 1;
-        if crash_once(&scenario, kill_after).await == 0 {
-            break;
+        match crash_once(&scenario, kill_after).await {
+            Some(phase) => *tally.entry(phase).or_default() += 1,
+            None => break,
         }
     }
     points
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_kill_points_across_a_delegated_run_with_an_approval() {
-    let points = sweep(
+async fn crash_kill_points_across_delegated_runs() {
+    let scenarios = [
         Scenario {
             root: "crashy",
             children: 2,
             approval: true,
         },
-        200,
-    )
-    .await;
-    println!("crash harness (2 children + approval): {points} kill points");
-    assert!(points >= 50, "too few kill points: {points}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_kill_points_across_three_children() {
-    let points = sweep(
         Scenario {
             root: "triple",
             children: 3,
             approval: false,
         },
-        200,
-    )
-    .await;
-    println!("crash harness (3 children): {points} kill points");
-    assert!(points >= 50, "too few kill points: {points}");
+        Scenario {
+            root: "single",
+            children: 1,
+            approval: true,
+        },
+    ];
+    let mut total = 0;
+    let mut tally = HashMap::new();
+    for scenario in scenarios {
+        let root = scenario.root;
+        let points = sweep(scenario, 300, &mut tally).await;
+        println!("crash harness: scenario {root}: {points} kill points");
+        total += points;
+    }
+    println!("crash harness: {total} kill points in all, every one restarted and checked");
+    let mut tally: Vec<_> = tally.into_iter().collect();
+    tally.sort();
+    println!("crash harness: kills after an event of each phase: {tally:?}");
+    assert!(total >= 100, "too few kill points: {total}");
 }

@@ -3,13 +3,12 @@
 use std::collections::{HashMap, HashSet};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bumblehive::invariant::check_message_order;
 use bumblehive::protocol::Message;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use crate::mock_llm::{LiveStream, MockLlm, MockResponse, RecordedRequest, openai};
@@ -68,7 +67,10 @@ impl Model {
     }
 
     fn respond(&self, request: &RecordedRequest) -> MockResponse {
-        let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+        let messages = request.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let text = |m: &Value| m["content"].as_str().unwrap_or("").to_string();
         let users: Vec<String> = messages
             .iter()
@@ -86,6 +88,15 @@ impl Model {
                 .next()
                 .unwrap_or("")
                 .to_string();
+            if name.starts_with("flood") {
+                let flood = self.0.lock().unwrap().flood;
+                // Wide deltas, so the children together outgrow every buffer on the way.
+                let pieces: Vec<String> = (0..flood)
+                    .map(|i| format!("w{i} {} ", "x".repeat(500)))
+                    .collect();
+                let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+                return self.answer(&name, openai::text_answer(&pieces, (5, flood as u64)));
+            }
             if last["role"] == "tool" {
                 return MockResponse::sse(openai::text_answer(
                     &[&format!("REPORT:{name}: {}", text(&last))],
@@ -105,12 +116,6 @@ impl Model {
             .next()
             .unwrap_or("")
             .to_string();
-        if root == "flood" {
-            let flood = self.0.lock().unwrap().flood;
-            let pieces: Vec<String> = (0..flood).map(|i| format!("w{i} ")).collect();
-            let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
-            return MockResponse::sse(openai::text_answer(&pieces, (5, flood as u64)));
-        }
         let systems = messages.iter().filter(|m| m["role"] == "system").count();
         if messages.len() == systems + 1 {
             let (count, approval, path) = {
@@ -234,7 +239,9 @@ impl Server {
 
     /// A new process on the same data dir and model, as after a crash.
     pub async fn restart(self) -> Server {
-        let Server { dir, model, mock, .. } = self;
+        let Server {
+            dir, model, mock, ..
+        } = self;
         Self::spawn(dir, model, mock).await
     }
 
@@ -258,25 +265,41 @@ impl Server {
     }
 
     pub async fn events(&self, session_id: &str) -> Sse {
-        Sse::connect(&self.http, &format!("{}/api/sessions/{session_id}/events", self.url), &self.token).await
+        Sse::connect(
+            &self.http,
+            &format!("{}/api/sessions/{session_id}/events", self.url),
+            &self.token,
+        )
+        .await
     }
 
     /// A session in `<tmp>/<root>` with `data.txt`, its events, the prompt submitted,
     /// and its `count` children created.
-    pub async fn begin(&self, root: &str, count: usize, approval: bool) -> (String, Sse, Vec<Value>) {
+    pub async fn begin(
+        &self,
+        root: &str,
+        count: usize,
+        approval: bool,
+    ) -> (String, Sse, Vec<Value>) {
         let workspace = self.dir.path().join(root);
         std::fs::create_dir_all(&workspace).unwrap();
         std::fs::write(workspace.join("data.txt"), format!("DATA:{root}")).unwrap();
         self.model.plan(root, count, approval);
         let info = self
-            .ok("create_session", json!({"workspace": workspace.display().to_string()}))
+            .ok(
+                "create_session",
+                json!({"workspace": workspace.display().to_string()}),
+            )
             .await;
         let id = info["session_id"].as_str().unwrap().to_string();
         let mut events = self.events(&id).await;
         let snapshot = events.next().await;
         assert_eq!(snapshot["type"], "snapshot");
         let submitted = self
-            .ok("submit", json!({"session_id": id, "content": format!("ROOT:{root}")}))
+            .ok(
+                "submit",
+                json!({"session_id": id, "content": format!("ROOT:{root}")}),
+            )
             .await;
         assert_eq!(submitted["status"], "started");
         let mut children = Vec::new();
@@ -287,7 +310,9 @@ impl Server {
     }
 
     pub async fn history(&self, session_id: &str) -> Vec<Message> {
-        let session = self.ok("get_session", json!({"session_id": session_id})).await;
+        let session = self
+            .ok("get_session", json!({"session_id": session_id}))
+            .await;
         serde_json::from_value(session["messages"].clone()).unwrap()
     }
 
@@ -301,7 +326,8 @@ impl Server {
         let mut seen = Vec::new();
         loop {
             let snapshot = self.snapshot(session_id).await;
-            if snapshot["running"] == false && snapshot["subagents"].as_array().unwrap().is_empty() {
+            if snapshot["running"] == false && snapshot["subagents"].as_array().unwrap().is_empty()
+            {
                 return seen;
             }
             // Something is still working: wait for its next event instead of polling.
@@ -337,11 +363,6 @@ impl Sse {
             }
         });
         Sse { rx, task }
-    }
-
-    /// The next event within `limit`, or `None`.
-    pub async fn next_timeout(&mut self, limit: Duration) -> Option<Value> {
-        tokio::time::timeout(limit, self.rx.recv()).await.ok().flatten()
     }
 
     pub async fn next(&mut self) -> Value {
@@ -394,8 +415,19 @@ async fn server_idle_wake_up_with_three_children() {
     server.model.open("parent:idle");
     let (parent, mut events, children) = server.begin("idle", 3, false).await;
     events.wait("result", Some(&parent), None).await;
-    assert_eq!(server.snapshot(&parent).await["subagents"].as_array().unwrap().len(), 3);
-    let busy = server.post("update_config", json!({"patch": {"provider": {"model": "x"}}})).await;
+    assert_eq!(
+        server.snapshot(&parent).await["subagents"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    let busy = server
+        .post(
+            "update_config",
+            json!({"patch": {"provider": {"model": "x"}}}),
+        )
+        .await;
     assert_eq!(busy.0, 409);
     assert_eq!(busy.1["error"]["code"], "busy");
     for i in 0..3 {
@@ -412,13 +444,20 @@ async fn server_idle_wake_up_with_three_children() {
     server.wait_tree_idle(&mut events, &parent).await;
     let history = server.history(&parent).await;
     assert_eq!(reports(&history).len(), 3);
-    assert!(reports(&history).iter().all(|m| m.text().contains("REPORT:idle-")));
+    assert!(
+        reports(&history)
+            .iter()
+            .all(|m| m.text().contains("REPORT:idle-"))
+    );
     assert_order(&history);
     for child in &children {
         assert_order(&server.history(child["session_id"].as_str().unwrap()).await);
     }
     let snapshot = server.snapshot(&parent).await;
-    assert!(snapshot["tree_usage"]["input_tokens"].as_u64().unwrap() > snapshot["usage"]["input_tokens"].as_u64().unwrap());
+    assert!(
+        snapshot["tree_usage"]["input_tokens"].as_u64().unwrap()
+            > snapshot["usage"]["input_tokens"].as_u64().unwrap()
+    );
     server.mock.assert_valid();
 }
 
@@ -431,7 +470,9 @@ async fn server_stop_during_approval_then_pending_then_steer() {
     assert_eq!(approval["tool"], "write_file");
     assert!(approval["diff"].as_str().unwrap().contains("+approved"));
     server.model.open("stop-0");
-    events.wait("message_status", Some(&parent), Some("steered")).await;
+    events
+        .wait("message_status", Some(&parent), Some("steered"))
+        .await;
     server.ok("cancel", json!({"session_id": parent})).await;
     let snapshot = server.snapshot(&parent).await;
     assert_eq!(snapshot["running"], false);
@@ -440,7 +481,10 @@ async fn server_stop_during_approval_then_pending_then_steer() {
     assert!(snapshot["approvals"].as_array().unwrap().is_empty());
     assert!(!server.dir.path().join("approval.txt").exists());
     let steered = server
-        .ok("steer", json!({"session_id": parent, "message_id": "subagent:delegate-0"}))
+        .ok(
+            "steer",
+            json!({"session_id": parent, "message_id": "subagent:delegate-0"}),
+        )
         .await;
     assert_eq!(steered["status"], "started");
     events.wait("result", Some(&parent), None).await;
@@ -461,15 +505,25 @@ async fn server_late_report_after_stop_stays_queued() {
     }
     server.ok("cancel", json!({"session_id": parent})).await;
     server.model.open("late-0");
-    events.wait("message_status", Some(&parent), Some("queued")).await;
+    events
+        .wait("message_status", Some(&parent), Some("queued"))
+        .await;
     let snapshot = server.snapshot(&parent).await;
     assert_eq!(snapshot["running"], false);
     assert_eq!(snapshot["pending"].as_array().unwrap().len(), 1);
-    assert!(snapshot["pending"][0]["config"]["runtime"]["workspace"].is_null()
-        || snapshot["pending"][0]["config"]["runtime"]["workspace"].as_str().unwrap().ends_with("late"));
+    assert!(
+        snapshot["pending"][0]["config"]["runtime"]["workspace"].is_null()
+            || snapshot["pending"][0]["config"]["runtime"]["workspace"]
+                .as_str()
+                .unwrap()
+                .ends_with("late")
+    );
     server.model.open("parent:late");
     server
-        .ok("steer", json!({"session_id": parent, "message_id": "subagent:delegate-0"}))
+        .ok(
+            "steer",
+            json!({"session_id": parent, "message_id": "subagent:delegate-0"}),
+        )
         .await;
     events.wait("result", Some(&parent), None).await;
     assert!(format!("{:?}", server.history(&parent).await).contains("REPORT:late-0"));
@@ -486,7 +540,10 @@ async fn server_disconnect_and_reconnect_snapshot_is_authoritative() {
     let snapshot = again.next().await;
     assert_eq!(snapshot["type"], "snapshot");
     assert_eq!(snapshot["running"], false);
-    assert_eq!(snapshot["subagents"][0]["session_id"], children[0]["session_id"]);
+    assert_eq!(
+        snapshot["subagents"][0]["session_id"],
+        children[0]["session_id"]
+    );
     drop(again);
     // No subscriber at all while the child finishes and wakes the parent.
     server.model.open("again-0");
@@ -507,14 +564,18 @@ async fn server_deleting_a_child_cancels_it_without_waking_the_parent() {
     let (parent, mut events, children) = server.begin("del", 1, false).await;
     events.wait("result", Some(&parent), None).await;
     let child = children[0]["session_id"].as_str().unwrap();
-    server.ok("delete_session", json!({"session_id": child})).await;
+    server
+        .ok("delete_session", json!({"session_id": child}))
+        .await;
     let snapshot = server.snapshot(&parent).await;
     assert_eq!(snapshot["running"], false);
     assert!(snapshot["pending"].as_array().unwrap().is_empty());
     assert!(snapshot["subagents"].as_array().unwrap().is_empty());
     // Opening the gate now reaches no one: the child is gone.
     server.model.open("del-0");
-    let (status, body) = server.post("get_session", json!({"session_id": child})).await;
+    let (status, body) = server
+        .post("get_session", json!({"session_id": child}))
+        .await;
     assert_eq!(status, 404, "{body}");
     assert!(reports(&server.history(&parent).await).is_empty());
     let listed = server.ok("list_sessions", json!({})).await;
@@ -525,11 +586,29 @@ async fn server_deleting_a_child_cancels_it_without_waking_the_parent() {
 async fn server_enforces_auth_and_answers_bad_input_clearly() {
     let server = Server::start().await;
     let url = format!("{}/api/list_sessions", server.url);
-    let none = server.http.post(&url).json(&json!({})).send().await.unwrap();
+    let none = server
+        .http
+        .post(&url)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(none.status(), 401);
-    let wrong = server.http.post(&url).bearer_auth("nope").json(&json!({})).send().await.unwrap();
+    let wrong = server
+        .http
+        .post(&url)
+        .bearer_auth("nope")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(wrong.status(), 401);
-    let sse = server.http.get(format!("{}/api/sessions/x/events", server.url)).send().await.unwrap();
+    let sse = server
+        .http
+        .get(format!("{}/api/sessions/x/events", server.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(sse.status(), 401);
     let (status, body) = server.post("no_such_command", json!({})).await;
     assert_eq!(status, 404);
@@ -544,16 +623,29 @@ async fn server_enforces_auth_and_answers_bad_input_clearly() {
         .unwrap();
     assert_eq!(bad.status(), 400);
     let body: Value = bad.json().await.unwrap();
-    assert!(body["error"]["message"].as_str().unwrap().contains("not valid JSON"), "{body}");
-    let (status, body) = server.post("get_session", json!({"session_id": "0190-missing"})).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON"),
+        "{body}"
+    );
+    let (status, body) = server
+        .post("get_session", json!({"session_id": "0190-missing"}))
+        .await;
     assert_eq!(status, 404, "{body}");
-    let (status, _) = server.post("create_session", json!({"workspace": "relative/path"})).await;
+    let (status, _) = server
+        .post("create_session", json!({"workspace": "relative/path"}))
+        .await;
     assert_eq!(status, 400);
     let (status, _) = server.post("create_session", json!({})).await;
     assert_eq!(status, 400);
     let missing = server
         .http
-        .get(format!("{}/api/sessions/0190-missing/events?token={}", server.url, server.token))
+        .get(format!(
+            "{}/api/sessions/0190-missing/events?token={}",
+            server.url, server.token
+        ))
         .send()
         .await
         .unwrap();
@@ -565,45 +657,102 @@ async fn server_enforces_auth_and_answers_bad_input_clearly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_two_clients_see_the_same_events_and_a_stalled_one_slows_no_one() {
     let server = Server::start().await;
-    // Far more events than the per-subscriber buffer (4096) and the socket buffers hold.
-    server.model.0.lock().unwrap().flood = 6000;
+    // Each child streams fewer events than a subscriber's buffer (4096) holds, one child
+    // at a time, so readers that keep up see every one; all of them together are more
+    // than a client that never reads can hold, in its socket and its buffer.
+    let children = 4;
+    server.model.0.lock().unwrap().flood = 3000;
+    server.model.open("parent:flood");
     let workspace = server.dir.path().join("flood");
     std::fs::create_dir_all(&workspace).unwrap();
+    server.model.plan("flood", children, false);
     let info = server
-        .ok("create_session", json!({"workspace": workspace.display().to_string()}))
+        .ok(
+            "create_session",
+            json!({"workspace": workspace.display().to_string()}),
+        )
         .await;
     let id = info["session_id"].as_str().unwrap().to_string();
     let mut a = server.events(&id).await;
     let mut b = server.events(&id).await;
-    let mut watcher = server.events(&id).await;
-    // A client that connects and never reads a byte while the run streams.
-    let stalled = server
-        .http
-        .get(format!("{}/api/sessions/{id}/events", server.url))
-        .bearer_auth(&server.token)
-        .send()
+    // A client with a tiny receive window that never reads a byte.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(2048).unwrap();
+    let addr: std::net::SocketAddr = server.url.trim_start_matches("http://").parse().unwrap();
+    let mut stalled = socket.connect(addr).await.unwrap();
+    stalled
+        .write_all(
+            format!(
+                "GET /api/sessions/{id}/events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\r\n",
+                server.token
+            )
+            .as_bytes(),
+        )
         .await
         .unwrap();
-    server.ok("submit", json!({"session_id": id, "content": "ROOT:flood"})).await;
-    let reference = server.wait_tree_idle(&mut watcher, &id).await;
-    let deltas = reference
+    server
+        .ok("submit", json!({"session_id": id, "content": "ROOT:flood"}))
+        .await;
+    let until_result = async |sse: &mut Sse, session: &str| {
+        let mut seen = Vec::new();
+        loop {
+            let event = sse.next().await;
+            assert_ne!(event["type"], "error", "{event}");
+            let done = event["type"] == "result" && event["session_id"] == session;
+            seen.push(event);
+            if done {
+                return seen;
+            }
+        }
+    };
+    let seen_a = until_result(&mut a, &id).await;
+    let seen_b = until_result(&mut b, &id).await;
+    assert_eq!(seen_a, seen_b);
+    let child_ids: Vec<String> = seen_a
         .iter()
-        .filter(|e| e["kind"] == "content.delta")
-        .count();
-    assert_eq!(deltas, 6000);
-    let mut seen_a = Vec::new();
-    let mut seen_b = Vec::new();
-    for _ in 0..reference.len() {
-        seen_a.push(a.next().await);
-        seen_b.push(b.next().await);
+        .filter(|e| e["type"] == "session_created")
+        .map(|e| e["session_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(child_ids.len(), children);
+    // Hold the parent's wake-up: only the children's streams matter here.
+    server.model.0.lock().unwrap().open.remove("parent:flood");
+    for (i, child) in child_ids.iter().enumerate() {
+        server.model.open(&format!("flood-{i}"));
+        let seen_a = until_result(&mut a, child).await;
+        let seen_b = until_result(&mut b, child).await;
+        assert_eq!(seen_a, seen_b, "child {i}");
+        assert!(
+            seen_a.iter().all(|e| e["type"] != "snapshot"),
+            "child {i}: a fast reader lagged"
+        );
+        let deltas = seen_a
+            .iter()
+            .filter(|e| e["kind"] == "content.delta" && e["session_id"] == child.as_str())
+            .count();
+        assert_eq!(deltas, 3000, "child {i}");
     }
-    assert_eq!(seen_a, reference);
-    assert_eq!(seen_b, reference);
-    assert!(reference.iter().any(|e| e["type"] == "result" && e["session_id"] == id.as_str()));
-    // The stalled client, read at last, is told to resync with a fresh snapshot.
-    let mut stalled = Sse::from_response(stalled);
-    assert_eq!(stalled.next().await["type"], "snapshot");
-    stalled.wait("snapshot", Some(&id), None).await;
+    // The stalled client, read at last, was told to resync with a fresh snapshot.
+    let resynced = async {
+        let needle = br#"{"type":"snapshot""#;
+        let mut tail: Vec<u8> = Vec::new();
+        let mut snapshots = 0;
+        let mut buffer = vec![0u8; 65536];
+        loop {
+            let n = stalled.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "the stream ended before a resync snapshot");
+            // Scan only what is new (plus a needle's length of overlap).
+            tail.extend_from_slice(&buffer[..n]);
+            snapshots += tail.windows(needle.len()).filter(|w| w == needle).count();
+            if snapshots >= 2 {
+                return;
+            }
+            let keep = tail.len().saturating_sub(needle.len() - 1);
+            tail.drain(..keep);
+        }
+    };
+    tokio::time::timeout(WAIT, resynced)
+        .await
+        .expect("the stalled client never got a fresh snapshot");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -621,7 +770,9 @@ async fn server_stops_cleanly_on_sigterm_leaving_valid_histories() {
         .unwrap();
     assert!(status.success(), "{status:?}");
     let store = bumblehive::store::SessionStore::new(&server.dir.path().join("data")).unwrap();
-    for id in std::iter::once(parent.as_str()).chain(children.iter().map(|c| c["session_id"].as_str().unwrap())) {
+    for id in std::iter::once(parent.as_str())
+        .chain(children.iter().map(|c| c["session_id"].as_str().unwrap()))
+    {
         let loaded = store.load(id).unwrap();
         assert!(loaded.notice.is_none());
         assert_order(&loaded.messages);
@@ -663,17 +814,36 @@ async fn run_command_prints_events_and_exits_when_the_tree_is_idle() {
     .await
     .expect("run did not exit")
     .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let events: Vec<Value> = String::from_utf8(output.stdout)
         .unwrap()
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    assert_eq!(events.iter().filter(|e| e["type"] == "session_created").count(), 2);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["type"] == "session_created")
+            .count(),
+        2
+    );
     assert!(events.iter().any(|e| e["type"] == "approval_request"));
     // The last result is the parent's, after both reports woke it.
     let last = events.iter().rev().find(|e| e["type"] == "result").unwrap();
-    assert!(last["content"].as_str().unwrap().contains("REPORT:once-0"), "{last}");
-    assert!(last["content"].as_str().unwrap().contains("REPORT:once-1"), "{last}");
-    assert_eq!(std::fs::read_to_string(workspace.join("out.txt")).unwrap(), "approved");
+    assert!(
+        last["content"].as_str().unwrap().contains("REPORT:once-0"),
+        "{last}"
+    );
+    assert!(
+        last["content"].as_str().unwrap().contains("REPORT:once-1"),
+        "{last}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("out.txt")).unwrap(),
+        "approved"
+    );
 }

@@ -36,3 +36,9 @@ mod controller;
 
 // Recovery after a crash or restart, the report ledger, interrupted children, damaged sessions.
 mod durability;
+
+// The headless server: the real binary over HTTP and SSE, and `bumblehive run`.
+mod server;
+
+// SIGKILL at many points of delegated runs, restart, resume, check (names start with crash_).
+mod crash;
