@@ -112,6 +112,13 @@ class WebDriver {
     await this.call('POST', `/session/:session/element/${id}/clear`, {});
     await this.call('POST', `/session/:session/element/${id}/value`, { text });
   }
+  /** Resolves after the page has painted twice (WebKit paints lazily under Xvfb). */
+  painted() {
+    return this.call('POST', '/session/:session/execute/async', {
+      script: 'const done = arguments[arguments.length - 1]; requestAnimationFrame(() => requestAnimationFrame(() => done(true)));',
+      args: [],
+    });
+  }
   async screenshot(file) {
     const data = await this.call('GET', '/session/:session/screenshot');
     writeFileSync(file, Buffer.from(data, 'base64'));
@@ -177,6 +184,8 @@ try {
     click: (css) => wd.click(css),
     type: (css, text) => wd.type(css, text),
     async shot(name) {
+      // The DOM is ahead of the pixels: let the window paint what the test just saw.
+      await wd.painted();
       await wd.screenshot(join(out, `${name}.png`));
       execFileSync('import', ['-window', 'root', join(out, `${name}-screen.png`)], { env: { ...process.env, DISPLAY: display } });
     },

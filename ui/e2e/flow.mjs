@@ -40,12 +40,24 @@ return {
         };
       })
     : [],
+  toolCards: chat
+    ? all('[data-testid=tool-card]', chat).map((e) => ({ tool: e.getAttribute('data-tool'), state: e.getAttribute('data-state') }))
+    : [],
+  sidebar: all('[data-testid=session-item]').map((e) => ({
+    id: e.getAttribute('data-session-id'),
+    parent: e.getAttribute('data-parent-id'),
+    state: e.getAttribute('data-state'),
+  })),
+  session: pane ? pane.getAttribute('data-session-id') : null,
   pending: all('[data-testid=pending-item]').map(text),
   stopped: all('[data-testid=run-stopped]').length,
   errors: all('[data-testid=run-error]').map(text),
 };`;
 
 const tab = (s, title) => s.tabs.find((t) => t.title === title);
+/** The state the sidebar shows for the open (parent) session. */
+const listed = (s) => s.sidebar.find((i) => i.id === s.session)?.state;
+const lastCard = (s, tool) => s.toolCards.filter((c) => c.tool === tool).at(-1)?.state;
 const says = (s, role, words) => s.messages.some((m) => m.role === role && !m.streaming && m.text.includes(words));
 
 /**
@@ -109,7 +121,8 @@ export function flowSteps(driver, ctx) {
             says(s, 'report', 'Wrote notes.txt') &&
             says(s, 'assistant', 'Report received: Wrote notes.txt') &&
             tab(s, 'Writer')?.state === 'done' &&
-            s.running === 'false',
+            s.running === 'false' &&
+            listed(s) === 'idle',
         );
         const file = join(ctx.workspace, 'notes.txt');
         check(existsSync(file), 'notes.txt was not written in the workspace');
@@ -159,8 +172,13 @@ export function flowSteps(driver, ctx) {
             s.pending[0].includes('Quick') &&
             s.running === 'false' &&
             s.paused === 'true' &&
-            s.stopped >= 1,
+            s.stopped >= 1 &&
+            listed(s) === 'paused',
         );
+        // The delegation had returned before the stop: only the write was cut off.
+        const s = await state();
+        check(lastCard(s, 'sub_agent') === 'done', `the Quick sub_agent card shows ${lastCard(s, 'sub_agent')}, not done`);
+        check(lastCard(s, 'write_file') === 'error', `the stopped write_file card shows ${lastCard(s, 'write_file')}, not error`);
         check(!existsSync(join(ctx.workspace, 'parent.txt')), 'parent.txt was written although the run was stopped');
         await driver.shot('07-pending-tray');
       },
@@ -175,7 +193,8 @@ export function flowSteps(driver, ctx) {
             s.pending.length === 0 &&
             says(s, 'assistant', 'Report received: Quick check done') &&
             s.running === 'false' &&
-            s.paused === 'false',
+            s.paused === 'false' &&
+            listed(s) === 'idle',
         );
         await noRunError();
         await driver.shot('08-resumed-finished');
