@@ -146,13 +146,14 @@ impl Config {
     }
 
     /// The config as `get_config` shows it. Keys never live in the config, so there is
-    /// nothing to redact but values that look like secrets in the provider's extra knobs.
+    /// nothing to redact but values that look like secrets in the provider's extra knobs;
+    /// `api_key_env` and `api_key_keyring` only name where a key is found, so they show.
     pub fn redacted(&self) -> Value {
         let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
         if let Some(provider) = value.get_mut("provider").and_then(Value::as_object_mut) {
             for (key, field) in provider.iter_mut() {
                 let lower = key.to_ascii_lowercase();
-                if (lower.contains("key") && lower != "api_key_env")
+                if (lower.contains("key") && lower != "api_key_env" && lower != "api_key_keyring")
                     || lower.contains("secret")
                     || lower.contains("token")
                 {
@@ -250,10 +251,11 @@ mod tests {
     #[test]
     fn secrets_in_extra_knobs_are_redacted() {
         let config = Config::default()
-            .patched(&json!({"provider": {"api_key": "sk-123", "api_key_env": "X"}}))
+            .patched(&json!({"provider": {"api_key": "sk-123", "api_key_env": "X", "api_key_keyring": "openai"}}))
             .unwrap();
         let shown = config.redacted();
         assert_eq!(shown["provider"]["api_key"], "<redacted>");
         assert_eq!(shown["provider"]["api_key_env"], "X");
+        assert_eq!(shown["provider"]["api_key_keyring"], "openai");
     }
 }

@@ -11,7 +11,8 @@
 //! - §6 busy config, shutdown, isolation: [`service`].
 //! - §7 approvals: [`approvals`].
 //! - §9 the command table: [`commands`].
-//! - §10 configuration: [`config`]; sessions on disk: [`store`].
+//! - §10 configuration: [`config`]; sessions on disk: [`store`]; model providers over
+//!   HTTP and API keys: [`providers`].
 
 pub mod approvals;
 pub mod commands;

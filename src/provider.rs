@@ -104,8 +104,33 @@ pub enum ProviderError {
     Network(String),
     #[error("malformed response: {0}")]
     Malformed(String),
+    #[error("the account's quota is used up: {0}")]
+    QuotaExceeded(String),
+    #[error("provider configuration: {0}")]
+    Config(String),
     #[error("{0}")]
     Other(String),
+}
+
+impl ProviderError {
+    /// Whether trying the same request again may help: rate limits, server trouble and
+    /// broken connections pass; a bad key or a bad request fails the same way every time.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ProviderError::RateLimited { .. }
+                | ProviderError::Server { .. }
+                | ProviderError::Network(_)
+        )
+    }
+
+    /// The wait the server asked for, if it named one.
+    pub fn retry_after_ms(&self) -> Option<u64> {
+        match self {
+            ProviderError::RateLimited { retry_after_ms, .. } => *retry_after_ms,
+            _ => None,
+        }
+    }
 }
 
 /// A model. Implementations stream deltas to `sink` and return the whole message.

@@ -497,7 +497,6 @@ impl ServiceInner {
             tools = tools.filtered(|name| name != "sub_agent");
             None
         };
-        let usage = meta.usage;
         let loaded = self.shared.store.load(session_id)?;
         let pending = self.shared.store.read_pending(session_id).unwrap_or_else(|err| {
             tracing::warn!(session = %session_id, "pending queue unreadable, starting empty: {err}");
@@ -516,7 +515,6 @@ impl ServiceInner {
         if let Some(existing) = controllers.get(session_id) {
             return Ok(existing.clone());
         }
-        self.shared.add_tree_usage(&controller.lineage, usage);
         controllers.insert(session_id.to_string(), controller.clone());
         Ok(controller)
     }
@@ -677,7 +675,30 @@ impl ServiceInner {
         if stats != RecoveryStats::default() {
             tracing::warn!(?stats, "recovered from an unclean stop");
         }
+        self.sum_tree_usage(&metas);
         Ok(stats)
+    }
+
+    /// Tokens of every stored tree, summed once at start; runs add to it as they go.
+    fn sum_tree_usage(&self, metas: &[crate::store::SessionMeta]) {
+        let parents: HashMap<&str, Option<&str>> = metas
+            .iter()
+            .map(|m| (m.session_id.as_str(), m.parent_session_id.as_deref()))
+            .collect();
+        let mut tree = self
+            .shared
+            .tree_usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for meta in metas {
+            let mut id = Some(meta.session_id.as_str());
+            // Bounded by the number of sessions, so a corrupt parent cycle cannot loop.
+            for _ in 0..=metas.len() {
+                let Some(current) = id else { break };
+                tree.entry(current.to_string()).or_default().add(meta.usage);
+                id = parents.get(current).copied().flatten();
+            }
+        }
     }
 }
 

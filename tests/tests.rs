@@ -8,6 +8,22 @@ mod support;
 // Every scenario of ../shared/seed/test_background_delegation.py, same names without `test_`.
 mod seed;
 
+// A scripted model server (axum on 127.0.0.1:0): queued SSE answers, recorded requests,
+// tool outputs checked against earlier calls; OpenAI chunk and Anthropic event builders.
+mod mock_llm;
+
+// The `openai` provider over real HTTP against the mock: stream shapes, request bodies,
+// retries, errors, cancel, usage, the seed's delegation flow, chunk-to-event overhead.
+mod providers_openai;
+
+// The `anthropic` provider over real HTTP against the mock: event shapes, the mapping of
+// the OpenAI-shaped history, retries and errors.
+mod providers_anthropic;
+
+// A real small model served by ../shared/tools/local-llm (skipped unless
+// BUMBLEHIVE_REAL_MODEL_URL is set; scripts/real-model-tier.sh sets it).
+mod real_model;
+
 // Workspace tools driven directly (edits, search, commands with no process left behind),
 // and approvals end to end: a child's approval in the parent's window, remember, denial reasons.
 mod tools;

@@ -1,0 +1,191 @@
+//! The crash harness: the real binary is killed with SIGKILL at many points of a delegated run, restarted on the same data dir, and what was interrupted is resumed; then every history must be valid and every child's report in its parent exactly once.
+
+use std::collections::HashMap;
+
+use bumblehive::protocol::Message;
+use serde_json::{Value, json};
+
+use crate::server::{Server, assert_order};
+
+/// One crash scenario: a plan for the parent and how many SSE events to let through
+/// before the kill (each value of `kill_after` is one kill point).
+struct Scenario {
+    root: &'static str,
+    children: usize,
+    approval: bool,
+}
+
+/// Drives a fresh server through the scenario until `kill_after` events were seen
+/// (approving the parent's write when asked), kills it, restarts it, finishes the work,
+/// and checks the result. Returns how many events the uninterrupted flow had left.
+async fn crash_once(scenario: &Scenario, kill_after: usize) -> usize {
+    let mut server = Server::start().await;
+    server.model.open(&format!("parent:{}", scenario.root));
+    for i in 0..scenario.children {
+        server.model.open(&format!("{}-{i}", scenario.root));
+    }
+    let (parent, mut events, _) = server
+        .begin(scenario.root, scenario.children, scenario.approval)
+        .await;
+    let mut seen = 0;
+    let mut finished = false;
+    while seen < kill_after {
+        let event = events.next().await;
+        seen += 1;
+        approve_if_asked(&server, &parent, &event).await;
+        if is_final(scenario, &parent, &event) {
+            // The flow is over before this kill point: the last point was tried.
+            finished = true;
+            break;
+        }
+    }
+    server.kill().await;
+    drop(events);
+    let mut server = server.restart().await;
+    check_all_sessions_load(&server).await;
+    finish_everything(&mut server, &parent).await;
+    check_reports_exactly_once(&server).await;
+    if finished { 0 } else { 1 }
+}
+
+/// The parent's answer after every child's report: the end of the uninterrupted flow.
+fn is_final(scenario: &Scenario, parent: &str, event: &Value) -> bool {
+    event["type"] == "result"
+        && event["session_id"] == parent
+        && (0..scenario.children).all(|i| {
+            event["content"]
+                .as_str()
+                .unwrap_or("")
+                .contains(&format!("REPORT:{}-{i}", scenario.root))
+        })
+}
+
+async fn approve_if_asked(server: &Server, parent: &str, event: &Value) {
+    if event["type"] == "approval_request" {
+        let _ = server
+            .post(
+                "decide_approval",
+                json!({"session_id": parent, "approval_id": event["approval_id"], "approved": true}),
+            )
+            .await;
+    }
+}
+
+/// Every session loads, and every history keeps the message-order invariant.
+async fn check_all_sessions_load(server: &Server) {
+    let sessions = server.ok("list_sessions", json!({})).await;
+    for info in sessions.as_array().unwrap() {
+        let id = info["session_id"].as_str().unwrap();
+        let session = server.ok("get_session", json!({"session_id": id})).await;
+        if let Some(notice) = session["notice"].as_str() {
+            assert!(!notice.contains("read-only"), "session {id} damaged: {notice}");
+        }
+        let history: Vec<Message> = serde_json::from_value(session["messages"].clone()).unwrap();
+        assert_order(&history);
+    }
+}
+
+/// Resumes interrupted children, steers every pending message, approves what is asked,
+/// until the whole tree is idle with nothing pending and nothing interrupted.
+async fn finish_everything(server: &mut Server, parent: &str) {
+    let mut events = server.events(parent).await;
+    loop {
+        let sessions = server.ok("list_sessions", json!({})).await;
+        let mut acted = false;
+        let mut busy = false;
+        for info in sessions.as_array().unwrap() {
+            let id = info["session_id"].as_str().unwrap();
+            if info["interrupted"] == true {
+                server.ok("resume_subagent", json!({"session_id": id})).await;
+                acted = true;
+            }
+            let snapshot = server.snapshot(id).await;
+            busy |= snapshot["running"] == true || !snapshot["subagents"].as_array().unwrap().is_empty();
+            for approval in snapshot["approvals"].as_array().unwrap() {
+                approve_if_asked(server, id, &json!({"type": "approval_request", "approval_id": approval["approval_id"]})).await;
+                acted = true;
+            }
+            if snapshot["running"] == false {
+                for pending in snapshot["pending"].as_array().unwrap() {
+                    server
+                        .ok("steer", json!({"session_id": id, "message_id": pending["message_id"]}))
+                        .await;
+                    acted = true;
+                }
+            }
+        }
+        if !acted && !busy {
+            return;
+        }
+        if busy && !acted {
+            // Work is under way: wait for its next event rather than polling.
+            let event = events.next().await;
+            approve_if_asked(server, parent, &event).await;
+        }
+    }
+}
+
+/// Each child's report is in its parent's history exactly once, and nothing is pending.
+async fn check_reports_exactly_once(server: &Server) {
+    let sessions = server.ok("list_sessions", json!({})).await;
+    let mut histories: HashMap<String, Vec<Message>> = HashMap::new();
+    for info in sessions.as_array().unwrap() {
+        let id = info["session_id"].as_str().unwrap().to_string();
+        histories.insert(id.clone(), server.history(&id).await);
+        let snapshot = server.snapshot(&id).await;
+        assert!(snapshot["pending"].as_array().unwrap().is_empty(), "pending left in {id}: {snapshot}");
+        assert_eq!(info["interrupted"], false);
+    }
+    for info in sessions.as_array().unwrap() {
+        let (Some(parent), Some(task)) = (info["parent_session_id"].as_str(), info["task_id"].as_str()) else {
+            continue;
+        };
+        let id = format!("subagent:{task}");
+        let count = histories[parent]
+            .iter()
+            .filter(|m| m.id.as_deref() == Some(id.as_str()))
+            .count();
+        assert_eq!(count, 1, "report {id} of child {} in parent {parent}", info["session_id"]);
+    }
+}
+
+async fn sweep(scenario: Scenario, max_points: usize) -> usize {
+    let mut points = 0;
+    for kill_after in 0..max_points {
+        points += 1;
+        if crash_once(&scenario, kill_after).await == 0 {
+            break;
+        }
+    }
+    points
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_kill_points_across_a_delegated_run_with_an_approval() {
+    let points = sweep(
+        Scenario {
+            root: "crashy",
+            children: 2,
+            approval: true,
+        },
+        200,
+    )
+    .await;
+    println!("crash harness (2 children + approval): {points} kill points");
+    assert!(points >= 50, "too few kill points: {points}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_kill_points_across_three_children() {
+    let points = sweep(
+        Scenario {
+            root: "triple",
+            children: 3,
+            approval: false,
+        },
+        200,
+    )
+    .await;
+    println!("crash harness (3 children): {points} kill points");
+    assert!(points >= 50, "too few kill points: {points}");
+}

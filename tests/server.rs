@@ -1,0 +1,679 @@
+//! The headless server end to end: the real `bumblehive` binary on port 0 with a temp data dir, a scripted OpenAI-compatible model server, driven over HTTP and SSE.
+
+use std::collections::{HashMap, HashSet};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bumblehive::invariant::check_message_order;
+use bumblehive::protocol::Message;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::mpsc;
+
+use crate::mock_llm::{LiveStream, MockLlm, MockResponse, RecordedRequest, openai};
+use crate::support::WAIT;
+
+/// The seed's scripted model, over HTTP: parents delegate per plan, children wait on a
+/// gate, read `data.txt`, and report. A closed gate holds the answer as a live stream.
+#[derive(Default)]
+struct Script {
+    plans: HashMap<String, (usize, bool)>,
+    open: HashSet<String>,
+    waiting: HashMap<String, Vec<(LiveStream, String)>>,
+    approval_path: String,
+    parent_error: bool,
+    /// Pieces of the answer to `ROOT:flood`.
+    flood: usize,
+}
+
+#[derive(Clone, Default)]
+pub struct Model(Arc<Mutex<Script>>);
+
+impl Model {
+    pub fn plan(&self, root: &str, count: usize, approval: bool) {
+        self.0
+            .lock()
+            .unwrap()
+            .plans
+            .insert(root.into(), (count, approval));
+    }
+
+    /// Opens a gate: held answers are sent now, later ones at once.
+    pub fn open(&self, gate: &str) {
+        let held = {
+            let mut script = self.0.lock().unwrap();
+            script.open.insert(gate.into());
+            script.waiting.remove(gate).unwrap_or_default()
+        };
+        for (stream, body) in held {
+            stream.send(body);
+            stream.finish();
+        }
+    }
+
+    fn answer(&self, gate: &str, body: String) -> MockResponse {
+        let mut script = self.0.lock().unwrap();
+        if script.open.contains(gate) {
+            return MockResponse::sse(body);
+        }
+        let (response, stream) = MockResponse::live();
+        script
+            .waiting
+            .entry(gate.into())
+            .or_default()
+            .push((stream, body));
+        response
+    }
+
+    fn respond(&self, request: &RecordedRequest) -> MockResponse {
+        let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+        let text = |m: &Value| m["content"].as_str().unwrap_or("").to_string();
+        let users: Vec<String> = messages
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .map(text)
+            .collect();
+        let first = users.first().cloned().unwrap_or_default();
+        let last = messages.last().cloned().unwrap_or(Value::Null);
+        if first.contains("\nTask:\nCHILD:") {
+            let name = first
+                .rsplit_once("CHILD:")
+                .unwrap()
+                .1
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string();
+            if last["role"] == "tool" {
+                return MockResponse::sse(openai::text_answer(
+                    &[&format!("REPORT:{name}: {}", text(&last))],
+                    (10, 5),
+                ));
+            }
+            let body = openai::tool_answer(
+                &[("read-child", "read_file", json!({"path": "data.txt"}))],
+                (10, 5),
+            );
+            return self.answer(&name, body);
+        }
+        let root = first
+            .strip_prefix("ROOT:")
+            .unwrap_or(&first)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string();
+        if root == "flood" {
+            let flood = self.0.lock().unwrap().flood;
+            let pieces: Vec<String> = (0..flood).map(|i| format!("w{i} ")).collect();
+            let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+            return MockResponse::sse(openai::text_answer(&pieces, (5, flood as u64)));
+        }
+        let systems = messages.iter().filter(|m| m["role"] == "system").count();
+        if messages.len() == systems + 1 {
+            let (count, approval, path) = {
+                let script = self.0.lock().unwrap();
+                let (count, approval) = script.plans.get(&root).copied().unwrap_or((0, false));
+                (count, approval, script.approval_path.clone())
+            };
+            let mut calls: Vec<(String, String, Value)> = (0..count)
+                .map(|i| {
+                    (
+                        format!("delegate-{i}"),
+                        "sub_agent".to_string(),
+                        json!({"title": format!("Review {root}-{i}"), "task": format!("CHILD:{root}-{i}")}),
+                    )
+                })
+                .collect();
+            if approval {
+                calls.push((
+                    "write-parent".into(),
+                    "write_file".into(),
+                    json!({"path": path, "content": "approved"}),
+                ));
+            }
+            let calls: Vec<(&str, &str, Value)> = calls
+                .iter()
+                .map(|(id, name, args)| (id.as_str(), name.as_str(), args.clone()))
+                .collect();
+            return MockResponse::sse(openai::tool_answer(&calls, (20, 10)));
+        }
+        if self.0.lock().unwrap().parent_error {
+            return MockResponse::error(
+                400,
+                r#"{"error":{"message":"parent execution failed","type":"invalid_request_error"}}"#,
+            );
+        }
+        let reports: Vec<&String> = users
+            .iter()
+            .filter(|u| u.starts_with("[Background tool result]"))
+            .collect();
+        let body = if reports.is_empty() {
+            "initial answer".to_string()
+        } else {
+            reports
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        self.answer(
+            &format!("parent:{root}"),
+            openai::text_answer(&[&format!("PARENT:{root}:"), &body], (30, 10)),
+        )
+    }
+}
+
+/// The real binary, serving on a free port.
+pub struct Server {
+    pub child: tokio::process::Child,
+    pub url: String,
+    pub token: String,
+    pub http: reqwest::Client,
+    pub dir: tempfile::TempDir,
+    pub model: Model,
+    pub mock: MockLlm,
+}
+
+impl Server {
+    pub async fn start() -> Server {
+        let mock = MockLlm::start().await;
+        let model = Model::default();
+        let handler = model.clone();
+        mock.respond_with(move |request| handler.respond(request));
+        let dir = tempfile::tempdir().unwrap();
+        model.0.lock().unwrap().approval_path =
+            dir.path().join("approval.txt").display().to_string();
+        let config = json!({
+            "provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()), "model": "scripted",
+                          "max_retries": 0}
+        });
+        std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+        Self::spawn(dir, model, mock).await
+    }
+
+    /// Starts the binary on `dir` (config and data inside it).
+    async fn spawn(dir: tempfile::TempDir, model: Model, mock: MockLlm) -> Server {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+            .arg("--config")
+            .arg(dir.path().join("config.json"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["serve", "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(WAIT, lines.next_line())
+            .await
+            .expect("the server printed nothing")
+            .unwrap()
+            .expect("the server closed stdout");
+        let hello: Value = serde_json::from_str(&first).unwrap();
+        Server {
+            child,
+            url: hello["url"].as_str().unwrap().to_string(),
+            token: hello["token"].as_str().unwrap().to_string(),
+            http: reqwest::Client::new(),
+            dir,
+            model,
+            mock,
+        }
+    }
+
+    /// Kills the process at once (SIGKILL): no shutdown, no flush.
+    pub async fn kill(&mut self) {
+        self.child.start_kill().unwrap();
+        self.child.wait().await.unwrap();
+    }
+
+    /// A new process on the same data dir and model, as after a crash.
+    pub async fn restart(self) -> Server {
+        let Server { dir, model, mock, .. } = self;
+        Self::spawn(dir, model, mock).await
+    }
+
+    pub async fn post(&self, command: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .post(format!("{}/api/{command}", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn ok(&self, command: &str, body: Value) -> Value {
+        let (status, value) = self.post(command, body).await;
+        assert_eq!(status, 200, "{command}: {value}");
+        value
+    }
+
+    pub async fn events(&self, session_id: &str) -> Sse {
+        Sse::connect(&self.http, &format!("{}/api/sessions/{session_id}/events", self.url), &self.token).await
+    }
+
+    /// A session in `<tmp>/<root>` with `data.txt`, its events, the prompt submitted,
+    /// and its `count` children created.
+    pub async fn begin(&self, root: &str, count: usize, approval: bool) -> (String, Sse, Vec<Value>) {
+        let workspace = self.dir.path().join(root);
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::write(workspace.join("data.txt"), format!("DATA:{root}")).unwrap();
+        self.model.plan(root, count, approval);
+        let info = self
+            .ok("create_session", json!({"workspace": workspace.display().to_string()}))
+            .await;
+        let id = info["session_id"].as_str().unwrap().to_string();
+        let mut events = self.events(&id).await;
+        let snapshot = events.next().await;
+        assert_eq!(snapshot["type"], "snapshot");
+        let submitted = self
+            .ok("submit", json!({"session_id": id, "content": format!("ROOT:{root}")}))
+            .await;
+        assert_eq!(submitted["status"], "started");
+        let mut children = Vec::new();
+        for _ in 0..count {
+            children.push(events.wait("session_created", None, None).await);
+        }
+        (id, events, children)
+    }
+
+    pub async fn history(&self, session_id: &str) -> Vec<Message> {
+        let session = self.ok("get_session", json!({"session_id": session_id})).await;
+        serde_json::from_value(session["messages"].clone()).unwrap()
+    }
+
+    pub async fn snapshot(&self, session_id: &str) -> Value {
+        self.ok("snapshot", json!({"session_id": session_id})).await
+    }
+
+    /// Waits until the server says nothing runs in this session's tree; returns the
+    /// events read meanwhile.
+    async fn wait_tree_idle(&self, events: &mut Sse, session_id: &str) -> Vec<Value> {
+        let mut seen = Vec::new();
+        loop {
+            let snapshot = self.snapshot(session_id).await;
+            if snapshot["running"] == false && snapshot["subagents"].as_array().unwrap().is_empty() {
+                return seen;
+            }
+            // Something is still working: wait for its next event instead of polling.
+            seen.push(events.next().await);
+        }
+    }
+}
+
+/// A Server-Sent Events client: events arrive on a channel, parsed as JSON.
+pub struct Sse {
+    rx: mpsc::UnboundedReceiver<Value>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Sse {
+    async fn connect(http: &reqwest::Client, url: &str, token: &str) -> Sse {
+        let response = http.get(url).bearer_auth(token).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        Self::from_response(response)
+    }
+
+    fn from_response(response: reqwest::Response) -> Sse {
+        use eventsource_stream::Eventsource;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            let mut stream = response.bytes_stream().eventsource();
+            while let Some(Ok(event)) = stream.next().await {
+                if let Ok(value) = serde_json::from_str::<Value>(&event.data) {
+                    if tx.send(value).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Sse { rx, task }
+    }
+
+    /// The next event within `limit`, or `None`.
+    pub async fn next_timeout(&mut self, limit: Duration) -> Option<Value> {
+        tokio::time::timeout(limit, self.rx.recv()).await.ok().flatten()
+    }
+
+    pub async fn next(&mut self) -> Value {
+        tokio::time::timeout(WAIT, self.rx.recv())
+            .await
+            .expect("timed out waiting for an SSE event")
+            .expect("the event stream ended")
+    }
+
+    async fn wait(&mut self, kind: &str, session_id: Option<&str>, status: Option<&str>) -> Value {
+        let wanted = async {
+            loop {
+                let value = self.rx.recv().await.expect("the event stream ended");
+                if value["type"] == kind
+                    && session_id.is_none_or(|id| value["session_id"] == id)
+                    && status.is_none_or(|s| value["status"] == s)
+                {
+                    return value;
+                }
+            }
+        };
+        tokio::time::timeout(WAIT, wanted)
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {kind} {session_id:?} {status:?}"))
+    }
+}
+
+impl Drop for Sse {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn reports(history: &[Message]) -> Vec<&Message> {
+    history
+        .iter()
+        .filter(|m| m.text().starts_with("[Background tool result]"))
+        .collect()
+}
+
+pub fn assert_order(history: &[Message]) {
+    if let Err(err) = check_message_order(history) {
+        panic!("{err}: {history:#?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_idle_wake_up_with_three_children() {
+    let server = Server::start().await;
+    server.model.open("parent:idle");
+    let (parent, mut events, children) = server.begin("idle", 3, false).await;
+    events.wait("result", Some(&parent), None).await;
+    assert_eq!(server.snapshot(&parent).await["subagents"].as_array().unwrap().len(), 3);
+    let busy = server.post("update_config", json!({"patch": {"provider": {"model": "x"}}})).await;
+    assert_eq!(busy.0, 409);
+    assert_eq!(busy.1["error"]["code"], "busy");
+    for i in 0..3 {
+        server.model.open(&format!("idle-{i}"));
+    }
+    let mut unfinished: HashSet<String> = children
+        .iter()
+        .map(|c| c["session_id"].as_str().unwrap().to_string())
+        .collect();
+    while !unfinished.is_empty() {
+        let ended = events.wait("result", None, None).await;
+        unfinished.remove(ended["session_id"].as_str().unwrap());
+    }
+    server.wait_tree_idle(&mut events, &parent).await;
+    let history = server.history(&parent).await;
+    assert_eq!(reports(&history).len(), 3);
+    assert!(reports(&history).iter().all(|m| m.text().contains("REPORT:idle-")));
+    assert_order(&history);
+    for child in &children {
+        assert_order(&server.history(child["session_id"].as_str().unwrap()).await);
+    }
+    let snapshot = server.snapshot(&parent).await;
+    assert!(snapshot["tree_usage"]["input_tokens"].as_u64().unwrap() > snapshot["usage"]["input_tokens"].as_u64().unwrap());
+    server.mock.assert_valid();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_stop_during_approval_then_pending_then_steer() {
+    let server = Server::start().await;
+    server.model.open("parent:stop");
+    let (parent, mut events, _) = server.begin("stop", 1, true).await;
+    let approval = events.wait("approval_request", Some(&parent), None).await;
+    assert_eq!(approval["tool"], "write_file");
+    assert!(approval["diff"].as_str().unwrap().contains("+approved"));
+    server.model.open("stop-0");
+    events.wait("message_status", Some(&parent), Some("steered")).await;
+    server.ok("cancel", json!({"session_id": parent})).await;
+    let snapshot = server.snapshot(&parent).await;
+    assert_eq!(snapshot["running"], false);
+    assert_eq!(snapshot["paused"], true);
+    assert_eq!(snapshot["pending"][0]["message_id"], "subagent:delegate-0");
+    assert!(snapshot["approvals"].as_array().unwrap().is_empty());
+    assert!(!server.dir.path().join("approval.txt").exists());
+    let steered = server
+        .ok("steer", json!({"session_id": parent, "message_id": "subagent:delegate-0"}))
+        .await;
+    assert_eq!(steered["status"], "started");
+    events.wait("result", Some(&parent), None).await;
+    let history = server.history(&parent).await;
+    assert_eq!(reports(&history).len(), 1);
+    assert_order(&history);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_late_report_after_stop_stays_queued() {
+    let server = Server::start().await;
+    let (parent, mut events, _) = server.begin("late", 1, false).await;
+    loop {
+        let event = events.wait("event", Some(&parent), None).await;
+        if event["kind"] == "tool.call.finished" {
+            break;
+        }
+    }
+    server.ok("cancel", json!({"session_id": parent})).await;
+    server.model.open("late-0");
+    events.wait("message_status", Some(&parent), Some("queued")).await;
+    let snapshot = server.snapshot(&parent).await;
+    assert_eq!(snapshot["running"], false);
+    assert_eq!(snapshot["pending"].as_array().unwrap().len(), 1);
+    assert!(snapshot["pending"][0]["config"]["runtime"]["workspace"].is_null()
+        || snapshot["pending"][0]["config"]["runtime"]["workspace"].as_str().unwrap().ends_with("late"));
+    server.model.open("parent:late");
+    server
+        .ok("steer", json!({"session_id": parent, "message_id": "subagent:delegate-0"}))
+        .await;
+    events.wait("result", Some(&parent), None).await;
+    assert!(format!("{:?}", server.history(&parent).await).contains("REPORT:late-0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_disconnect_and_reconnect_snapshot_is_authoritative() {
+    let server = Server::start().await;
+    server.model.open("parent:again");
+    let (parent, mut events, children) = server.begin("again", 1, false).await;
+    events.wait("result", Some(&parent), None).await;
+    drop(events);
+    let mut again = server.events(&parent).await;
+    let snapshot = again.next().await;
+    assert_eq!(snapshot["type"], "snapshot");
+    assert_eq!(snapshot["running"], false);
+    assert_eq!(snapshot["subagents"][0]["session_id"], children[0]["session_id"]);
+    drop(again);
+    // No subscriber at all while the child finishes and wakes the parent.
+    server.model.open("again-0");
+    let mut watcher = server.events(&parent).await;
+    watcher.next().await;
+    server.wait_tree_idle(&mut watcher, &parent).await;
+    let mut last = server.events(&parent).await;
+    let snapshot = last.next().await;
+    assert_eq!(snapshot["running"], false);
+    assert!(snapshot["subagents"].as_array().unwrap().is_empty());
+    assert!(format!("{:?}", server.history(&parent).await).contains("REPORT:again-0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_deleting_a_child_cancels_it_without_waking_the_parent() {
+    let server = Server::start().await;
+    server.model.open("parent:del");
+    let (parent, mut events, children) = server.begin("del", 1, false).await;
+    events.wait("result", Some(&parent), None).await;
+    let child = children[0]["session_id"].as_str().unwrap();
+    server.ok("delete_session", json!({"session_id": child})).await;
+    let snapshot = server.snapshot(&parent).await;
+    assert_eq!(snapshot["running"], false);
+    assert!(snapshot["pending"].as_array().unwrap().is_empty());
+    assert!(snapshot["subagents"].as_array().unwrap().is_empty());
+    // Opening the gate now reaches no one: the child is gone.
+    server.model.open("del-0");
+    let (status, body) = server.post("get_session", json!({"session_id": child})).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(reports(&server.history(&parent).await).is_empty());
+    let listed = server.ok("list_sessions", json!({})).await;
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_enforces_auth_and_answers_bad_input_clearly() {
+    let server = Server::start().await;
+    let url = format!("{}/api/list_sessions", server.url);
+    let none = server.http.post(&url).json(&json!({})).send().await.unwrap();
+    assert_eq!(none.status(), 401);
+    let wrong = server.http.post(&url).bearer_auth("nope").json(&json!({})).send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    let sse = server.http.get(format!("{}/api/sessions/x/events", server.url)).send().await.unwrap();
+    assert_eq!(sse.status(), 401);
+    let (status, body) = server.post("no_such_command", json!({})).await;
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["code"], "unknown_command");
+    let bad = server
+        .http
+        .post(format!("{}/api/create_session", server.url))
+        .bearer_auth(&server.token)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let body: Value = bad.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("not valid JSON"), "{body}");
+    let (status, body) = server.post("get_session", json!({"session_id": "0190-missing"})).await;
+    assert_eq!(status, 404, "{body}");
+    let (status, _) = server.post("create_session", json!({"workspace": "relative/path"})).await;
+    assert_eq!(status, 400);
+    let (status, _) = server.post("create_session", json!({})).await;
+    assert_eq!(status, 400);
+    let missing = server
+        .http
+        .get(format!("{}/api/sessions/0190-missing/events?token={}", server.url, server.token))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let config = server.ok("get_config", json!({})).await;
+    assert_eq!(config["provider"]["kind"], "openai");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_two_clients_see_the_same_events_and_a_stalled_one_slows_no_one() {
+    let server = Server::start().await;
+    // Far more events than the per-subscriber buffer (4096) and the socket buffers hold.
+    server.model.0.lock().unwrap().flood = 6000;
+    let workspace = server.dir.path().join("flood");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let info = server
+        .ok("create_session", json!({"workspace": workspace.display().to_string()}))
+        .await;
+    let id = info["session_id"].as_str().unwrap().to_string();
+    let mut a = server.events(&id).await;
+    let mut b = server.events(&id).await;
+    let mut watcher = server.events(&id).await;
+    // A client that connects and never reads a byte while the run streams.
+    let stalled = server
+        .http
+        .get(format!("{}/api/sessions/{id}/events", server.url))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    server.ok("submit", json!({"session_id": id, "content": "ROOT:flood"})).await;
+    let reference = server.wait_tree_idle(&mut watcher, &id).await;
+    let deltas = reference
+        .iter()
+        .filter(|e| e["kind"] == "content.delta")
+        .count();
+    assert_eq!(deltas, 6000);
+    let mut seen_a = Vec::new();
+    let mut seen_b = Vec::new();
+    for _ in 0..reference.len() {
+        seen_a.push(a.next().await);
+        seen_b.push(b.next().await);
+    }
+    assert_eq!(seen_a, reference);
+    assert_eq!(seen_b, reference);
+    assert!(reference.iter().any(|e| e["type"] == "result" && e["session_id"] == id.as_str()));
+    // The stalled client, read at last, is told to resync with a fresh snapshot.
+    let mut stalled = Sse::from_response(stalled);
+    assert_eq!(stalled.next().await["type"], "snapshot");
+    stalled.wait("snapshot", Some(&id), None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_stops_cleanly_on_sigterm_leaving_valid_histories() {
+    let mut server = Server::start().await;
+    server.model.open("parent:term");
+    let (parent, mut events, children) = server.begin("term", 2, false).await;
+    events.wait("result", Some(&parent), None).await;
+    // Children are mid-run (waiting on the model) when the signal comes.
+    let pid = server.child.id().unwrap() as i32;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = tokio::time::timeout(WAIT, server.child.wait())
+        .await
+        .expect("the server did not stop")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let store = bumblehive::store::SessionStore::new(&server.dir.path().join("data")).unwrap();
+    for id in std::iter::once(parent.as_str()).chain(children.iter().map(|c| c["session_id"].as_str().unwrap())) {
+        let loaded = store.load(id).unwrap();
+        assert!(loaded.notice.is_none());
+        assert_order(&loaded.messages);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_command_prints_events_and_exits_when_the_tree_is_idle() {
+    let mock = MockLlm::start().await;
+    let model = Model::default();
+    let handler = model.clone();
+    mock.respond_with(move |request| handler.respond(request));
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("once");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("data.txt"), "DATA:once").unwrap();
+    model.0.lock().unwrap().approval_path = workspace.join("out.txt").display().to_string();
+    model.plan("once", 2, true);
+    for gate in ["parent:once", "once-0", "once-1"] {
+        model.open(gate);
+    }
+    let config = json!({"provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()), "model": "scripted"}});
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let output = tokio::time::timeout(
+        WAIT,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+            .arg("run")
+            .arg("--workspace")
+            .arg(&workspace)
+            .arg("--yes")
+            .arg("--config")
+            .arg(dir.path().join("config.json"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("ROOT:once")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("run did not exit")
+    .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let events: Vec<Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(events.iter().filter(|e| e["type"] == "session_created").count(), 2);
+    assert!(events.iter().any(|e| e["type"] == "approval_request"));
+    // The last result is the parent's, after both reports woke it.
+    let last = events.iter().rev().find(|e| e["type"] == "result").unwrap();
+    assert!(last["content"].as_str().unwrap().contains("REPORT:once-0"), "{last}");
+    assert!(last["content"].as_str().unwrap().contains("REPORT:once-1"), "{last}");
+    assert_eq!(std::fs::read_to_string(workspace.join("out.txt")).unwrap(), "approved");
+}
