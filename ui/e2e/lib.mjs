@@ -98,6 +98,8 @@ export function check(condition, message) {
 // Processes: each in its own process group, stopped (group and all) at the end.
 
 const children = new Set();
+/** Scratch folders to remove when the test is interrupted. */
+const scratches = new Set();
 
 /**
  * Starts a command in its own process group; stdout/stderr go to `log` (a file) unless
@@ -172,7 +174,10 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
     if (exiting) return;
     exiting = true;
     console.error(`\n${signal}: stopping everything started`);
-    stopAll(2000).finally(() => process.exit(130));
+    stopAll(2000).finally(() => {
+      for (const dir of scratches) rmSync(dir, { recursive: true, force: true });
+      process.exit(130);
+    });
   });
 }
 process.on('exit', () => {
@@ -217,5 +222,10 @@ export function scratch(name, baseUrl) {
   mkdirSync(data);
   const config = join(dir, 'config.json');
   writeFileSync(config, JSON.stringify({ provider: { kind: 'openai', base_url: baseUrl, model: 'm' } }, null, 2));
-  return { dir, workspace, data, config, remove: () => rmSync(dir, { recursive: true, force: true }) };
+  scratches.add(dir);
+  const remove = () => {
+    scratches.delete(dir);
+    rmSync(dir, { recursive: true, force: true });
+  };
+  return { dir, workspace, data, config, remove };
 }
