@@ -284,7 +284,9 @@ impl Run {
                 results[index] = Some(self.finished(&calls[index], result));
             }
             drop(running);
-            for (index, slot) in results.iter_mut().enumerate() {
+            // Slots before `written` are empty because their results are already in the
+            // history (and were reported finished): only the calls after them are open.
+            for (index, slot) in results.iter_mut().enumerate().skip(written) {
                 if slot.is_none() {
                     let call = &calls[index];
                     self.ctl.emit_kind(

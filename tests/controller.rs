@@ -191,3 +191,50 @@ async fn a_lagging_subscriber_is_told_to_resync() {
     assert_eq!(ctl.pending().len(), 5000);
     fx.service.shutdown().await;
 }
+
+/// A stop during the approval of a batch reports each call finished exactly once: the
+/// `sub_agent` call that already returned keeps its result (no synthetic "cancelled" for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_mid_batch_reports_each_call_finished_once() {
+    let fx = Delegation::new();
+    let mut begun = fx.begin("once", 1, true, None).await;
+    let parent = begun.session_id.clone();
+    let mut finished: Vec<(String, bool)> = Vec::new();
+    let mut asked = false;
+    let mut stopped = false;
+    loop {
+        let event = tokio::time::timeout(WAIT, begun.events.next_event())
+            .await
+            .expect("timed out waiting for the stop")
+            .expect("event stream closed");
+        let value = serde_json::to_value(&event).unwrap();
+        if value["session_id"] != parent.as_str() {
+            continue;
+        }
+        asked |= value["type"] == "approval_request";
+        if value["type"] == "event" && value["kind"] == "tool.call.finished" {
+            let data = &value["data"];
+            finished.push((
+                data["call_id"].as_str().unwrap().to_string(),
+                data["is_error"].as_bool().unwrap(),
+            ));
+        }
+        // Stop once the sub_agent call has returned and the write waits for its approval.
+        if asked && !finished.is_empty() && !stopped {
+            stopped = true;
+            begun.controller.cancel().await;
+        }
+        if value["type"] == "event" && value["kind"] == "run.cancelled" {
+            break;
+        }
+    }
+    assert_eq!(
+        finished,
+        vec![
+            ("delegate-0".to_string(), false),
+            ("write-parent".to_string(), true)
+        ]
+    );
+    assert_message_order(&fx.history(&parent));
+    fx.shutdown().await;
+}

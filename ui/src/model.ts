@@ -210,6 +210,27 @@ export class SessionModel {
     void this.loadTranscript(this.sessionId);
   }
 
+  /**
+   * Resolves once the event stream is open, i.e. the backend has subscribed this model (or
+   * after `timeoutMs`). Both transports subscribe asynchronously: a command sent before
+   * that (the first message of a new conversation) could finish before the subscription
+   * exists, and its events (the message, an early error) would never reach the chat.
+   */
+  whenStreaming(timeoutMs = 5000): Promise<void> {
+    if (this.state.stream !== 'connecting' || this.disposed) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        off();
+        resolve();
+      };
+      const timer = setTimeout(done, timeoutMs);
+      const off = this.listen(() => {
+        if (this.state.stream !== 'connecting') done();
+      });
+    });
+  }
+
   dispose(): void {
     this.disposed = true;
     this.unsubscribe?.();

@@ -184,6 +184,8 @@ export function SessionPane(props: {
     modelRef.current = created;
     setModel(created);
     callbacks.current.onCreated(info.session_id);
+    // Send only once the new session's events reach us, or they could be missed.
+    await created.whenStreaming();
     await created.submit(text);
   };
 

@@ -23,6 +23,8 @@ export class FakePlatform implements Platform {
   folder: string | null = null;
   probe: ProbeResult[] | null = null;
   opened: string[] = [];
+  /** Whether a subscription reports `open` at once (set false to open it by hand). */
+  autoOpen = true;
 
   constructor(handlers: Record<string, Handler> = {}) {
     this.handlers = { ...handlers };
@@ -41,6 +43,8 @@ export class FakePlatform implements Platform {
 
   subscribe(sessionId: string, onEvent: (e: WireEvent) => void, onStatus?: (s: StreamStatus) => void) {
     this.streams.set(sessionId, { onEvent, onStatus });
+    // Like the real transports once the backend has subscribed.
+    if (this.autoOpen) onStatus?.('open');
     return () => {
       if (this.streams.get(sessionId)?.onEvent === onEvent) this.streams.delete(sessionId);
     };
@@ -83,6 +87,7 @@ export function info(id: string, extra: Partial<SessionInfo> = {}): SessionInfo 
     updated_at: '2025-01-01T00:00:00Z',
     state: 'idle',
     usage: usage(0, 0),
+    interrupted: false,
     ...extra,
   };
 }

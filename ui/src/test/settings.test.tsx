@@ -97,4 +97,24 @@ describe('workspace picker', () => {
     expect(fake.streams.has('new')).toBe(true);
     expect($(mounted.root, 'session-pane')!.dataset.sessionId).toBe('new');
   });
+
+  it("sends a new conversation's first message only once its events can reach the chat", async () => {
+    const fake = new FakePlatform({
+      list_sessions: () => [],
+      get_config: () => ({ provider: { model: 'm', base_url: 'http://h:1/v1' } }),
+      create_session: ({ workspace, title }) => info('new', { workspace, title }),
+      get_session: () => ({ info: info('new'), messages: [] }),
+      submit: () => ({ message_id: 'msg-1', status: 'started' }),
+    });
+    fake.workspace = '/ws';
+    fake.autoOpen = false;
+    const mounted = await mountApp(fake, null);
+    unmount = mounted.unmount;
+    await inAct(() => typeInto($(mounted.root, 'prompt-input')!, 'Hello'));
+    await inAct(() => $(mounted.root, 'send-button')!.click());
+    expect(fake.callsOf('create_session')).toHaveLength(1);
+    expect(fake.callsOf('submit')).toEqual([]);
+    await inAct(() => fake.streams.get('new')!.onStatus!('open'));
+    expect(fake.callsOf('submit')).toEqual([{ session_id: 'new', content: 'Hello', config: null }]);
+  });
 });

@@ -1,0 +1,213 @@
+#!/usr/bin/env node
+// End-to-end test in the REAL desktop window: the Tauri app (target/debug/bumblehive-desktop)
+// on a virtual X display (Xvfb), driven through tauri-driver + WebKitWebDriver with plain
+// fetch calls to the W3C WebDriver API, against the scripted model server (mock-model.mjs).
+//
+//   node ui/e2e/desktop.mjs          (E2E_NO_BUILD=1 skips `npm run build` / `cargo build`)
+//
+// Needs: Xvfb, xdotool, import (ImageMagick), WebKitWebDriver (webkit2gtk-driver), and
+// tauri-driver (`cargo install tauri-driver --locked`); scripts/e2e.sh installs them.
+// Screenshots (WebDriver's, and the X screen's with `import -window root`) and logs go to
+// test-output/e2e-desktop/. Prints "N passed, N failed"; exits non-zero on failure.
+
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { flowSteps } from './flow.mjs';
+import { ROOT, UI_DIR, check, createRunner, freePort, outputDir, run, scratch, start, stopAll, until } from './lib.mjs';
+import { startMockModel } from './mock-model.mjs';
+
+const APP = join(ROOT, 'target', 'debug', 'bumblehive-desktop');
+const TITLE = 'Bumblehive';
+const ELEMENT = 'element-6066-11e4-a52e-4f735466cecf';
+
+const out = outputDir('e2e-desktop');
+const runner = createRunner('desktop e2e');
+let mock;
+let space;
+let display;
+let wd;
+
+function which(name, extra = []) {
+  for (const dir of [...(process.env.PATH ?? '').split(':'), ...extra]) {
+    if (dir && existsSync(join(dir, name))) return join(dir, name);
+  }
+  return null;
+}
+
+/** Starts Xvfb on a display it picks itself (-displayfd); resolves to ":N". */
+async function startXvfb() {
+  const xvfb = start('Xvfb', ['-displayfd', '3', '-screen', '0', '1280x800x24', '-nolisten', 'tcp'], {
+    stdio: ['ignore', 'ignore', 'pipe', 'pipe'],
+  });
+  let errors = '';
+  xvfb.stderr.on('data', (d) => (errors += d));
+  let text = '';
+  xvfb.stdio[3].on('data', (d) => (text += d));
+  let exit = null;
+  xvfb.exited.then((e) => (exit = e));
+  const number = await until(
+    'Xvfb to report its display',
+    () => /^(\d+)\n/.exec(text)?.[1],
+    (n) => {
+      if (exit) throw new Error(`Xvfb exited (${exit.code ?? exit.signal}): ${errors}`);
+      return Boolean(n);
+    },
+    { timeout: 15000 },
+  );
+  return `:${number}`;
+}
+
+/** A minimal W3C WebDriver client over fetch (keep-alive: no `Connection: close`). */
+class WebDriver {
+  constructor(base) {
+    this.base = base;
+    this.session = null;
+  }
+  async call(method, path, body) {
+    const url = `${this.base}${path.replace(':session', this.session ?? '')}`;
+    const response = await fetch(url, {
+      method,
+      headers: body === undefined ? {} : { 'Content-Type': 'application/json; charset=utf-8' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(60000),
+    });
+    const text = await response.text();
+    let json;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      throw new Error(`${method} ${path}: ${response.status} ${text.slice(0, 300)}`);
+    }
+    if (!response.ok || json?.value?.error) {
+      const v = json?.value ?? {};
+      throw new Error(`${method} ${path}: ${v.error ?? response.status}: ${v.message ?? text.slice(0, 300)}`);
+    }
+    return json.value;
+  }
+  async open(capabilities) {
+    const value = await this.call('POST', '/session', { capabilities: { alwaysMatch: capabilities } });
+    this.session = value.sessionId;
+    return value;
+  }
+  async close() {
+    if (!this.session) return;
+    await this.call('DELETE', '/session/:session').catch(() => undefined);
+    this.session = null;
+  }
+  execute(script, args = []) {
+    return this.call('POST', '/session/:session/execute/sync', { script, args });
+  }
+  async element(css) {
+    const value = await this.call('POST', '/session/:session/element', { using: 'css selector', value: css });
+    return value[ELEMENT];
+  }
+  async click(css) {
+    const id = await until(`the element ${css}`, () => this.element(css), Boolean, { timeout: 10000 });
+    await this.call('POST', `/session/:session/element/${id}/click`, {});
+  }
+  async type(css, text) {
+    const id = await until(`the element ${css}`, () => this.element(css), Boolean, { timeout: 10000 });
+    await this.call('POST', `/session/:session/element/${id}/clear`, {});
+    await this.call('POST', `/session/:session/element/${id}/value`, { text });
+  }
+  /** Resolves after the page has painted twice (WebKit paints lazily under Xvfb). */
+  painted() {
+    return this.call('POST', '/session/:session/execute/async', {
+      script: 'const done = arguments[arguments.length - 1]; requestAnimationFrame(() => requestAnimationFrame(() => done(true)));',
+      args: [],
+    });
+  }
+  async screenshot(file) {
+    const data = await this.call('GET', '/session/:session/screenshot');
+    writeFileSync(file, Buffer.from(data, 'base64'));
+  }
+}
+
+try {
+  await runner.step('the UI and the desktop app are built; the tools are there', async () => {
+    if (!process.env.E2E_NO_BUILD) {
+      // The UI first: the app embeds ui/dist when it is compiled.
+      run('npm', ['run', 'build'], { cwd: UI_DIR });
+      run('cargo', ['build', '-p', 'bumblehive-desktop']);
+    }
+    check(existsSync(APP), `${APP} is missing: run \`cargo build -p bumblehive-desktop\``);
+    for (const tool of ['Xvfb', 'xdotool', 'import', 'WebKitWebDriver']) {
+      check(which(tool), `${tool} is missing: run scripts/setup-system.sh desktop e2e`);
+    }
+    check(which('tauri-driver', [join(homedir(), '.cargo', 'bin')]), 'tauri-driver is missing: cargo install tauri-driver --locked');
+  });
+
+  await runner.step('a virtual display and tauri-driver start', async () => {
+    display = await startXvfb();
+    const port = await freePort();
+    const nativePort = await freePort();
+    const tauriDriver = which('tauri-driver', [join(homedir(), '.cargo', 'bin')]);
+    // A fresh WebKit profile (localStorage) for every run, and the display of our Xvfb.
+    const profile = join(out, 'profile');
+    for (const d of ['data', 'config', 'cache']) mkdirSync(join(profile, d), { recursive: true });
+    start(tauriDriver, ['--port', String(port), '--native-port', String(nativePort)], {
+      log: join(out, 'tauri-driver.log'),
+      env: {
+        DISPLAY: display,
+        WAYLAND_DISPLAY: '',
+        GDK_BACKEND: 'x11',
+        XDG_DATA_HOME: join(profile, 'data'),
+        XDG_CONFIG_HOME: join(profile, 'config'),
+        XDG_CACHE_HOME: join(profile, 'cache'),
+        RUST_LOG: process.env.RUST_LOG ?? 'warn,bumblehive=info',
+      },
+    });
+    wd = new WebDriver(`http://127.0.0.1:${port}`);
+    await until('tauri-driver to answer /status', () => wd.call('GET', '/status'), (v) => v?.ready !== false, { timeout: 20000 });
+  });
+
+  await runner.step('the app window opens on the workspace given on its command line', async () => {
+    mock = await startMockModel({ log: join(out, 'model-requests.jsonl') });
+    space = scratch('desktop', mock.baseUrl);
+    await wd.open({
+      'tauri:options': {
+        application: APP,
+        args: ['--workspace', space.workspace, '--config', space.config, '--data-dir', space.data],
+      },
+    });
+    // The real window, as X sees it.
+    await until(`an X window named ${TITLE}`, () => {
+      const r = spawnSync('xdotool', ['search', '--onlyvisible', '--name', TITLE], { env: { ...process.env, DISPLAY: display } });
+      return r.status === 0 && r.stdout.toString().trim();
+    });
+  });
+
+  const driver = {
+    query: (body) => wd.execute(body),
+    click: (css) => wd.click(css),
+    type: (css, text) => wd.type(css, text),
+    async shot(name) {
+      // The DOM is ahead of the pixels: let the window paint what the test just saw.
+      await wd.painted();
+      await wd.screenshot(join(out, `${name}.png`));
+      execFileSync('import', ['-window', 'root', join(out, `${name}-screen.png`)], { env: { ...process.env, DISPLAY: display } });
+    },
+  };
+  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', mock: mock ?? { requests: [] }, timeout: 30000 })) {
+    await runner.step(title, fn);
+  }
+} finally {
+  if (runner.failed && display) {
+    spawnSync('import', ['-window', 'root', join(out, 'failure-screen.png')], { env: { ...process.env, DISPLAY: display } });
+    await wd?.screenshot(join(out, 'failure.png')).catch(() => undefined);
+  }
+  // Closing the session closes the app (which stops its runs); then everything else.
+  await wd?.close();
+  await stopAll();
+  await mock?.close();
+  if (space) {
+    const logs = join(space.data, 'logs');
+    if (existsSync(logs)) spawnSync('cp', ['-r', logs, join(out, 'app-logs')]);
+    if (!runner.failed) space.remove();
+    else console.log(`kept for inspection: ${space.dir}`);
+  }
+  console.log(`screenshots and logs: ${out}`);
+}
+process.exitCode = runner.summary();

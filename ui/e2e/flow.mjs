@@ -1,0 +1,243 @@
+// The end-to-end flow, written once against a small driver so the browser test (Playwright)
+// and the desktop test (WebDriver in the real Tauri window) drive exactly the same steps.
+//
+// A driver has: query(body) → runs a JS function body in the page, returns its value;
+// click(css); type(css, text); shot(name) → saves a screenshot.
+
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { check, until } from './lib.mjs';
+import { NOTES_CONTENT } from './mock-model.mjs';
+
+export const PROMPT_1 = 'Please have a sub-agent write the notes.';
+export const PROMPT_2 = 'Second round: a quick check, and write parent.txt yourself.';
+
+/** What the tests look at, read from the page in one go (data-testids only). */
+const STATE = String.raw`
+const all = (css, root) => Array.from((root || document).querySelectorAll(css));
+const text = (e) => (e ? e.textContent.replace(/\s+/g, ' ').trim() : null);
+const pane = document.querySelector('[data-testid=session-pane]');
+const chat = document.querySelector('[data-testid=chat]');
+const stop = document.querySelector('[data-testid=stop-button]');
+return {
+  picker: !!document.querySelector('[data-testid=workspace-picker]'),
+  prompt: !!document.querySelector('[data-testid=prompt-input]'),
+  setupBanner: !!document.querySelector('[data-testid=setup-banner]'),
+  running: pane ? pane.getAttribute('data-running') : null,
+  paused: pane ? pane.getAttribute('data-paused') : null,
+  stopEnabled: !!stop && !stop.disabled,
+  tabs: all('[data-testid=child-tab]').map((e) => ({ title: e.getAttribute('data-title'), state: e.getAttribute('data-state') })),
+  childView: text(document.querySelector('[data-testid=child-view]')),
+  approvals: all('[data-testid=approval-dialog]').map((e) => ({ text: text(e), session: e.getAttribute('data-session-id') })),
+  messages: chat
+    ? all('[data-testid=chat-message]', chat).map((e) => {
+        const chip = e.querySelector('[data-testid=message-status]');
+        return {
+          role: e.getAttribute('data-role'),
+          text: text(e),
+          status: chip ? chip.getAttribute('data-status') : null,
+          streaming: e.getAttribute('data-streaming') === 'true',
+        };
+      })
+    : [],
+  toolCards: chat
+    ? all('[data-testid=tool-card]', chat).map((e) => ({ tool: e.getAttribute('data-tool'), state: e.getAttribute('data-state') }))
+    : [],
+  sidebar: all('[data-testid=session-item]').map((e) => ({
+    id: e.getAttribute('data-session-id'),
+    parent: e.getAttribute('data-parent-id'),
+    state: e.getAttribute('data-state'),
+  })),
+  session: pane ? pane.getAttribute('data-session-id') : null,
+  pending: all('[data-testid=pending-item]').map(text),
+  stopped: all('[data-testid=run-stopped]').length,
+  errors: all('[data-testid=run-error]').map(text),
+};`;
+
+const tab = (s, title) => s.tabs.find((t) => t.title === title);
+/** The state the sidebar shows for the open (parent) session. */
+const listed = (s) => s.sidebar.find((i) => i.id === s.session)?.state;
+const lastCard = (s, tool) => s.toolCards.filter((c) => c.tool === tool).at(-1)?.state;
+const says = (s, role, words) => s.messages.some((m) => m.role === role && !m.streaming && m.text.includes(words));
+
+/**
+ * The steps of the flow: [title, fn][]. `ctx`: {workspace, mock (its `requests`), timeout}.
+ */
+export function flowSteps(driver, ctx) {
+  const timeout = ctx.timeout ?? 20000;
+  const state = () => driver.query(STATE);
+  const waitFor = (what, test, ms = timeout) =>
+    until(what, state, (s) => {
+      if (s.errors.length) throw new Error(`the run failed: ${s.errors.join(' | ')}`);
+      return test(s);
+    }, { timeout: ms });
+  // A failed run shows as run-error: stop waiting at once and say why.
+  const noRunError = async () => {
+    const s = await state();
+    check(s.errors.length === 0, `the run failed: ${s.errors.join(' | ')}`);
+  };
+
+  return [
+    [
+      'the workspace opens with the composer',
+      async () => {
+        await waitFor('the composer of the workspace given at start', (s) => s.prompt && !s.picker, 30000);
+        const s = await state();
+        if (s.setupBanner) {
+          // First start of this profile: a non-blocking offer to look for a model; not now.
+          await driver.click('[data-testid=setup-dismiss]');
+          await waitFor('the setup banner to go', (x) => !x.setupBanner);
+        }
+        await driver.shot('01-workspace-open');
+      },
+    ],
+    [
+      'a prompt starts the parent run and a child tab appears',
+      async () => {
+        await driver.type('[data-testid=prompt-input]', PROMPT_1);
+        await driver.click('[data-testid=send-button]');
+        await waitFor('the Writer child tab', (s) => tab(s, 'Writer') && says(s, 'user', PROMPT_1));
+        await driver.shot('02-child-tab');
+      },
+    ],
+    [
+      "the child's write asks for approval, naming the sub-agent",
+      async () => {
+        const s = await waitFor('the approval of the Writer child', (x) => x.approvals.length > 0);
+        const text = s.approvals[0].text;
+        check(text.includes('Sub-agent “Writer”'), `the approval does not name the sub-agent: ${text}`);
+        check(text.includes('write_file') && text.includes('notes.txt'), `the approval does not show the write: ${text}`);
+        await driver.shot('03-child-approval');
+        await driver.click('[data-testid=approval-approve]');
+      },
+    ],
+    [
+      "the child's report arrives in the parent chat and the file is written",
+      async () => {
+        await waitFor(
+          'the report in the parent chat, its answer, the child done and the parent idle',
+          (s) =>
+            s.approvals.length === 0 &&
+            says(s, 'report', 'Wrote notes.txt') &&
+            says(s, 'assistant', 'Report received: Wrote notes.txt') &&
+            tab(s, 'Writer')?.state === 'done' &&
+            s.running === 'false' &&
+            listed(s) === 'idle',
+        );
+        const file = join(ctx.workspace, 'notes.txt');
+        check(existsSync(file), 'notes.txt was not written in the workspace');
+        const content = readFileSync(file, 'utf8');
+        check(content === NOTES_CONTENT, `notes.txt has ${JSON.stringify(content)}`);
+        await driver.shot('04-report-in-parent');
+      },
+    ],
+    [
+      "the child's tab shows its own conversation",
+      async () => {
+        await driver.click('[data-testid=child-tab][data-title=Writer]');
+        await waitFor("the Writer's transcript", (s) => s.childView?.includes('Wrote notes.txt'));
+        await driver.shot('05-writer-tab');
+        await driver.click('[data-testid=tab-main]');
+        await waitFor('the main chat again', (s) => s.childView == null && says(s, 'report', 'Wrote notes.txt'));
+      },
+    ],
+    [
+      "second round: the parent's approval is open while the quick child's report is steered in",
+      async () => {
+        await driver.type('[data-testid=prompt-input]', PROMPT_2);
+        await driver.click('[data-testid=send-button]');
+        const s = await waitFor(
+          "the parent's approval, the Quick child done and its report steered",
+          (x) =>
+            x.approvals.length > 0 &&
+            tab(x, 'Quick')?.state === 'done' &&
+            x.messages.some((m) => m.role === 'report' && m.status === 'steered' && m.text.includes('Quick')),
+        );
+        const text = s.approvals[0].text;
+        check(text.startsWith('The agent wants to run write_file'), `not the parent's approval: ${text}`);
+        check(text.includes('parent.txt'), `the approval does not show parent.txt: ${text}`);
+        check(s.running === 'true' && s.stopEnabled, 'the parent should be running with Stop enabled');
+        await driver.shot('06-steered-during-approval');
+      },
+    ],
+    [
+      'Stop denies the approval and puts the report in the pending tray',
+      async () => {
+        await driver.click('[data-testid=stop-button]');
+        await waitFor(
+          'the pending tray with the Quick report, the parent stopped and paused',
+          (s) =>
+            s.approvals.length === 0 &&
+            s.pending.length === 1 &&
+            s.pending[0].includes('Quick') &&
+            s.running === 'false' &&
+            s.paused === 'true' &&
+            s.stopped >= 1 &&
+            listed(s) === 'paused',
+        );
+        // The delegation had returned before the stop: only the write was cut off.
+        const s = await state();
+        check(lastCard(s, 'sub_agent') === 'done', `the Quick sub_agent card shows ${lastCard(s, 'sub_agent')}, not done`);
+        check(lastCard(s, 'write_file') === 'error', `the stopped write_file card shows ${lastCard(s, 'write_file')}, not error`);
+        check(!existsSync(join(ctx.workspace, 'parent.txt')), 'parent.txt was written although the run was stopped');
+        await driver.shot('07-pending-tray');
+      },
+    ],
+    [
+      'Resume from the pending tray finishes the run',
+      async () => {
+        await driver.click('[data-testid=pending-resume]');
+        await waitFor(
+          'the tray empty, the report answered and the parent idle',
+          (s) =>
+            s.pending.length === 0 &&
+            says(s, 'assistant', 'Report received: Quick check done') &&
+            s.running === 'false' &&
+            s.paused === 'false' &&
+            listed(s) === 'idle',
+        );
+        await noRunError();
+        await driver.shot('08-resumed-finished');
+      },
+    ],
+    [
+      'every model request kept the message order; the report followed the stopped batch',
+      async () => checkRequests(ctx.mock.requests),
+    ],
+  ];
+}
+
+/** SPEC §2 on every request the model saw, and where the Quick report landed. */
+export function checkRequests(requests) {
+  check(requests.length >= 8, `only ${requests.length} model requests`);
+  for (const [n, body] of requests.entries()) {
+    const messages = body.messages ?? [];
+    check(body.stream === true, `request ${n} is not streaming`);
+    check(messages[0]?.role === 'system' && messages[1]?.role === 'user', `request ${n} does not start with system, user`);
+    check(Array.isArray(body.tools) && body.tools.length > 0, `request ${n} offers no tools`);
+    for (let i = 0; i < messages.length; i++) {
+      const calls = messages[i].tool_calls ?? [];
+      if (messages[i].role !== 'assistant' || calls.length === 0) continue;
+      const want = new Set(calls.map((c) => c.id));
+      const got = new Set();
+      let j = i + 1;
+      for (; j < messages.length && messages[j].role === 'tool'; j++) got.add(messages[j].tool_call_id);
+      check(
+        want.size === got.size && [...want].every((id) => got.has(id)),
+        `request ${n}: the batch at ${i} is followed by results for ${[...got]} instead of ${[...want]}`,
+      );
+    }
+  }
+  // The last parent request: the stopped batch (sub_agent + write_file, the write denied by
+  // the stop), then the Quick child's report, answered.
+  const last = requests.filter((b) => !String(b.messages?.[1]?.content ?? '').includes('\nTask:\n')).at(-1);
+  const messages = last.messages;
+  const report = messages.at(-1);
+  check(report.role === 'user' && report.content.startsWith('[Background tool result]'), 'the last parent request does not end with a report');
+  check(report.content.includes('Quick check done'), `the last report is not the Quick child's: ${report.content}`);
+  const batchAt = messages.findLastIndex((m) => m.role === 'assistant' && (m.tool_calls ?? []).length === 2);
+  check(batchAt > 0 && batchAt + 3 === messages.length - 1, 'the report does not follow the two results of the stopped batch');
+  const write = messages[batchAt].tool_calls.find((c) => (c.function?.name ?? c.name) === 'write_file');
+  const result = messages.find((m) => m.role === 'tool' && m.tool_call_id === write.id);
+  check(/denied|cancel/i.test(result.content), `the stopped write's result: ${result.content}`);
+}

@@ -1,0 +1,231 @@
+// Shared helpers of the end-to-end tests: steps and their tally, polling, processes that
+// are always stopped, a scratch folder with a config pointing at the mock model.
+
+import { spawn, spawnSync } from 'node:child_process';
+import { createWriteStream, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const UI_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+export const ROOT = resolve(UI_DIR, '..');
+
+// ---------------------------------------------------------------------------------------
+// Steps: run in order; after the first failure the rest are skipped (they build on it).
+
+export function createRunner(name) {
+  const results = [];
+  let failed = false;
+  const started = Date.now();
+  return {
+    async step(title, fn) {
+      if (failed) {
+        results.push({ title, status: 'skipped' });
+        console.log(`- skip  ${title}`);
+        return;
+      }
+      const t0 = Date.now();
+      try {
+        await fn();
+        results.push({ title, status: 'passed' });
+        console.log(`ok      ${title} (${Date.now() - t0} ms)`);
+      } catch (err) {
+        failed = true;
+        results.push({ title, status: 'failed', error: err });
+        console.log(`FAILED  ${title} (${Date.now() - t0} ms)\n${indent(err?.stack ?? String(err))}`);
+      }
+    },
+    get failed() {
+      return failed;
+    },
+    /** Prints the tally; returns the exit code. */
+    summary() {
+      const count = (s) => results.filter((r) => r.status === s).length;
+      const skipped = count('skipped');
+      console.log(`\n${name}: ${((Date.now() - started) / 1000).toFixed(1)} s${skipped ? `, ${skipped} skipped` : ''}`);
+      console.log(`${count('passed')} passed, ${count('failed')} failed`);
+      return failed || count('passed') === 0 ? 1 : 0;
+    },
+  };
+}
+
+function indent(text) {
+  return String(text)
+    .split('\n')
+    .map((l) => `        ${l}`)
+    .join('\n');
+}
+
+// ---------------------------------------------------------------------------------------
+// Polling
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Polls `probe` until `test(value)` holds; returns the value. On timeout the error names
+ * what was awaited and shows the last value seen. Errors of `probe` are retried; errors
+ * thrown by `test` end the wait.
+ */
+export async function until(what, probe, test = Boolean, { timeout = 20000, interval = 100 } = {}) {
+  const deadline = Date.now() + timeout;
+  let last;
+  let lastError;
+  for (;;) {
+    let seen = false;
+    try {
+      last = await probe();
+      lastError = undefined;
+      seen = true;
+    } catch (err) {
+      lastError = err;
+    }
+    // An error thrown by `test` ends the wait at once (e.g. the run failed).
+    if (seen && test(last)) return last;
+    if (Date.now() > deadline) {
+      const seen = lastError ? `error: ${lastError.message}` : JSON.stringify(last, null, 2);
+      throw new Error(`timed out after ${timeout} ms waiting for ${what}; last seen: ${seen}`);
+    }
+    await sleep(interval);
+  }
+}
+
+export function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+// ---------------------------------------------------------------------------------------
+// Processes: each in its own process group, stopped (group and all) at the end.
+
+const children = new Set();
+/** Scratch folders to remove when the test is interrupted. */
+const scratches = new Set();
+
+/**
+ * Starts a command in its own process group; stdout/stderr go to `log` (a file) unless
+ * `stdio` is given. The child is stopped by `stopAll()` (also on SIGINT/SIGTERM/exit).
+ */
+export function start(command, args, { log, stdio, env, cwd } = {}) {
+  const child = spawn(command, args, {
+    cwd: cwd ?? ROOT,
+    env: { ...process.env, ...env },
+    detached: true,
+    stdio: stdio ?? ['ignore', log ? 'pipe' : 'ignore', log ? 'pipe' : 'ignore'],
+  });
+  if (log && !stdio) {
+    const out = createWriteStream(log, { flags: 'a' });
+    child.stdout.pipe(out);
+    child.stderr.pipe(out);
+  }
+  child.exited = new Promise((r) => child.once('exit', (code, signal) => r({ code, signal })));
+  child.once('exit', () => children.delete(child));
+  children.add(child);
+  return child;
+}
+
+/** Reads the first line a child prints on stdout (while the rest goes to `log`, if any). */
+export function firstLine(child, { timeout = 20000, log } = {}) {
+  return new Promise((resolvePromise, reject) => {
+    let buffer = '';
+    let done = false;
+    const out = log ? createWriteStream(log, { flags: 'a' }) : null;
+    const timer = setTimeout(() => finish(new Error(`no first line within ${timeout} ms`)), timeout);
+    const finish = (err, line) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      if (err) reject(err);
+      else resolvePromise(line);
+    };
+    child.stdout.on('data', (data) => {
+      out?.write(data);
+      if (done) return;
+      buffer += data.toString('utf8');
+      const at = buffer.indexOf('\n');
+      if (at >= 0) finish(null, buffer.slice(0, at));
+    });
+    child.once('exit', (code, signal) => finish(new Error(`exited (${code ?? signal}) before printing a line`)));
+  });
+}
+
+function killGroup(child, signal) {
+  try {
+    process.kill(-child.pid, signal);
+  } catch {
+    try {
+      child.kill(signal);
+    } catch {
+      /* gone */
+    }
+  }
+}
+
+/** Stops every child started here: SIGTERM to its group, SIGKILL after a grace period. */
+export async function stopAll(grace = 5000) {
+  const list = [...children];
+  for (const child of list) killGroup(child, 'SIGTERM');
+  await Promise.race([Promise.all(list.map((c) => c.exited)), sleep(grace)]);
+  for (const child of children) killGroup(child, 'SIGKILL');
+}
+
+let exiting = false;
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.on(signal, () => {
+    if (exiting) return;
+    exiting = true;
+    console.error(`\n${signal}: stopping everything started`);
+    stopAll(2000).finally(() => {
+      for (const dir of scratches) rmSync(dir, { recursive: true, force: true });
+      process.exit(130);
+    });
+  });
+}
+process.on('exit', () => {
+  for (const child of children) killGroup(child, 'SIGKILL');
+});
+
+/** Runs a command to completion (inheriting stdio); throws when it fails. */
+export function run(command, args, { cwd } = {}) {
+  const result = spawnSync(command, args, { cwd: cwd ?? ROOT, stdio: 'inherit' });
+  if (result.status !== 0) throw new Error(`${command} ${args.join(' ')} failed (${result.status ?? result.signal})`);
+}
+
+/** A free TCP port on 127.0.0.1 (free when asked; the caller polls the service anyway). */
+export function freePort() {
+  return new Promise((resolvePromise, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolvePromise(port));
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Scratch space and output
+
+/** `test-output/<name>/`, emptied. */
+export function outputDir(name) {
+  const dir = join(ROOT, 'test-output', name);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+/** A scratch folder with `workspace/`, `data/` and `config.json` for the mock model. */
+export function scratch(name, baseUrl) {
+  const dir = mkdtempSync(join(tmpdir(), `bumblehive-${name}-`));
+  const workspace = join(dir, 'workspace');
+  const data = join(dir, 'data');
+  mkdirSync(workspace);
+  mkdirSync(data);
+  const config = join(dir, 'config.json');
+  writeFileSync(config, JSON.stringify({ provider: { kind: 'openai', base_url: baseUrl, model: 'm' } }, null, 2));
+  scratches.add(dir);
+  const remove = () => {
+    scratches.delete(dir);
+    rmSync(dir, { recursive: true, force: true });
+  };
+  return { dir, workspace, data, config, remove };
+}
