@@ -23,6 +23,8 @@ pub const COMMANDS: &[&str] = &[
     "get_config",
     "update_config",
     "probe_providers",
+    "app_info",
+    "set_api_key",
 ];
 
 /// Why a command failed, with the code and HTTP status a transport needs.
@@ -143,6 +145,11 @@ pub async fn dispatch(
             Ok(service.update_config(&a.patch)?.redacted())
         }
         "probe_providers" => to_value(crate::probe::probe_known().await),
+        "app_info" => Ok(service.app_info()),
+        "set_api_key" => {
+            let a: SetApiKey = args(command, arguments)?;
+            Ok(service.set_api_key(&a.key, a.entry).await?.redacted())
+        }
         other => Err(CommandError::UnknownCommand(other.to_string())),
     }
 }

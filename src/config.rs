@@ -196,6 +196,11 @@ pub fn default_config_path() -> PathBuf {
         .join("config.json")
 }
 
+/// Where the app writes its log files: `<data dir>/logs`.
+pub fn log_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("logs")
+}
+
 /// `<data dir>/bumblehive/`, unless `BUMBLEHIVE_DATA_DIR` names another folder.
 pub fn default_data_dir() -> PathBuf {
     if let Some(path) = std::env::var_os("BUMBLEHIVE_DATA_DIR") {

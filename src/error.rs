@@ -13,6 +13,8 @@ pub enum RuntimeError {
     InvalidArgument(String),
     #[error("the runtime is shutting down")]
     ShuttingDown,
+    #[error("{0}")]
+    Unavailable(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -26,7 +28,7 @@ impl RuntimeError {
             RuntimeError::Busy(_) => "busy",
             RuntimeError::NotFound(_) => "not_found",
             RuntimeError::InvalidArgument(_) => "invalid_argument",
-            RuntimeError::ShuttingDown => "unavailable",
+            RuntimeError::ShuttingDown | RuntimeError::Unavailable(_) => "unavailable",
             RuntimeError::Store(StoreError::NotFound(_)) => "not_found",
             RuntimeError::Store(_) => "storage",
             RuntimeError::Config(ConfigError::Invalid(_)) => "invalid_argument",

@@ -61,12 +61,27 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
+    // Logs go to stderr and to a daily file in the data dir (the settings page shows where).
+    let log_dir = bumblehive::config::log_dir(&data_dir);
+    std::fs::create_dir_all(&log_dir)
+        .with_context(|| format!("cannot create {}", log_dir.display()))?;
+    let (file, _flush_on_exit) = tracing_appender::non_blocking(tracing_appender::rolling::daily(
+        &log_dir,
+        "bumblehive.log",
+    ));
+    use tracing_subscriber::prelude::*;
+    tracing_subscriber::registry()
+        .with(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,bumblehive=info")),
         )
-        .with_writer(std::io::stderr)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(file),
+        )
         .init();
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async_main(cli))

@@ -9,7 +9,11 @@ use serde::{Deserialize, Serialize};
 #[ts(export)]
 pub struct FoundServer {
     pub name: String,
+    /// The provider kind to configure for it (both speak the OpenAI API).
+    pub kind: String,
     pub base_url: String,
+    /// Always true here: servers that did not answer are left out.
+    pub ok: bool,
     pub models: Vec<String>,
 }
 
@@ -50,7 +54,9 @@ pub async fn probe(candidates: &[(String, String)]) -> Vec<FoundServer> {
             let list: ModelList = response.json().await.ok()?;
             Some(FoundServer {
                 name: name.clone(),
+                kind: "openai".into(),
                 base_url: base_url.clone(),
+                ok: true,
                 models: list.data.into_iter().map(|m| m.id).collect(),
             })
         }

@@ -368,6 +368,16 @@ pub mod commands {
         pub reason: Option<String>,
     }
 
+    /// The key goes to the OS keyring, never to the config.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct SetApiKey {
+        pub key: String,
+        /// The keyring entry; defaults to the provider kind.
+        #[serde(default)]
+        pub entry: Option<String>,
+    }
+
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
     #[ts(export)]
     pub struct UpdateConfig {

@@ -27,6 +27,7 @@ use crate::tools::{Delegator, ToolContext, ToolRegistry};
 /// What the controllers share: store, config, provider, approvals, tasks, run count.
 pub struct Shared {
     pub(crate) store: Arc<SessionStore>,
+    data_dir: PathBuf,
     config: RwLock<Config>,
     config_path: Option<PathBuf>,
     provider_factory: ProviderFactory,
@@ -172,6 +173,7 @@ impl RuntimeService {
             ServiceInner {
                 shared: Arc::new(Shared {
                     store,
+                    data_dir: options.data_dir.clone(),
                     config: RwLock::new(config),
                     config_path: options.config_path,
                     provider_factory: options.provider_factory,
@@ -195,6 +197,39 @@ impl RuntimeService {
     /// What the start-up recovery repaired.
     pub fn recovery(&self) -> &RecoveryStats {
         &self.recovery
+    }
+
+    /// Where things are, for the settings page: data, config and logs.
+    pub fn app_info(&self) -> serde_json::Value {
+        let shared = &self.inner.shared;
+        serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "data_dir": shared.data_dir.display().to_string(),
+            "log_dir": crate::config::log_dir(&shared.data_dir).display().to_string(),
+            "config_path": shared.config_path.as_ref().map(|p| p.display().to_string()),
+        })
+    }
+
+    /// Stores an API key in the OS keyring and points the provider at it. The key is
+    /// never written to the config, a session or a log.
+    pub async fn set_api_key(
+        &self,
+        key: &str,
+        entry: Option<String>,
+    ) -> Result<Config, RuntimeError> {
+        if key.trim().is_empty() {
+            return Err(RuntimeError::InvalidArgument("the API key is empty".into()));
+        }
+        if self.is_busy() {
+            return Err(RuntimeError::Busy(
+                "runs are active; stop them before changing the API key".into(),
+            ));
+        }
+        let entry = entry.unwrap_or_else(|| self.config().provider.kind.clone());
+        crate::providers::store_key_in_keyring(&entry, &crate::providers::ApiKey::new(key.trim()))
+            .await
+            .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
+        self.update_config(&serde_json::json!({"provider": {"api_key_keyring": entry}}))
     }
 
     /// Continues an interrupted child from its own history; its report then reaches the

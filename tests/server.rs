@@ -847,3 +847,39 @@ async fn run_command_prints_events_and_exits_when_the_tree_is_idle() {
         "approved"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_app_info_and_api_keys_never_land_in_the_config() {
+    let server = Server::start().await;
+    let info = server.ok("app_info", json!({})).await;
+    let data = server.dir.path().join("data");
+    assert_eq!(info["log_dir"], data.join("logs").display().to_string());
+    // The server writes its log there.
+    assert!(data.join("logs").read_dir().unwrap().next().is_some());
+    let (status, body) = server
+        .post("set_api_key", json!({"key": "sk-test-not-a-key"}))
+        .await;
+    let config = server.ok("get_config", json!({})).await;
+    let file = std::fs::read_to_string(server.dir.path().join("config.json")).unwrap();
+    match status {
+        // A machine with a Secret Service: the provider now names the keyring entry.
+        200 => assert_eq!(config["provider"]["api_key_keyring"], "openai"),
+        // Without one (CI, headless): a clear error, and nothing changed.
+        503 => {
+            assert_eq!(body["error"]["code"], "unavailable");
+            assert!(
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("keyring"),
+                "{body}"
+            );
+            assert!(config["provider"].get("api_key_keyring").is_none());
+        }
+        other => panic!("set_api_key answered {other}: {body}"),
+    }
+    assert!(!file.contains("sk-test-not-a-key"));
+    assert!(!config.to_string().contains("sk-test-not-a-key"));
+    let (status, _) = server.post("set_api_key", json!({"key": "  "})).await;
+    assert_eq!(status, 400);
+}

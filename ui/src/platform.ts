@@ -88,11 +88,10 @@ function parseEvent(data: unknown, name?: string): WireEvent | null {
 }
 
 /**
- * TODO(probe_providers): the runtime has no `probe_providers` command yet. When the backend
- * adds it (arguments `{}`, result `{candidates: ProbeResult[]}` or a bare `ProbeResult[]`),
- * this starts working with no other change. Until then the UI says so and asks for the
- * address by hand. The probe must run in the backend: the UI makes no network request of
- * its own besides the backend (and a browser page could not reach another port anyway).
+ * The backend's `probe_providers` command (arguments `{}`, result a `ProbeResult[]` of the
+ * servers that answered). A backend without it makes the UI ask for the address by hand.
+ * The probe runs in the backend: the UI makes no network request of its own besides the
+ * backend (and a browser page could not reach another port anyway).
  */
 async function probeThroughBackend(invoke: Platform['invoke']): Promise<ProbeResult[] | null> {
   try {

@@ -37,6 +37,9 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
   const [saving, setSaving] = useState(false);
   const [saved, setSaved] = useState(false);
   const [probe, setProbe] = useState<ProbeState>({ status: 'idle' });
+  const [apiKey, setApiKey] = useState('');
+  const [keyState, setKeyState] = useState<{ status: 'idle' | 'saving' | 'saved' } | { status: 'error'; message: string }>({ status: 'idle' });
+  const [logDir, setLogDir] = useState<string | null>(null);
   const box = useRef<HTMLDivElement>(null);
 
   const load = async () => {
@@ -49,6 +52,10 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
   };
   useEffect(() => {
     void load();
+    platform
+      .invoke('app_info', {})
+      .then((info: any) => setLogDir(typeof info?.log_dir === 'string' ? info.log_dir : null))
+      .catch(() => setLogDir(null));
     box.current?.focus();
     if (props.welcome) void runProbe();
   }, []);
@@ -88,6 +95,21 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
       setError({ code: e.code, message: e.message });
     } finally {
       setSaving(false);
+    }
+  };
+
+  // The key goes to the OS keyring through the backend; it is never kept in the UI's state
+  // longer than the request, nor in the config.
+  const saveKey = async () => {
+    if (!apiKey.trim()) return;
+    setKeyState({ status: 'saving' });
+    try {
+      const config = await platform.invoke('set_api_key', { key: apiKey });
+      setApiKey('');
+      setKeyState({ status: 'saved' });
+      props.onSaved(config);
+    } catch (err) {
+      setKeyState({ status: 'error', message: toCommandError(err).message });
     }
   };
 
@@ -186,6 +208,38 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
               <input type="text" value={form.api_key_env} data-testid="settings-api-key-env" onInput={field('api_key_env')} placeholder="e.g. OPENAI_API_KEY (empty for local servers)" />
             </label>
             <p class="muted">The key itself is never stored here: Bumblehive reads it from that variable or the system keyring.</p>
+            <label>
+              <span>API key (kept in the system keyring)</span>
+              <div class="row">
+                <input
+                  type="password"
+                  autocomplete="off"
+                  value={apiKey}
+                  data-testid="settings-api-key"
+                  onInput={(e) => {
+                    setKeyState({ status: 'idle' });
+                    setApiKey((e.target as HTMLInputElement).value);
+                  }}
+                  placeholder="paste a key to store it in the keyring"
+                />
+                <button type="button" data-testid="settings-api-key-save" disabled={!apiKey.trim() || keyState.status === 'saving'} onClick={() => void saveKey()}>
+                  {keyState.status === 'saving' ? 'Storing…' : 'Store in keyring'}
+                </button>
+              </div>
+            </label>
+            {keyState.status === 'saved' && (
+              <div class="ok" data-testid="settings-api-key-saved">
+                Key stored in the system keyring.
+              </div>
+            )}
+            {keyState.status === 'error' && (
+              <ErrorBox testid="settings-api-key-error" message={`Key not stored: ${keyState.message}`} onRetry={() => void saveKey()} onDismiss={() => setKeyState({ status: 'idle' })} />
+            )}
+            {logDir && (
+              <p class="muted" data-testid="settings-log-dir">
+                Logs: <code>{logDir}</code>
+              </p>
+            )}
             {error && (
               <ErrorBox
                 testid="settings-error"

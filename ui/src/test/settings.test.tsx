@@ -37,6 +37,29 @@ describe('settings', () => {
     expect($(mounted.root, 'status-model')!.textContent).toBe('llama3.1 @ 127.0.0.1:11434');
   });
 
+  it('stores an API key through the keyring command, shows a keyring error, and shows where the logs are', async () => {
+    const fake = workspacePlatform([info('p')]);
+    fake.handlers.app_info = () => ({ log_dir: '/data/bumblehive/logs' });
+    fake.handlers.set_api_key = () => {
+      throw { error: { code: 'unavailable', message: 'no Secret Service on this machine' } };
+    };
+    const mounted = await mountApp(fake, 'p');
+    unmount = mounted.unmount;
+    await inAct(() => $(mounted.root, 'settings-button')!.click());
+    const dialog = $(mounted.root, 'settings-dialog')!;
+    expect($(dialog, 'settings-log-dir')!.textContent).toContain('/data/bumblehive/logs');
+    await inAct(() => typeInto($(dialog, 'settings-api-key')!, 'sk-secret'));
+    await inAct(() => $(dialog, 'settings-api-key-save')!.click());
+    expect(fake.callsOf('set_api_key').at(-1)).toEqual({ key: 'sk-secret' });
+    expect($(dialog, 'settings-api-key-error')!.textContent).toContain('no Secret Service');
+    fake.handlers.set_api_key = () => ({ provider: { kind: 'openai', base_url: 'http://127.0.0.1:11434/v1', model: 'm', api_key_keyring: 'openai' } });
+    await inAct(() => $($(dialog, 'settings-api-key-error')!, 'retry')!.click());
+    expect($(dialog, 'settings-api-key-saved')).not.toBeNull();
+    // The key does not stay in the form.
+    expect(($(dialog, 'settings-api-key') as HTMLInputElement).value).toBe('');
+    expect(JSON.stringify(fake.callsOf('update_config'))).not.toContain('sk-secret');
+  });
+
   it('first start offers local servers; without probe_providers it says so and offers the usual addresses', async () => {
     const fake = workspacePlatform([info('p')]);
     const mounted = await mountApp(fake, null, { welcome: true });
