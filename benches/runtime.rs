@@ -294,6 +294,75 @@ async fn scale(base: &Path, label: &str, messages: usize, sessions: usize) {
     service.shutdown().await;
 }
 
+/// Streaming: content deltas per second from the provider's HTTP stream to a subscriber,
+/// through the real `openai` provider and a local SSE server.
+async fn streaming(base: &Path, label: &str, chunks: usize) {
+    use axum::routing::post;
+    let mut body = String::new();
+    body.push_str("data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n");
+    for i in 0..chunks {
+        body.push_str(&format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"tok{i} \"}},\"finish_reason\":null}}]}}\n\n"
+        ));
+    }
+    body.push_str("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+    let body = Arc::new(body);
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        post(move || {
+            let body = body.clone();
+            async move {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+                    body.as_str().to_owned(),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let dir = scratch(base, "streaming");
+    let mut config = Config::default();
+    config.provider.base_url = format!("http://{addr}/v1");
+    config.provider.model = "bench".into();
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.join("data"),
+        config_path: None,
+        config: Some(config),
+        provider_factory: Arc::new(bumblehive::providers::provider_from_config),
+        tools: Some(bumblehive::tools::ToolRegistry::default()),
+    })
+    .expect("service");
+    let info = service
+        .create_session(dir.to_str().expect("utf8"), None)
+        .expect("session");
+    let ctl = service.controller(&info.session_id).expect("controller");
+    let (mut events, _) = ctl.subscribe();
+    let started = Instant::now();
+    ctl.submit("stream".into(), None).expect("submit");
+    let mut deltas = 0usize;
+    while let Some(event) = events.next_event().await {
+        match event {
+            bumblehive::protocol::Event::Event { kind, .. } if kind == "content.delta" => deltas += 1,
+            bumblehive::protocol::Event::Result { .. } => break,
+            bumblehive::protocol::Event::Error { message, .. } => panic!("stream failed: {message}"),
+            _ => {}
+        }
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(deltas, chunks, "every chunk reached the subscriber");
+    println!(
+        "streaming [{label}]: {chunks} deltas from HTTP to a subscriber in {:.3} s: {:.0} deltas/s",
+        elapsed.as_secs_f64(),
+        chunks as f64 / elapsed.as_secs_f64()
+    );
+    service.shutdown().await;
+    server.abort();
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let runtime = tokio::runtime::Runtime::new().expect("tokio");
@@ -333,6 +402,7 @@ fn main() {
             per_turn(disk.path(), "disk", 3, 3).await;
             fan_out(disk.path(), "disk", 8, 4, 2).await;
             scale(disk.path(), "disk", 100, 50).await;
+            streaming(disk.path(), "disk", 100).await;
             return;
         }
         if let Some(memory) = &memory {
@@ -344,5 +414,6 @@ fn main() {
         }
         fan_out(disk.path(), "disk", 1000, 64, 20).await;
         scale(disk.path(), "disk", 10_000, 10_000).await;
+        streaming(disk.path(), "disk", 100_000).await;
     });
 }
