@@ -319,7 +319,9 @@ async fn streaming(base: &Path, label: &str, chunks: usize) {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
@@ -346,9 +348,13 @@ async fn streaming(base: &Path, label: &str, chunks: usize) {
     let mut deltas = 0usize;
     while let Some(event) = events.next_event().await {
         match event {
-            bumblehive::protocol::Event::Event { kind, .. } if kind == "content.delta" => deltas += 1,
+            bumblehive::protocol::Event::Event { kind, .. } if kind == "content.delta" => {
+                deltas += 1
+            }
             bumblehive::protocol::Event::Result { .. } => break,
-            bumblehive::protocol::Event::Error { message, .. } => panic!("stream failed: {message}"),
+            bumblehive::protocol::Event::Error { message, .. } => {
+                panic!("stream failed: {message}")
+            }
             _ => {}
         }
     }

@@ -336,12 +336,7 @@ impl SessionController {
         };
         let id = message.message_id.clone();
         let mut state = self.lock();
-        if let Some(why) = &state.read_only {
-            return Err(RuntimeError::InvalidArgument(format!(
-                "session {} is read-only: {why}",
-                self.meta.session_id
-            )));
-        }
+        self.check_writable(&state)?;
         if state.run.is_none() && state.paused {
             state.paused = false;
         }
@@ -381,26 +376,36 @@ impl SessionController {
         status
     }
 
-    /// `steer(message_id)`: a pending message goes into the running run's inbox, or starts a run.
-    pub fn steer(&self, message_id: &str) -> Result<MessageStatus, RuntimeError> {
-        let mut state = self.lock();
-        let Some(index) = state
+    fn pending_index(&self, state: &State, message_id: &str) -> Result<usize, RuntimeError> {
+        state
             .pending
             .iter()
             .position(|m| m.message_id == message_id)
-        else {
-            return Err(RuntimeError::NotFound(format!(
-                "pending message {message_id} in session {}",
-                self.meta.session_id
-            )));
-        };
-        if state.run.is_none() {
-            if let Some(why) = &state.read_only {
-                return Err(RuntimeError::InvalidArgument(format!(
-                    "session {} is read-only: {why}",
+            .ok_or_else(|| {
+                RuntimeError::NotFound(format!(
+                    "pending message {message_id} in session {}",
                     self.meta.session_id
-                )));
-            }
+                ))
+            })
+    }
+
+    /// A session whose history is damaged takes no new run (nothing is written to it).
+    fn check_writable(&self, state: &State) -> Result<(), RuntimeError> {
+        match &state.read_only {
+            Some(why) => Err(RuntimeError::InvalidArgument(format!(
+                "session {} is read-only: {why}",
+                self.meta.session_id
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// `steer(message_id)`: a pending message goes into the running run's inbox, or starts a run.
+    pub fn steer(&self, message_id: &str) -> Result<MessageStatus, RuntimeError> {
+        let mut state = self.lock();
+        let index = self.pending_index(&state, message_id)?;
+        if state.run.is_none() {
+            self.check_writable(&state)?;
         }
         let message = state.pending.remove(index);
         self.save_pending(&state);
@@ -419,16 +424,7 @@ impl SessionController {
     /// Drops a pending message.
     pub fn discard(&self, message_id: &str) -> Result<(), RuntimeError> {
         let mut state = self.lock();
-        let Some(index) = state
-            .pending
-            .iter()
-            .position(|m| m.message_id == message_id)
-        else {
-            return Err(RuntimeError::NotFound(format!(
-                "pending message {message_id} in session {}",
-                self.meta.session_id
-            )));
-        };
+        let index = self.pending_index(&state, message_id)?;
         state.pending.remove(index);
         self.save_pending(&state);
         drop(state);
@@ -541,32 +537,15 @@ impl SessionController {
         };
         // A history that failed to load stays unloaded, so the next run reads it again.
         state.history = history;
-        let id = self.meta.session_id.clone();
-        match &outcome {
-            RunOutcome::Completed(answer) => {
-                self.shared.run_ended();
-                self.emit(Event::Result {
-                    session_id: id,
-                    content: answer.clone(),
-                });
-            }
-            RunOutcome::Failed(_) | RunOutcome::Cancelled => {
-                for message in run.inbox.iter() {
-                    self.emit_status(&message.message_id, MessageStatus::Queued);
-                }
-                state.pending.extend(run.inbox.iter().cloned());
-                state.paused = true;
-                self.save_pending(state);
-                self.shared.run_ended();
-                match &outcome {
-                    RunOutcome::Failed(message) => self.emit(Event::Error {
-                        session_id: id,
-                        message: message.clone(),
-                    }),
-                    _ => self.emit_kind(kinds::RUN_CANCELLED, serde_json::Value::Null),
-                }
-            }
+        let stopped = !matches!(outcome, RunOutcome::Completed(_));
+        if stopped {
+            // Unconsumed steered messages go back to pending, in order (SPEC §4).
+            state.pending.extend(run.inbox.iter().cloned());
+            state.paused = true;
+            self.save_pending(state);
         }
+        // The stored state is settled before anyone hears the run ended: whoever acts on
+        // the event (a restart, a list) must not find the session still "running".
         let usage = state.usage;
         let paused = state.paused;
         self.update_meta(state, |meta| {
@@ -578,6 +557,29 @@ impl SessionController {
             };
             meta.updated_at = crate::store::now();
         });
+        self.shared.run_ended();
+        let id = self.meta.session_id.clone();
+        match &outcome {
+            RunOutcome::Completed(answer) => self.emit(Event::Result {
+                session_id: id,
+                content: answer.clone(),
+            }),
+            RunOutcome::Failed(message) => {
+                for message in run.inbox.iter() {
+                    self.emit_status(&message.message_id, MessageStatus::Queued);
+                }
+                self.emit(Event::Error {
+                    session_id: id,
+                    message: message.clone(),
+                });
+            }
+            RunOutcome::Cancelled => {
+                for message in run.inbox.iter() {
+                    self.emit_status(&message.message_id, MessageStatus::Queued);
+                }
+                self.emit_kind(kinds::RUN_CANCELLED, serde_json::Value::Null);
+            }
+        }
         for waiter in run.waiters {
             let _ = waiter.send(outcome.clone());
         }
