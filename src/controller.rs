@@ -16,8 +16,14 @@ use crate::store::{LoadedSession, SessionMeta};
 use crate::subagents::ChildOutcome;
 use crate::tools::{Delegator, ToolRegistry};
 
-/// How many events a subscriber may fall behind before it is told to re-read the snapshot.
+/// How many events a subscriber of a top-level session may fall behind before it is told
+/// to re-read the snapshot. The buffer is allocated up front, so it stays small per slot
+/// (an `Arc`) and smaller still for children, whose events also reach their parent's.
 const EVENT_BUFFER: usize = 4096;
+const CHILD_EVENT_BUFFER: usize = 512;
+
+/// Events travel shared: one allocation, whatever the number of subscribers and ancestors.
+type SharedEvent = Arc<Event>;
 
 /// A message handed to a session, waiting or in flight.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,14 +87,14 @@ pub enum Received {
 /// A live event stream of one session (its descendants' events included).
 /// Dropping it unsubscribes and cancels nothing.
 pub struct Subscription {
-    rx: broadcast::Receiver<Event>,
+    rx: broadcast::Receiver<SharedEvent>,
 }
 
 impl Subscription {
     /// The next event; `None` once the session is gone.
     pub async fn recv(&mut self) -> Option<Received> {
         match self.rx.recv().await {
-            Ok(event) => Some(Received::Event(event)),
+            Ok(event) => Some(Received::Event(Arc::unwrap_or_clone(event))),
             Err(broadcast::error::RecvError::Lagged(missed)) => Some(Received::Lagged(missed)),
             Err(broadcast::error::RecvError::Closed) => None,
         }
@@ -108,9 +114,9 @@ impl Subscription {
 pub struct SessionController {
     pub(crate) meta: SessionMeta,
     pub(crate) shared: Arc<Shared>,
-    pub(crate) events: broadcast::Sender<Event>,
+    pub(crate) events: broadcast::Sender<SharedEvent>,
     /// The event senders of the parent, grandparent …: child events reach them too (SPEC §3).
-    pub(crate) ancestors: Vec<broadcast::Sender<Event>>,
+    pub(crate) ancestors: Vec<broadcast::Sender<SharedEvent>>,
     pub(crate) lineage: Vec<SessionId>,
     pub(crate) tools: ToolRegistry,
     pub(crate) delegator: Option<Arc<dyn Delegator>>,
@@ -133,7 +139,12 @@ impl SessionController {
             notice,
             damaged,
         } = loaded;
-        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let capacity = if parent.is_some() {
+            CHILD_EVENT_BUFFER
+        } else {
+            EVENT_BUFFER
+        };
+        let (events, _) = broadcast::channel(capacity);
         let (ancestors, mut lineage) = match parent {
             Some(parent) => {
                 let mut ancestors = vec![parent.events.clone()];
@@ -193,6 +204,7 @@ impl SessionController {
 
     /// Sends an event to this session's subscribers and its ancestors'.
     pub(crate) fn emit(&self, event: Event) {
+        let event = Arc::new(event);
         for ancestor in &self.ancestors {
             let _ = ancestor.send(event.clone());
         }
