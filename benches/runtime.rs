@@ -21,6 +21,8 @@ use serde_json::json;
 /// parent's first call may instead delegate `children` sub-agents. Optional latency.
 struct Scripted {
     turns: usize,
+    /// The tool each turn calls.
+    tool: &'static str,
     children: usize,
     latency: Duration,
     calls: AtomicUsize,
@@ -66,7 +68,7 @@ impl ModelProvider for Scripted {
         if assistants < self.turns {
             return Ok(ModelResponse::tool_calls(vec![ToolCall {
                 id: format!("call-{assistants}"),
-                name: "read_file".into(),
+                name: self.tool.into(),
                 arguments: json!({"path": "data.txt"}),
             }]));
         }
@@ -95,14 +97,39 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 fn service(data: &Path, provider: Arc<Scripted>, max_concurrent: usize) -> RuntimeService {
     let mut config = Config::default();
     config.subagents.max_concurrent = max_concurrent;
+    let mut tools = bumblehive::tools::ToolRegistry::standard();
+    tools.register(Arc::new(Noop));
     RuntimeService::new(ServiceOptions {
         data_dir: data.to_path_buf(),
         config_path: None,
         config: Some(config),
         provider_factory: fixed_provider(provider),
-        tools: None,
+        tools: Some(tools),
     })
     .expect("service")
+}
+
+/// A tool that does nothing, to measure the runtime without a tool's own I/O.
+struct Noop;
+
+#[async_trait]
+impl bumblehive::tools::Tool for Noop {
+    fn name(&self) -> &'static str {
+        "noop"
+    }
+    fn description(&self) -> &'static str {
+        "Does nothing."
+    }
+    fn parameters(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    async fn call(
+        &self,
+        _ctx: &bumblehive::tools::ToolContext,
+        _arguments: serde_json::Value,
+    ) -> Result<String, bumblehive::tools::ToolError> {
+        Ok("ok".into())
+    }
 }
 
 fn scratch(base: &Path, name: &str) -> PathBuf {
@@ -113,13 +140,14 @@ fn scratch(base: &Path, name: &str) -> PathBuf {
 }
 
 /// Per turn: model answer → append → tool batch → append → flush → next model call.
-async fn per_turn(base: &Path, label: &str, runs: usize, turns: usize) {
+async fn per_turn(base: &Path, label: &str, tool: &'static str, runs: usize, turns: usize) {
     let dir = scratch(base, "per-turn");
     let workspace = dir.join("ws");
     std::fs::create_dir_all(&workspace).expect("ws");
     std::fs::write(workspace.join("data.txt"), "hello").expect("data");
     let provider = Arc::new(Scripted {
         turns,
+        tool,
         children: 0,
         latency: Duration::ZERO,
         calls: AtomicUsize::new(0),
@@ -146,7 +174,7 @@ async fn per_turn(base: &Path, label: &str, runs: usize, turns: usize) {
     let total = started.elapsed();
     deltas.sort();
     println!(
-        "per-turn overhead [{label}]: {} turns, p50 {:.1} µs, p99 {:.1} µs (whole bench {:.2} s)",
+        "per-turn overhead [{label}, tool {tool}]: {} turns, p50 {:.1} µs, p99 {:.1} µs (whole bench {:.2} s)",
         deltas.len(),
         percentile(&deltas, 0.5).as_secs_f64() * 1e6,
         percentile(&deltas, 0.99).as_secs_f64() * 1e6,
@@ -170,6 +198,7 @@ async fn fan_out(
     std::fs::write(workspace.join("data.txt"), "hello").expect("data");
     let provider = Arc::new(Scripted {
         turns: 2,
+        tool: "read_file",
         children,
         latency: Duration::from_millis(latency_ms),
         calls: AtomicUsize::new(0),
@@ -257,6 +286,7 @@ async fn scale(base: &Path, label: &str, messages: usize, sessions: usize) {
     // Opening through the service: load + controller (what the UI's subscribe costs).
     let provider = Arc::new(Scripted {
         turns: 0,
+        tool: "read_file",
         children: 0,
         latency: Duration::ZERO,
         calls: AtomicUsize::new(0),
@@ -405,16 +435,18 @@ fn main() {
     );
     runtime.block_on(async {
         if quick {
-            per_turn(disk.path(), "disk", 3, 3).await;
+            per_turn(disk.path(), "disk", "read_file", 3, 3).await;
             fan_out(disk.path(), "disk", 8, 4, 2).await;
             scale(disk.path(), "disk", 100, 50).await;
             streaming(disk.path(), "disk", 100).await;
             return;
         }
         if let Some(memory) = &memory {
-            per_turn(memory.path(), "tmpfs", 200, 5).await;
+            per_turn(memory.path(), "tmpfs", "noop", 200, 5).await;
+            per_turn(memory.path(), "tmpfs", "read_file", 200, 5).await;
         }
-        per_turn(disk.path(), "disk", 50, 5).await;
+        per_turn(disk.path(), "disk", "noop", 50, 5).await;
+        per_turn(disk.path(), "disk", "read_file", 50, 5).await;
         if let Some(memory) = &memory {
             fan_out(memory.path(), "tmpfs", 1000, 64, 20).await;
         }

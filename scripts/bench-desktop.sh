@@ -41,6 +41,18 @@ tree_rss() {
   echo "$total"
 }
 
+# The PSS (KiB): shared pages split among the processes that map them, so libraries the
+# shell and WebKit's helpers share are not counted three times as in RSS.
+tree_pss() {
+  local pid=$1 total=0 child pss
+  pss=$(awk '/^Pss:/ {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || echo 0)
+  total=$((total + ${pss:-0}))
+  for child in $(pgrep -P "$pid" || true); do
+    total=$((total + $(tree_pss "$child")))
+  done
+  echo "$total"
+}
+
 for run in $(seq "$runs"); do
   mkdir -p "$tmp/$run/ws" "$tmp/$run/data/sessions/0190a0a0-0000-7000-8000-000000000001"
   echo "hello" > "$tmp/$run/ws/readme.txt"
@@ -63,7 +75,8 @@ for run in $(seq "$runs"); do
   # Idle: let start-up work settle, then sum the shell's and WebKit's processes.
   sleep 3
   rss=$(tree_rss "$app_pid")
-  echo "run $run: window mapped $((mapped - start)) ms, first paint $((painted - start)) ms, idle RSS $((rss / 1024)) MiB (all processes)"
+  pss=$(tree_pss "$app_pid")
+  echo "run $run: window mapped $((mapped - start)) ms, first paint $((painted - start)) ms, idle RSS $((rss / 1024)) MiB, PSS $((pss / 1024)) MiB (all processes)"
   [ "$run" -eq 1 ] && import -window root "$tmp/../bench-desktop.png" 2>/dev/null || true
   kill "$app_pid"; wait "$app_pid" 2>/dev/null || true; app_pid=""
 done

@@ -190,7 +190,8 @@ impl Run {
     /// One model call; `Ok(None)` when cancelled.
     async fn model_call(&self) -> Result<Option<crate::provider::ModelResponse>, String> {
         let provider = self.ctl.shared.provider().map_err(|err| err.to_string())?;
-        let settings = ModelSettings::from(&self.ctl.shared.config().provider);
+        let config = self.ctl.shared.config();
+        let settings = ModelSettings::from(&config.provider);
         let mut messages = Vec::with_capacity(self.history.len() + 1);
         messages.push(Message::system(system_prompt(
             &self.workspace,
@@ -198,13 +199,14 @@ impl Run {
         )));
         messages.extend(self.history.iter().cloned());
         // Tools switched off by policy are not offered; a call to one is refused anyway.
-        let policy = self.ctl.shared.config().tools.policy;
+        let policy = &config.tools.policy;
         let tools = self
             .ctl
             .tools
             .specs()
-            .into_iter()
+            .iter()
             .filter(|spec| policy.get(&spec.name) != Some(&crate::config::ToolPolicy::Deny))
+            .cloned()
             .collect();
         let request = ModelRequest {
             messages,

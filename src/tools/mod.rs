@@ -164,6 +164,8 @@ pub trait Tool: Send + Sync {
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
+    /// Built once: the model is sent them on every call.
+    specs: Arc<std::sync::OnceLock<Vec<ToolSpec>>>,
 }
 
 impl ToolRegistry {
@@ -189,6 +191,7 @@ impl ToolRegistry {
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
         self.tools.retain(|t| t.name() != tool.name());
         self.tools.push(tool);
+        self.specs = Default::default();
     }
 
     /// A copy keeping only the tools `keep` accepts (e.g. read-only children).
@@ -200,6 +203,7 @@ impl ToolRegistry {
                 .filter(|t| keep(t.name()))
                 .cloned()
                 .collect(),
+            specs: Default::default(),
         }
     }
 
@@ -207,15 +211,17 @@ impl ToolRegistry {
         self.tools.iter().find(|t| t.name() == name)
     }
 
-    pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools
-            .iter()
-            .map(|t| ToolSpec {
-                name: t.name().to_string(),
-                description: t.description().to_string(),
-                parameters: t.parameters(),
-            })
-            .collect()
+    pub fn specs(&self) -> &[ToolSpec] {
+        self.specs.get_or_init(|| {
+            self.tools
+                .iter()
+                .map(|t| ToolSpec {
+                    name: t.name().to_string(),
+                    description: t.description().to_string(),
+                    parameters: t.parameters(),
+                })
+                .collect()
+        })
     }
 
     /// Runs one call; unknown tools and bad arguments become errors for the model.
