@@ -28,6 +28,9 @@ cargo bench --profile dev --bench runtime -- --quick
 step "Real-model tier: a small real model on 127.0.0.1 (built once, about 10 min; cached in ~/.cache/llm-test-server)"
 ./scripts/real-model-tier.sh
 
+step "OS keyring tier: a real Secret Service (gnome-keyring) in a private D-Bus session"
+./scripts/keyring-tier.sh
+
 step "Desktop shell lints (needs WebKitGTK, installed by the e2e step's setup)"
 ./scripts/setup-system.sh desktop
 cargo clippy -p bumblehive-desktop -- -D warnings

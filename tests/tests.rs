@@ -42,3 +42,6 @@ mod server;
 
 // SIGKILL at many points of delegated runs, restart, resume, check (names start with crash_).
 mod crash;
+
+// The OS keyring for real (inside a D-Bus session with gnome-keyring; skipped elsewhere).
+mod keyring;
