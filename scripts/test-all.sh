@@ -19,8 +19,8 @@ cargo clippy --all-targets -- -D warnings
 step "Runtime tests (no GUI dependency): unit, seed scenarios, providers, tools, server, crash harness"
 cargo test
 
-step "Web UI: install, type-check, component tests"
-(cd ui && npm ci --no-audit --no-fund && npm run typecheck && npm test)
+step "Web UI: install, type-check, component tests, build (the desktop shell embeds ui/dist)"
+(cd ui && npm ci --no-audit --no-fund && npm run typecheck && npm test && npm run build)
 
 step "Benchmarks build and run once at a tiny size (figures: BENCHMARKS.md)"
 cargo bench --profile dev --bench runtime -- --quick

@@ -3,4 +3,12 @@
 /**
  * A local server that answered, with the models it lists.
  */
-export type FoundServer = { name: string, base_url: string, models: Array<string>, };
+export type FoundServer = { name: string, 
+/**
+ * The provider kind to configure for it (both speak the OpenAI API).
+ */
+kind: string, base_url: string, 
+/**
+ * Always true here: servers that did not answer are left out.
+ */
+ok: boolean, models: Array<string>, };
