@@ -296,6 +296,14 @@ impl RuntimeService {
                 return Ok(());
             }
         }
+        // A child still waiting for a slot has no run to stop: cancelling its task makes the
+        // parent's `sub_agent` call fail with "stopped before startup", which is the answer.
+        if !controller.is_running()
+            && self.subagents().state_of(session_id) == Some(SubagentState::WaitingForSlot)
+        {
+            self.subagents().cancel(session_id).await;
+            return Ok(());
+        }
         controller.cancel().await;
         Ok(())
     }

@@ -287,6 +287,11 @@ impl SubagentTasks {
         children.into_iter().map(|(_, info)| info).collect()
     }
 
+    /// The state of a task, if it is still registered.
+    pub fn state_of(&self, session_id: &str) -> Option<SubagentState> {
+        self.tasks().get(session_id).map(|entry| entry.info.state)
+    }
+
     pub fn contains(&self, session_id: &str) -> bool {
         self.tasks().contains_key(session_id)
     }
