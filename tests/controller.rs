@@ -4,11 +4,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bumblehive::controller::{QueuedMessage, Received};
-use bumblehive::protocol::{MessageStatus, Role};
+use bumblehive::protocol::{Message, MessageStatus, Role, SubagentState};
 use bumblehive::provider::{
     ModelProvider, ModelRequest, ModelResponse, ProviderError, ProviderSink, fixed_provider,
 };
 use bumblehive::service::{RuntimeService, ServiceOptions};
+use serde_json::json;
 
 use crate::support::*;
 
@@ -236,5 +237,59 @@ async fn stop_mid_batch_reports_each_call_finished_once() {
         ]
     );
     assert_message_order(&fx.history(&parent));
+    fx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_child_waiting_for_a_slot_fails_its_call_and_sends_no_report() {
+    let fx = Delegation::new();
+    fx.service
+        .update_config(&json!({"subagents": {"max_concurrent": 1}}))
+        .unwrap();
+    let mut begun = fx.begin("slot", 2, false, None).await;
+    let parent = begun.session_id.clone();
+    let ids: Vec<String> = begun
+        .children
+        .iter()
+        .map(|c| c["session_id"].as_str().unwrap().to_string())
+        .collect();
+    // Wait (on events) until one child holds the only slot and the other waits for it.
+    let states = |fx: &Delegation| -> Vec<Option<SubagentState>> {
+        ids.iter()
+            .map(|id| fx.service.subagents().state_of(id))
+            .collect()
+    };
+    while !(states(&fx).contains(&Some(SubagentState::WaitingForSlot))
+        && states(&fx).contains(&Some(SubagentState::Running)))
+    {
+        receive(&mut begun.events, "event", None, None).await;
+    }
+    let index = states(&fx)
+        .iter()
+        .position(|s| *s == Some(SubagentState::WaitingForSlot))
+        .unwrap();
+    let (waiting, running) = (index, 1 - index);
+    fx.service.cancel_session(&ids[waiting]).await.unwrap();
+    receive(&mut begun.events, "result", Some(&parent), None).await;
+    fx.provider.gate(&format!("slot-{running}")).set();
+    fx.wait_idle().await;
+    let history = fx.history(&parent);
+    let failed = history
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some(format!("delegate-{waiting}").as_str()))
+        .unwrap();
+    assert!(
+        failed.text().contains("stopped before startup"),
+        "{}",
+        failed.text()
+    );
+    let reports: Vec<&Message> = history.iter().filter(|m| is_report(m)).collect();
+    assert_eq!(reports.len(), 1);
+    assert!(
+        reports[0]
+            .text()
+            .contains(&format!("Task ID: delegate-{running}"))
+    );
+    assert_message_order(&history);
     fx.shutdown().await;
 }

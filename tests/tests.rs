@@ -31,7 +31,8 @@ mod tools;
 // The path-escape corpus: every file tool against hundreds of ways out of the workspace.
 mod paths;
 
-// The controller's delivery table (SPEC §4), steer/discard errors, snapshots, approvals.
+// The controller's delivery table (SPEC §4), steer/discard errors, submit after Stop, lag,
+// cancelling a child that waits for a slot.
 mod controller;
 
 // Recovery after a crash or restart, the report ledger, interrupted children, damaged sessions.
