@@ -284,15 +284,17 @@ impl RuntimeService {
         if meta.interrupted {
             if let (Some(task_id), Some(parent)) = (meta.task_id, meta.parent_session_id) {
                 controller.set_interrupted(false);
-                self.inner.deliver_report(Report {
-                    task_id,
-                    session_id: session_id.to_string(),
-                    parent_session_id: parent,
-                    outcome: Err(
-                        "the sub-agent was interrupted and then cancelled by the user".into(),
-                    ),
-                    config: RunConfig::default(),
-                });
+                self.inner
+                    .deliver_report(Report {
+                        task_id,
+                        session_id: session_id.to_string(),
+                        parent_session_id: parent,
+                        outcome: Err(
+                            "the sub-agent was interrupted and then cancelled by the user".into(),
+                        ),
+                        config: RunConfig::default(),
+                    })
+                    .await;
                 return Ok(());
             }
         }
@@ -564,7 +566,7 @@ impl ServiceInner {
 
     /// A finished child's report is recorded in its parent's ledger (flushed), then goes
     /// to the parent through the delivery table.
-    fn deliver_report(&self, report: Report) {
+    async fn deliver_report(&self, report: Report) {
         let parent = match self.controller(&report.parent_session_id) {
             Ok(parent) => parent,
             Err(err) => {
@@ -579,17 +581,25 @@ impl ServiceInner {
             content: report_text(&report.task_id, &report.outcome),
             config: report.config,
         };
-        match self
-            .shared
-            .store
-            .record_report(parent.session_id(), &record)
-        {
-            Ok(()) => {
+        // The flush takes milliseconds on a disk: off the async threads, so a burst of
+        // finishing children does not stall every other run.
+        let store = self.shared.store.clone();
+        let parent_id = parent.session_id().to_string();
+        let line = record.clone();
+        let recorded =
+            tokio::task::spawn_blocking(move || store.record_report(&parent_id, &line)).await;
+        match recorded {
+            Ok(Ok(())) => {
                 if let Ok(child) = self.controller(&report.session_id) {
                     child.mark_reported();
                 }
             }
-            Err(err) => tracing::error!(task = %report.task_id, "cannot record a report: {err}"),
+            Ok(Err(err)) => {
+                tracing::error!(task = %report.task_id, "cannot record a report: {err}")
+            }
+            Err(err) => {
+                tracing::error!(task = %report.task_id, "cannot record a report: {err}")
+            }
         }
         parent.deliver(QueuedMessage {
             message_id: record.message_id,
@@ -800,7 +810,7 @@ fn notify_fn(service: Weak<ServiceInner>) -> crate::subagents::NotifyFn {
         let service = service.clone();
         async move {
             if let Some(service) = service.upgrade() {
-                service.deliver_report(report);
+                service.deliver_report(report).await;
             }
         }
         .boxed()
