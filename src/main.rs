@@ -59,7 +59,7 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<std::process::ExitCode> {
     let cli = Cli::parse();
     let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
     // Logs go to stderr and to a daily file in the data dir (the settings page shows where).
@@ -84,6 +84,7 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    // Returned, not `process::exit`: the log writer flushes when main's guard drops.
     runtime.block_on(async_main(cli))
 }
 
@@ -99,7 +100,7 @@ fn build_service(config_path: &Path, data_dir: &Path) -> anyhow::Result<RuntimeS
     })?)
 }
 
-async fn async_main(cli: Cli) -> anyhow::Result<()> {
+async fn async_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     let config_path = cli.config.unwrap_or_else(default_config_path);
     let data_dir = cli.data_dir.unwrap_or_else(default_data_dir);
     let service = build_service(&config_path, &data_dir)?;
@@ -109,14 +110,17 @@ async fn async_main(cli: Cli) -> anyhow::Result<()> {
             host,
             token,
             ui,
-        } => serve(service, &data_dir, SocketAddr::new(host, port), token, ui).await,
+        } => {
+            serve(service, &data_dir, SocketAddr::new(host, port), token, ui).await?;
+            Ok(std::process::ExitCode::SUCCESS)
+        }
         Command::Run {
             workspace,
             yes,
             prompt,
         } => {
             let code = run_once(service, &workspace, yes, prompt).await?;
-            std::process::exit(code);
+            Ok(std::process::ExitCode::from(code))
         }
     }
 }
@@ -212,7 +216,7 @@ async fn run_once(
     workspace: &Path,
     yes: bool,
     prompt: String,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<u8> {
     let workspace = workspace
         .canonicalize()
         .with_context(|| format!("workspace {}", workspace.display()))?;
