@@ -76,6 +76,8 @@ export interface ChildTab {
   taskId: string | null;
   title: string;
   state: SubagentState;
+  /** Cut off by a crash or restart: the person resumes it or cancels it. */
+  interrupted?: boolean;
 }
 
 /** A message handed to the session that is not in the transcript yet (steered or started). */
@@ -355,6 +357,7 @@ export class SessionModel {
             taskId: info.task_id ?? null,
             title: info.title,
             state: childStateFromInfo(info),
+            interrupted: info.interrupted,
           });
           mine.add(info.session_id);
           changed = true;
@@ -375,6 +378,7 @@ export class SessionModel {
           taskId: info.task_id ?? null,
           title: info.title,
           state: childStateFromInfo(info),
+          interrupted: info.interrupted,
         },
       ],
     });
@@ -676,6 +680,23 @@ export class SessionModel {
   async cancel(sessionId: string = this.sessionId): Promise<void> {
     const args: SessionRef = { session_id: sessionId };
     await this.platform.invoke('cancel', args);
+  }
+
+  /** Continues a child that a crash or restart cut off, from its own history. */
+  async resumeChild(sessionId: string): Promise<void> {
+    const args: SessionRef = { session_id: sessionId };
+    await this.platform.invoke('resume_subagent', args);
+    this.set({
+      children: this.state.children.map((c) => (c.sessionId === sessionId ? { ...c, interrupted: false, state: 'running' } : c)),
+    });
+  }
+
+  /** Cancels an interrupted child: its parent gets an error report instead of waiting. */
+  async cancelInterrupted(sessionId: string): Promise<void> {
+    await this.cancel(sessionId);
+    this.set({
+      children: this.state.children.map((c) => (c.sessionId === sessionId ? { ...c, interrupted: false, state: 'cancelled' } : c)),
+    });
   }
 
   async steer(messageId: string): Promise<void> {

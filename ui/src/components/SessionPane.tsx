@@ -61,7 +61,8 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
       setBusy(false);
     }
   };
-  const cancel = () => act(() => model.cancel(tab.sessionId));
+  const cancel = () => act(() => (tab.interrupted ? model.cancelInterrupted(tab.sessionId) : model.cancel(tab.sessionId)));
+  const resume = () => act(() => model.resumeChild(tab.sessionId));
   const remove = () =>
     void act(async () => {
       const args: SessionRef = { session_id: tab.sessionId };
@@ -80,7 +81,7 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
           {formatTokens(totalTokens(usage))} tokens
         </span>
         <span class="spacer" />
-        <button type="button" disabled={!active || busy} data-testid="child-cancel" onClick={() => void cancel()}>
+        <button type="button" disabled={!(active || tab.interrupted) || busy} data-testid="child-cancel" onClick={() => void cancel()}>
           Cancel
         </button>
         <ConfirmButton
@@ -93,6 +94,15 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
           onConfirm={remove}
         />
       </div>
+      {tab.interrupted && (
+        <div class="notice" data-testid="child-interrupted">
+          This sub-agent was cut off when Bumblehive stopped. Resume it from where it was, or cancel it (its parent
+          then gets an error report).
+          <button type="button" class="primary" disabled={busy} data-testid="child-resume" onClick={() => void resume()}>
+            Resume
+          </button>
+        </div>
+      )}
       {error && <ErrorBox message={error.message} onRetry={error.retry} onDismiss={() => setError(null)} />}
       {t?.status === 'error' && <ErrorBox message={`Cannot read this sub-agent's history: ${t.loadError}`} onRetry={() => void model.loadTranscript(tab.sessionId)} />}
       {t ? (
