@@ -98,10 +98,10 @@ async fn a_recorded_report_reaches_its_parent_exactly_once_across_restarts() {
     fx.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_child_stopped_by_a_restart_is_interrupted_and_resumes_to_one_report() {
-    let mut fx = Delegation::new();
-    let mut begun = fx.begin("resume", 1, false, None).await;
+/// A parent whose one child is still working (its gate closed) when the app restarts.
+/// Returns the parent's and the child's session ids, after the restart.
+async fn child_interrupted_by_a_restart(fx: &mut Delegation, root: &str) -> (String, String) {
+    let mut begun = fx.begin(root, 1, false, None).await;
     let parent = begun.session_id.clone();
     receive(&mut begun.events, "result", Some(&parent), None).await;
     let child = begun.children[0]["session_id"]
@@ -110,6 +110,13 @@ async fn a_child_stopped_by_a_restart_is_interrupted_and_resumes_to_one_report()
         .to_string();
     drop(begun);
     fx.restart().await;
+    (parent, child)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_stopped_by_a_restart_is_interrupted_and_resumes_to_one_report() {
+    let mut fx = Delegation::new();
+    let (parent, child) = child_interrupted_by_a_restart(&mut fx, "resume").await;
     assert_eq!(fx.service.recovery().interrupted_children, 1);
     let info = fx.service.session_info(&child).unwrap();
     assert!(info.interrupted);
@@ -137,15 +144,7 @@ async fn a_child_stopped_by_a_restart_is_interrupted_and_resumes_to_one_report()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_an_interrupted_child_tells_the_parent() {
     let mut fx = Delegation::new();
-    let mut begun = fx.begin("gone", 1, false, None).await;
-    let parent = begun.session_id.clone();
-    receive(&mut begun.events, "result", Some(&parent), None).await;
-    let child = begun.children[0]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    drop(begun);
-    fx.restart().await;
+    let (parent, child) = child_interrupted_by_a_restart(&mut fx, "gone").await;
     let parent_ctl = fx.service.controller(&parent).unwrap();
     let (mut events, _) = parent_ctl.subscribe();
     fx.service.cancel_session(&child).await.unwrap();
