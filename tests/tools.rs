@@ -668,6 +668,26 @@ async fn wait_gone(pid: i32) {
 /// `$$` is the shell (the group leader), `$!` a background child in the same group.
 const SPAWN_AND_WAIT: &str = "sleep 1000 & echo $$ $! > pids; wait";
 
+/// Starts a `run_command` call in its own task and returns it with the pids the command
+/// reported (its shell and the background child), once both exist.
+async fn start_spawn_and_wait(
+    ctx: &ToolContext,
+    ws: &Path,
+    arguments: Value,
+) -> (tokio::task::JoinHandle<Result<String, ToolError>>, Vec<i32>) {
+    let mut pipe = pid_pipe(ws).await;
+    let call = tokio::spawn({
+        let ctx = ctx.clone();
+        async move {
+            ToolRegistry::standard()
+                .call(&ctx, "run_command", arguments)
+                .await
+        }
+    });
+    let pids = read_pids(&mut pipe).await;
+    (call, pids)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_command_output_exit_code_and_cap() {
     let w = Ws::new();
@@ -756,20 +776,12 @@ async fn run_command_leaves_no_background_process() {
 async fn run_command_timeout_kills_the_process_group() {
     let w = Ws::new();
     let ctx = context(&w.ws, RecordingGate::approving());
-    let mut pipe = pid_pipe(&w.ws).await;
-    let call = tokio::spawn({
-        let ctx = ctx.clone();
-        async move {
-            ToolRegistry::standard()
-                .call(
-                    &ctx,
-                    "run_command",
-                    json!({"command": SPAWN_AND_WAIT, "timeout_secs": 1}),
-                )
-                .await
-        }
-    });
-    let pids = read_pids(&mut pipe).await;
+    let (call, pids) = start_spawn_and_wait(
+        &ctx,
+        &w.ws,
+        json!({"command": SPAWN_AND_WAIT, "timeout_secs": 1}),
+    )
+    .await;
     assert_eq!(pids.len(), 2);
     let result = tokio::time::timeout(WAIT, call).await.unwrap().unwrap();
     let text = err_text(result);
@@ -783,16 +795,7 @@ async fn run_command_timeout_kills_the_process_group() {
 async fn run_command_cancel_kills_the_process_group() {
     let w = Ws::new();
     let ctx = context(&w.ws, RecordingGate::approving());
-    let mut pipe = pid_pipe(&w.ws).await;
-    let call = tokio::spawn({
-        let ctx = ctx.clone();
-        async move {
-            ToolRegistry::standard()
-                .call(&ctx, "run_command", json!({"command": SPAWN_AND_WAIT}))
-                .await
-        }
-    });
-    let pids = read_pids(&mut pipe).await;
+    let (call, pids) = start_spawn_and_wait(&ctx, &w.ws, json!({"command": SPAWN_AND_WAIT})).await;
     ctx.cancel.cancel();
     let result = tokio::time::timeout(WAIT, call)
         .await
@@ -808,16 +811,7 @@ async fn run_command_cancel_kills_the_process_group() {
 async fn run_command_dropped_call_kills_the_process_group() {
     let w = Ws::new();
     let ctx = context(&w.ws, RecordingGate::approving());
-    let mut pipe = pid_pipe(&w.ws).await;
-    let call = tokio::spawn({
-        let ctx = ctx.clone();
-        async move {
-            ToolRegistry::standard()
-                .call(&ctx, "run_command", json!({"command": SPAWN_AND_WAIT}))
-                .await
-        }
-    });
-    let pids = read_pids(&mut pipe).await;
+    let (call, pids) = start_spawn_and_wait(&ctx, &w.ws, json!({"command": SPAWN_AND_WAIT})).await;
     // The run loop drops the calls a cancel left open; dropping must kill the group too.
     call.abort();
     assert!(call.await.unwrap_err().is_cancelled());
