@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use bumblehive::protocol::Message;
 use serde_json::{Value, json};
 
-use crate::server::{Server, assert_order};
+use crate::server::Server;
+use crate::support::assert_message_order;
 
 /// One crash scenario: a plan for the parent and how many SSE events to let through
 /// before the kill (each value of `kill_after` is one kill point).
@@ -101,7 +102,7 @@ async fn check_all_sessions_load(server: &Server) {
             );
         }
         let history: Vec<Message> = serde_json::from_value(session["messages"].clone()).unwrap();
-        assert_order(&history);
+        assert_message_order(&history);
     }
 }
 

@@ -4,7 +4,6 @@ use std::collections::{HashMap, HashSet};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
-use bumblehive::invariant::check_message_order;
 use bumblehive::protocol::Message;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -12,7 +11,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use crate::mock_llm::{LiveStream, MockLlm, MockResponse, RecordedRequest, openai};
-use crate::support::WAIT;
+use crate::support::{WAIT, assert_message_order, is_event, is_report};
 
 /// The seed's scripted model, over HTTP: parents delegate per plan, children wait on a
 /// gate, read `data.txt`, and report. A closed gate holds the answer as a live stream.
@@ -376,10 +375,7 @@ impl Sse {
         let wanted = async {
             loop {
                 let value = self.rx.recv().await.expect("the event stream ended");
-                if value["type"] == kind
-                    && session_id.is_none_or(|id| value["session_id"] == id)
-                    && status.is_none_or(|s| value["status"] == s)
-                {
+                if is_event(&value, kind, session_id, status) {
                     return value;
                 }
             }
@@ -397,16 +393,7 @@ impl Drop for Sse {
 }
 
 fn reports(history: &[Message]) -> Vec<&Message> {
-    history
-        .iter()
-        .filter(|m| m.text().starts_with("[Background tool result]"))
-        .collect()
-}
-
-pub fn assert_order(history: &[Message]) {
-    if let Err(err) = check_message_order(history) {
-        panic!("{err}: {history:#?}");
-    }
+    history.iter().filter(|m| is_report(m)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -449,9 +436,9 @@ async fn server_idle_wake_up_with_three_children() {
             .iter()
             .all(|m| m.text().contains("REPORT:idle-"))
     );
-    assert_order(&history);
+    assert_message_order(&history);
     for child in &children {
-        assert_order(&server.history(child["session_id"].as_str().unwrap()).await);
+        assert_message_order(&server.history(child["session_id"].as_str().unwrap()).await);
     }
     let snapshot = server.snapshot(&parent).await;
     assert!(
@@ -490,7 +477,7 @@ async fn server_stop_during_approval_then_pending_then_steer() {
     events.wait("result", Some(&parent), None).await;
     let history = server.history(&parent).await;
     assert_eq!(reports(&history).len(), 1);
-    assert_order(&history);
+    assert_message_order(&history);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -775,7 +762,7 @@ async fn server_stops_cleanly_on_sigterm_leaving_valid_histories() {
     {
         let loaded = store.load(id).unwrap();
         assert!(loaded.notice.is_none());
-        assert_order(&loaded.messages);
+        assert_message_order(&loaded.messages);
     }
 }
 

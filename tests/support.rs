@@ -301,6 +301,13 @@ pub struct Begun {
     pub children: Vec<Value>,
 }
 
+/// Whether an event (as JSON) is of `kind`, and of the session and status when given.
+pub fn is_event(value: &Value, kind: &str, session_id: Option<&str>, status: Option<&str>) -> bool {
+    value["type"] == kind
+        && session_id.is_none_or(|id| value["session_id"] == id)
+        && status.is_none_or(|s| value["status"] == s)
+}
+
 /// The seed's `receive`: the next event of `kind` (and session, and status), within 4 s.
 pub async fn receive(
     events: &mut Subscription,
@@ -312,10 +319,7 @@ pub async fn receive(
         loop {
             let event: Event = events.next_event().await.expect("event stream closed");
             let value = serde_json::to_value(&event).unwrap();
-            if value["type"] == kind
-                && session_id.is_none_or(|id| value["session_id"] == id)
-                && status.is_none_or(|s| value["status"] == s)
-            {
+            if is_event(&value, kind, session_id, status) {
                 return value;
             }
         }
