@@ -649,7 +649,9 @@ impl SessionController {
                 .as_ref()
                 .map(|_| self.meta.title.clone()),
             lineage: self.lineage.clone(),
-            policy: Box::new(move |tool| shared.config().tools.policy.get(tool).copied()),
+            policy: Box::new(move |tool| {
+                shared.read_config(|config| config.tools.policy.get(tool).copied())
+            }),
             emit: Arc::new(move |event| {
                 if let Some(ctl) = this.upgrade() {
                     ctl.emit(event);

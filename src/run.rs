@@ -247,7 +247,10 @@ impl Run {
             approvals: self.ctl.gate(),
             delegator: self.ctl.delegator.clone(),
             run_config: self.config.clone(),
-            secret_env: crate::tools::secret_env(&self.ctl.shared.config().provider),
+            secret_env: self
+                .ctl
+                .shared
+                .read_config(|config| crate::tools::secret_env(&config.provider)),
         };
         let mut running = FuturesUnordered::new();
         for (index, call) in calls.iter().enumerate() {

@@ -43,10 +43,12 @@ pub struct Shared {
 
 impl Shared {
     pub fn config(&self) -> Config {
-        self.config
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.read_config(Config::clone)
+    }
+
+    /// Reads part of the config without copying all of it (hot paths: every tool call).
+    pub(crate) fn read_config<T>(&self, read: impl FnOnce(&Config) -> T) -> T {
+        read(&self.config.read().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// The provider for the current config, built once per config.
@@ -520,8 +522,8 @@ impl ServiceInner {
         {
             return Ok(controller.clone());
         }
-        let meta = self.shared.store.meta(session_id)?;
-        let parent = match &meta.parent_session_id {
+        let loaded = self.shared.store.load(session_id)?;
+        let parent = match &loaded.meta.parent_session_id {
             Some(parent) => Some(self.controller(parent)?),
             None => None,
         };
@@ -542,7 +544,6 @@ impl ServiceInner {
             tools = tools.filtered(|name| name != "sub_agent");
             None
         };
-        let loaded = self.shared.store.load(session_id)?;
         let pending = self.shared.store.read_pending(session_id).unwrap_or_else(|err| {
             tracing::warn!(session = %session_id, "pending queue unreadable, starting empty: {err}");
             Vec::new()
