@@ -734,10 +734,6 @@ impl SessionController {
         self.child_outcome(outcome, token).await
     }
 
-    pub fn read_only(&self) -> Option<String> {
-        self.lock().read_only.clone()
-    }
-
     /// Waits for a child's run and maps it to the task registry's outcome; a cancelled
     /// task stops the child's run.
     pub(crate) async fn run_child(

@@ -11,8 +11,6 @@ pub enum RuntimeError {
     NotFound(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    #[error("the runtime is shutting down")]
-    ShuttingDown,
     #[error("{0}")]
     Unavailable(String),
     #[error(transparent)]
@@ -28,7 +26,7 @@ impl RuntimeError {
             RuntimeError::Busy(_) => "busy",
             RuntimeError::NotFound(_) => "not_found",
             RuntimeError::InvalidArgument(_) => "invalid_argument",
-            RuntimeError::ShuttingDown | RuntimeError::Unavailable(_) => "unavailable",
+            RuntimeError::Unavailable(_) => "unavailable",
             RuntimeError::Store(StoreError::NotFound(_)) => "not_found",
             RuntimeError::Store(_) => "storage",
             RuntimeError::Config(ConfigError::Invalid(_)) => "invalid_argument",

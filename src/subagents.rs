@@ -292,10 +292,6 @@ impl SubagentTasks {
         self.tasks().get(session_id).map(|entry| entry.info.state)
     }
 
-    pub fn contains(&self, session_id: &str) -> bool {
-        self.tasks().contains_key(session_id)
-    }
-
     pub fn len(&self) -> usize {
         self.tasks().len()
     }

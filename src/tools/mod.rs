@@ -183,11 +183,6 @@ impl ToolRegistry {
         registry
     }
 
-    /// Names of the tools, in order.
-    pub fn names(&self) -> Vec<&'static str> {
-        self.tools.iter().map(|t| t.name()).collect()
-    }
-
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
         self.tools.retain(|t| t.name() != tool.name());
         self.tools.push(tool);
