@@ -38,15 +38,7 @@ impl AnthropicProvider {
         keys: KeySource,
         client: reqwest::Client,
     ) -> Result<Self, ProviderError> {
-        let version = match config.extra.get("anthropic_version") {
-            None | Some(Value::Null) => ANTHROPIC_VERSION.to_string(),
-            Some(Value::String(version)) => version.clone(),
-            Some(other) => {
-                return Err(ProviderError::Config(format!(
-                    "provider.anthropic_version must be text, got {other}"
-                )));
-            }
-        };
+        let version = super::text_knob(config, "anthropic_version", ANTHROPIC_VERSION, &[])?;
         Ok(AnthropicProvider {
             client,
             url: format!("{}/v1/messages", base_url(config)?),

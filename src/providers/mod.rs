@@ -80,6 +80,28 @@ impl Default for HttpOptions {
     }
 }
 
+/// A text knob of the provider block: absent gives `default`; when `allowed` is not empty
+/// the value must be one of it.
+pub(crate) fn text_knob(
+    config: &ProviderConfig,
+    key: &str,
+    default: &str,
+    allowed: &[&str],
+) -> Result<String, ProviderError> {
+    match config.extra.get(key) {
+        None | Some(Value::Null) => Ok(default.to_string()),
+        Some(Value::String(text)) if allowed.is_empty() || allowed.contains(&text.as_str()) => {
+            Ok(text.clone())
+        }
+        Some(other) if allowed.is_empty() => Err(ProviderError::Config(format!(
+            "provider.{key} must be text, got {other}"
+        ))),
+        Some(other) => Err(ProviderError::Config(format!(
+            "provider.{key} must be one of {allowed:?}, got {other}"
+        ))),
+    }
+}
+
 impl HttpOptions {
     pub fn from_config(config: &ProviderConfig) -> Result<Self, ProviderError> {
         let defaults = HttpOptions::default();

@@ -32,19 +32,12 @@ impl OpenAiProvider {
         keys: KeySource,
         client: reqwest::Client,
     ) -> Result<Self, ProviderError> {
-        let max_tokens_param = match config.extra.get("max_tokens_param") {
-            None | Some(Value::Null) => "max_tokens".to_string(),
-            Some(Value::String(name))
-                if name == "max_tokens" || name == "max_completion_tokens" =>
-            {
-                name.clone()
-            }
-            Some(other) => {
-                return Err(ProviderError::Config(format!(
-                    "provider.max_tokens_param must be \"max_tokens\" or \"max_completion_tokens\", got {other}"
-                )));
-            }
-        };
+        let max_tokens_param = super::text_knob(
+            config,
+            "max_tokens_param",
+            "max_tokens",
+            &["max_tokens", "max_completion_tokens"],
+        )?;
         Ok(OpenAiProvider {
             client,
             url: format!("{}/chat/completions", base_url(config)?),
