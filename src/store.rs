@@ -164,9 +164,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
     let mut file = private_file(&tmp)?;
-    let written =
-        file.write_all(bytes)
-            .and_then(|()| if durable { file.sync_all() } else { Ok(()) });
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| if durable { file.sync_all() } else { Ok(()) });
     if let Err(err) = written.and_then(|()| fs::rename(&tmp, path)) {
         let _ = fs::remove_file(&tmp);
         return Err(err);

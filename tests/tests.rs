@@ -35,6 +35,10 @@ mod paths;
 // cancelling a child that waits for a slot.
 mod controller;
 
+// One test per runtime-review finding the session core fixes (C1–C19), and the SPEC
+// assertions the review found missing (session_created fields, busy changes nothing).
+mod review;
+
 // Recovery after a crash or restart, the report ledger, interrupted children, damaged sessions.
 mod durability;
 

@@ -780,6 +780,20 @@ impl SessionController {
         Ok(history)
     }
 
+    /// Answers, on disk, the calls the stored history leaves open (after a panic lost the
+    /// run's copy of it).
+    pub(crate) fn repair_stored_history(&self) -> Result<(), RuntimeError> {
+        let history = self.shared.store.load(&self.meta.session_id)?.messages;
+        let results: Vec<Message> = unanswered_calls(&history)
+            .iter()
+            .map(|id| Message::tool(id, INTERRUPTED_RESULT))
+            .collect();
+        if !results.is_empty() {
+            self.shared.store.append(&self.meta.session_id, &results)?;
+        }
+        Ok(())
+    }
+
     /// Decides an approval asked by this session or by one of its descendants.
     pub fn decide_approval(&self, approval_id: &str, approved: bool) -> Result<(), RuntimeError> {
         self.decide_approval_with(approval_id, approved, false, None)

@@ -65,8 +65,11 @@ pub(super) fn spawn(
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
             tracing::error!(session = %guard.session_id(), "a run panicked: {what}");
-            // The history in memory went with the task; the next run reloads it from disk
-            // and answers any call the panic left open.
+            // The history in memory went with the task: the session is reloaded from disk
+            // and any call the panic left open is answered, so it stays valid (SPEC §2).
+            if let Err(err) = guard.repair_stored_history() {
+                tracing::error!(session = %guard.session_id(), "cannot repair the history after a panic: {err}");
+            }
             guard.stop_run(
                 None,
                 RunOutcome::Failed(format!(
