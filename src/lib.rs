@@ -28,6 +28,7 @@ pub mod controller;
 mod delegation;
 pub mod error;
 pub mod invariant;
+pub mod mentions;
 pub mod probe;
 pub mod protocol;
 pub mod provider;
@@ -42,3 +43,9 @@ pub mod subagents;
 pub mod tools;
 
 pub use controller::{CANCELLED_RESULT, system_prompt};
+
+/// The git commit this build was made from, set by the build script when it can tell.
+pub const BUILD_COMMIT: &str = match option_env!("BUMBLEHIVE_COMMIT") {
+    Some(commit) => commit,
+    None => "unknown",
+};

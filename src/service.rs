@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::controller::SessionController;
 use crate::delegation::{EventObserver, ServiceDelegator, lease_fn, notify_fn, runner_fn};
 use crate::error::RuntimeError;
-use crate::protocol::{RunConfig, SessionInfo, SessionState, SubagentState, commands};
+use crate::protocol::{AppInfo, RunConfig, SessionInfo, SessionState, SubagentState, commands};
 use crate::provider::ProviderFactory;
 use crate::registry::Registry;
 use crate::runtime::{Shared, SharedParts};
@@ -95,15 +95,133 @@ impl RuntimeService {
         &self.recovery
     }
 
-    /// Where things are, for the settings page: data, config and logs.
-    pub fn app_info(&self) -> serde_json::Value {
+    /// Where things are and what runs, for the settings page and the status line.
+    pub fn app_info(&self) -> AppInfo {
         let shared = self.shared();
-        serde_json::json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "data_dir": shared.data_dir.display().to_string(),
-            "log_dir": crate::config::log_dir(&shared.data_dir).display().to_string(),
-            "config_path": shared.config_path.as_ref().map(|p| p.display().to_string()),
+        AppInfo {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            commit: crate::BUILD_COMMIT.to_string(),
+            data_dir: shared.data_dir.display().to_string(),
+            log_dir: crate::config::log_dir(&shared.data_dir)
+                .display()
+                .to_string(),
+            config_path: shared.config_path.as_ref().map(|p| p.display().to_string()),
+            active_runs: self.active_runs(),
+            subagent_tasks: self.subagents().len(),
+        }
+    }
+
+    /// The person's message to a session; `@path` mentions of workspace files bring the
+    /// file's content along.
+    pub fn submit(
+        &self,
+        session_id: &str,
+        content: String,
+        config: Option<RunConfig>,
+    ) -> Result<(String, crate::protocol::MessageStatus), RuntimeError> {
+        let controller = self.controller(session_id)?;
+        let workspace = config
+            .as_ref()
+            .and_then(|c| c.runtime.workspace.clone())
+            .unwrap_or_else(|| controller.meta().workspace.clone());
+        let content = if content.contains('@') {
+            crate::mentions::expand(&content, Path::new(&workspace))
+        } else {
+            content
+        };
+        controller.submit(content, config)
+    }
+
+    /// Renames a session (its tab and list entry).
+    pub fn rename_session(
+        &self,
+        session_id: &str,
+        title: &str,
+    ) -> Result<SessionInfo, RuntimeError> {
+        let title = title.trim();
+        if title.is_empty() {
+            return Err(RuntimeError::InvalidArgument("the title is empty".into()));
+        }
+        let controller = self.controller(session_id)?;
+        let meta = controller.edit_meta(|meta| meta.title = title.to_string());
+        Ok(meta.info(controller.state()))
+    }
+
+    /// Archives a session (hidden from the usual list) or brings it back.
+    pub fn archive_session(
+        &self,
+        session_id: &str,
+        archived: bool,
+    ) -> Result<SessionInfo, RuntimeError> {
+        let controller = self.controller(session_id)?;
+        let meta = controller.edit_meta(|meta| meta.archived = archived);
+        Ok(meta.info(controller.state()))
+    }
+
+    /// Sessions whose title or any message contains `query` (case-insensitive), newest
+    /// first. Reads histories, so off the async threads.
+    pub async fn search_sessions(
+        &self,
+        query: &str,
+        workspace: Option<&str>,
+    ) -> Result<Vec<SessionInfo>, RuntimeError> {
+        let needle = query.trim().to_lowercase();
+        if needle.is_empty() {
+            return Ok(Vec::new());
+        }
+        let store = self.shared().store.clone();
+        let workspace = workspace.map(str::to_string);
+        let found = tokio::task::spawn_blocking(move || -> Result<_, RuntimeError> {
+            let mut found = Vec::new();
+            for meta in store.list(workspace.as_deref())?.into_iter().rev() {
+                let hit = meta.title.to_lowercase().contains(&needle)
+                    || store.load(&meta.session_id).is_ok_and(|loaded| {
+                        loaded
+                            .messages
+                            .iter()
+                            .any(|m| m.text().to_lowercase().contains(&needle))
+                    });
+                if hit {
+                    found.push(meta);
+                }
+            }
+            Ok(found)
         })
+        .await
+        .map_err(|err| RuntimeError::Unavailable(err.to_string()))??;
+        Ok(found
+            .into_iter()
+            .map(|meta| {
+                let state = self
+                    .registry
+                    .live_state(&meta.session_id)
+                    .unwrap_or(meta.state);
+                meta.info(state)
+            })
+            .collect())
+    }
+
+    /// Files of a workspace for an @-mention, best matches first.
+    pub async fn list_files(
+        &self,
+        workspace: &str,
+        query: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<commands::FileList, RuntimeError> {
+        let root = PathBuf::from(workspace);
+        if !root.is_absolute() || !root.is_dir() {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "workspace {workspace} is not a folder"
+            )));
+        }
+        let query = query.map(str::to_string);
+        let limit = limit.unwrap_or(50).min(500);
+        let files = tokio::task::spawn_blocking(move || {
+            crate::mentions::list_files(&root, query.as_deref(), limit)
+        })
+        .await
+        .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
+        Ok(commands::FileList { files })
     }
 
     /// Stores an API key in the OS keyring and points the provider at it. The key is

@@ -45,6 +45,9 @@ pub struct SessionMeta {
     /// A child whose report is in its parent's ledger: nothing left to recover.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reported: bool,
+    /// Hidden from the usual list by the person.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub archived: bool,
 }
 
 /// One line of a parent's report ledger: a recorded report, or the note that it reached
@@ -104,6 +107,7 @@ impl SessionMeta {
             state,
             usage: self.usage,
             interrupted: self.interrupted,
+            archived: self.archived,
         }
     }
 }
@@ -231,6 +235,7 @@ impl SessionStore {
             interrupted: false,
             task_content: new.task_content,
             reported: false,
+            archived: false,
         };
         let messages = dir.join(MESSAGES);
         private_file(&messages).map_err(|err| StoreError::io(&messages, err))?;

@@ -42,6 +42,10 @@ mod review;
 // Recovery after a crash or restart, the report ledger, interrupted children, damaged sessions.
 mod durability;
 
+// The typed command table by name: decoding errors, rename, archive, search, workspace
+// files and @-mentions.
+mod commands;
+
 // The headless server: the real binary over HTTP and SSE, and `bumblehive run`.
 mod server;
 

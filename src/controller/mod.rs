@@ -920,6 +920,16 @@ impl SessionController {
         });
     }
 
+    /// Changes what the person may change of the meta (title, archived), written through.
+    pub(crate) fn edit_meta(&self, change: impl FnOnce(&mut SessionMeta)) -> SessionMeta {
+        let mut state = self.lock();
+        self.update_meta(&mut state, |meta| {
+            change(meta);
+            meta.updated_at = crate::store::now();
+        });
+        state.meta.clone()
+    }
+
     /// The stored meta as it is now (interrupted, reported, state …).
     pub fn current_meta(&self) -> SessionMeta {
         self.lock().meta.clone()
