@@ -68,6 +68,11 @@ pub struct Message {
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// An answer cut short by Stop: what had streamed is kept (and sent to the model
+    /// next time), marked so the UI can say so. Never sent to providers as a field.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[ts(optional = nullable)]
+    pub stopped: bool,
 }
 
 impl Message {
@@ -79,6 +84,7 @@ impl Message {
             tool_call_id: None,
             id: None,
             usage: None,
+            stopped: false,
         }
     }
 

@@ -161,8 +161,19 @@ impl Run {
                 )));
             }
             let response = match self.model_call().await {
-                Ok(Some(response)) => response,
-                Ok(None) => return Some(RunOutcome::Cancelled),
+                Ok(Ok(response)) => response,
+                Ok(Err(partial)) => {
+                    // Stop keeps what had streamed, as the assistant's stopped answer; calls
+                    // whose arguments were still streaming are dropped (SPEC §2 holds).
+                    if !partial.trim().is_empty() {
+                        let mut stopped = Message::assistant(Some(partial), Vec::new());
+                        stopped.stopped = true;
+                        if let Err(err) = self.append(vec![stopped]) {
+                            return Some(RunOutcome::Failed(err));
+                        }
+                    }
+                    return Some(RunOutcome::Cancelled);
+                }
                 Err(err) => return Some(RunOutcome::Failed(err)),
             };
             let calls = response.tool_calls.clone();
@@ -263,8 +274,8 @@ impl Run {
         sync_history(&self.ctl).await;
     }
 
-    /// One model call; `Ok(None)` when cancelled.
-    async fn model_call(&self) -> Result<Option<crate::provider::ModelResponse>, String> {
+    /// One model call; `Ok(Err(text streamed so far))` when cancelled.
+    async fn model_call(&self) -> Result<Result<crate::provider::ModelResponse, String>, String> {
         let provider = self.turn.provider.clone();
         let mut messages = Vec::with_capacity(self.history.len() + 1);
         messages.push(Message::system(system_prompt(
@@ -278,8 +289,14 @@ impl Run {
             settings: self.turn.settings.clone(),
         };
         let ctl = self.ctl.clone();
+        let streamed = Arc::new(std::sync::Mutex::new(String::new()));
+        let partial = streamed.clone();
         let sink = move |event: ProviderEvent| match event {
             ProviderEvent::ContentDelta(text) => {
+                partial
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push_str(&text);
                 ctl.emit_kind(kinds::CONTENT_DELTA, json!({ "text": text }))
             }
             ProviderEvent::Retry {
@@ -291,11 +308,16 @@ impl Run {
                 json!({"attempt": attempt, "delay_ms": delay_ms, "reason": reason}),
             ),
         };
-        tokio::select! {
+        let cancelled = tokio::select! {
             biased;
-            _ = self.token.cancelled() => Ok(None),
-            response = provider.generate(request, &sink) => response.map(Some).map_err(|err| err.to_string()),
-        }
+            _ = self.token.cancelled() => true,
+            response = provider.generate(request, &sink) => {
+                return response.map(Ok).map_err(|err| err.to_string());
+            }
+        };
+        debug_assert!(cancelled);
+        let text = std::mem::take(&mut *streamed.lock().unwrap_or_else(|p| p.into_inner()));
+        Ok(Err(text))
     }
 
     /// Runs a batch concurrently and appends its results in call order as soon as each
