@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use futures::FutureExt;
 
 use crate::controller::{QueuedMessage, SessionController};
-use crate::protocol::{Event, SessionState, SubagentState, kinds, report_message_id, report_text};
+use crate::protocol::{
+    Event, Progress, SessionState, SubagentState, report_message_id, report_text,
+};
 use crate::registry::Registry;
 use crate::store::{NewSession, ReportRecord};
 use crate::subagents::{
@@ -134,10 +136,10 @@ pub(crate) struct EventObserver {
 impl SubagentObserver for EventObserver {
     fn state(&self, _session_id: &str, state: SubagentState) {
         if let Some(child) = self.child.upgrade() {
-            child.emit_kind(
-                kinds::SUBAGENT_STATE,
-                serde_json::json!({"task_id": self.task_id, "state": state}),
-            );
+            child.emit_progress(Progress::SubagentState {
+                task_id: self.task_id.clone(),
+                state,
+            });
         }
     }
 

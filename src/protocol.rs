@@ -311,6 +311,62 @@ impl Event {
     }
 }
 
+/// What each kind of `Event::Event` carries, typed: the runtime builds its progress
+/// events from this, and the UI reads `data` by `kind` through the generated type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+#[serde(tag = "kind", content = "data")]
+pub enum Progress {
+    #[serde(rename = "content.delta")]
+    ContentDelta { text: String },
+    #[serde(rename = "tool.call.started")]
+    ToolCallStarted {
+        call_id: String,
+        name: String,
+        arguments: Value,
+    },
+    #[serde(rename = "tool.call.finished")]
+    ToolCallFinished {
+        call_id: String,
+        name: String,
+        result: String,
+        is_error: bool,
+    },
+    #[serde(rename = "message.appended")]
+    MessageAppended { message: Message },
+    #[serde(rename = "run.cancelled")]
+    RunCancelled {},
+    #[serde(rename = "message.discarded")]
+    MessageDiscarded { message_id: String },
+    #[serde(rename = "subagent.state")]
+    SubagentState {
+        task_id: String,
+        state: SubagentState,
+    },
+    #[serde(rename = "provider.retry")]
+    ProviderRetry {
+        attempt: u32,
+        delay_ms: u64,
+        reason: String,
+    },
+}
+
+impl Progress {
+    /// The `kind` and `data` of the wire's `event` object.
+    pub fn into_parts(self) -> (String, Value) {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(mut object)) => {
+                let kind = object
+                    .remove("kind")
+                    .and_then(|k| k.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                (kind, object.remove("data").unwrap_or(Value::Null))
+            }
+            _ => (String::new(), Value::Null),
+        }
+    }
+}
+
 /// Event kinds of `Event::Event`, named once so the UI and tests agree.
 pub mod kinds {
     pub const CONTENT_DELTA: &str = "content.delta";
@@ -624,6 +680,38 @@ mod tests {
         let value = serde_json::to_value(&created).unwrap_or_default();
         assert_eq!(value["type"], "session_created");
         assert!(value.get("background").is_none());
+    }
+
+    #[test]
+    fn progress_kinds_are_the_named_kinds_and_round_trip() {
+        let cases = [
+            (
+                Progress::ContentDelta { text: "t".into() },
+                kinds::CONTENT_DELTA,
+            ),
+            (Progress::RunCancelled {}, kinds::RUN_CANCELLED),
+            (
+                Progress::MessageDiscarded {
+                    message_id: "m".into(),
+                },
+                kinds::MESSAGE_DISCARDED,
+            ),
+            (
+                Progress::SubagentState {
+                    task_id: "t".into(),
+                    state: SubagentState::Running,
+                },
+                kinds::SUBAGENT_STATE,
+            ),
+        ];
+        for (progress, kind) in cases {
+            let (got, data) = progress.clone().into_parts();
+            assert_eq!(got, kind);
+            let back: Progress =
+                serde_json::from_value(serde_json::json!({"kind": got, "data": data}))
+                    .unwrap_or(Progress::RunCancelled {});
+            assert_eq!(back, progress);
+        }
     }
 
     #[test]

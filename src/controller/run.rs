@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{QueuedMessage, RunOutcome, SessionController};
-use crate::protocol::{Message, RunConfig, ToolCall, kinds};
+use crate::protocol::{Message, Progress, RunConfig, ToolCall};
 use crate::provider::{ModelRequest, ProviderEvent};
 use crate::runtime::TurnContext;
 use crate::tools::{COMMITTED, ToolContext, ToolError};
@@ -261,8 +260,9 @@ impl Run {
             .append(&id, &messages)
             .map_err(|err| format!("cannot save the session: {err}"))?;
         for message in &messages {
-            self.ctl
-                .emit_kind(kinds::MESSAGE_APPENDED, json!({ "message": message }));
+            self.ctl.emit_progress(Progress::MessageAppended {
+                message: message.clone(),
+            });
         }
         self.history.extend(messages);
         Ok(())
@@ -297,16 +297,17 @@ impl Run {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .push_str(&text);
-                ctl.emit_kind(kinds::CONTENT_DELTA, json!({ "text": text }))
+                ctl.emit_progress(Progress::ContentDelta { text })
             }
             ProviderEvent::Retry {
                 attempt,
                 delay_ms,
                 reason,
-            } => ctl.emit_kind(
-                kinds::PROVIDER_RETRY,
-                json!({"attempt": attempt, "delay_ms": delay_ms, "reason": reason}),
-            ),
+            } => ctl.emit_progress(Progress::ProviderRetry {
+                attempt,
+                delay_ms,
+                reason,
+            }),
         };
         let cancelled = tokio::select! {
             biased;
@@ -351,10 +352,11 @@ impl Run {
             let call = call.clone();
             let flag = committed[index].clone();
             running.push(COMMITTED.scope(flag, async move {
-                ctl.emit_kind(
-                    kinds::TOOL_CALL_STARTED,
-                    json!({"call_id": call.id, "name": call.name, "arguments": call.arguments}),
-                );
+                ctl.emit_progress(Progress::ToolCallStarted {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                });
                 let result = tools.call(&ctx, &call.name, call.arguments.clone()).await;
                 (index, result)
             }));
@@ -397,10 +399,12 @@ impl Run {
             for (index, slot) in results.iter_mut().enumerate().skip(written) {
                 if slot.is_none() {
                     let call = &calls[index];
-                    self.ctl.emit_kind(
-                        kinds::TOOL_CALL_FINISHED,
-                        json!({"call_id": call.id, "name": call.name, "result": CANCELLED_RESULT, "is_error": true}),
-                    );
+                    self.ctl.emit_progress(Progress::ToolCallFinished {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        result: CANCELLED_RESULT.into(),
+                        is_error: true,
+                    });
                     *slot = Some(Message::tool(&call.id, CANCELLED_RESULT));
                 }
             }
@@ -414,10 +418,12 @@ impl Run {
             Ok(text) => (text, false),
             Err(err) => (format!("Error: {err}"), true),
         };
-        self.ctl.emit_kind(
-            kinds::TOOL_CALL_FINISHED,
-            json!({"call_id": call.id, "name": call.name, "result": text, "is_error": is_error}),
-        );
+        self.ctl.emit_progress(Progress::ToolCallFinished {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            result: text.clone(),
+            is_error,
+        });
         Message::tool(&call.id, text)
     }
 
