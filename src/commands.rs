@@ -159,6 +159,12 @@ pub async fn execute(
                 .search_sessions(&a.query, a.workspace.as_deref())
                 .await?,
         ),
+        Command::SetModel(a) => {
+            CommandOutput::SetModel(service.set_model(&a.session_id, a.provider, a.model)?)
+        }
+        Command::ListAgents(a) => CommandOutput::ListAgents(
+            blocking(service, move |s| Ok(s.list_agents(&a.workspace))).await?,
+        ),
         Command::ListFiles(a) => CommandOutput::ListFiles(
             service
                 .list_files(&a.workspace, a.query.as_deref(), a.limit)

@@ -193,6 +193,17 @@ pub struct SessionInfo {
     /// Hidden from the usual list (`archive_session`); nothing else changes.
     #[serde(default)]
     pub archived: bool,
+    /// A child's profile (`explore`, `review`, a file's name …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub agent: Option<String>,
+    /// The provider and model chosen for this session (`set_model`); unset: the defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub model: Option<String>,
 }
 
 /// A message waiting in a session's pending queue (SPEC §4).
@@ -520,6 +531,27 @@ pub mod commands {
         pub limit: Option<usize>,
     }
 
+    /// The provider and model a session's next turns use (the composer's model picker);
+    /// `null` clears the choice.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct SetModel {
+        pub session_id: SessionId,
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub provider: Option<String>,
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub model: Option<String>,
+    }
+
+    /// The profiles a workspace's sessions can delegate to.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct ListAgents {
+        pub workspace: String,
+    }
+
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
     #[ts(export)]
     pub struct FileList {
@@ -597,6 +629,60 @@ pub mod commands {
         archive_session => ArchiveSession(ArchiveSession) -> SessionInfo;
         search_sessions => SearchSessions(SearchSessions) -> Vec<SessionInfo>;
         list_files => ListFiles(ListFiles) -> FileList;
+        set_model => SetModel(SetModel) -> SessionInfo;
+        list_agents => ListAgents(ListAgents) -> Profiles;
+    }
+}
+
+/// One profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct Profile {
+    pub name: String,
+    pub description: String,
+    /// A provider name from the config (`providers`); `None`: the parent's.
+    pub provider: Option<String>,
+    /// A model for that provider; `None`: the provider's own.
+    pub model: Option<String>,
+    /// Only these tools, when set.
+    pub tools: Option<Vec<String>>,
+    pub disallowed_tools: Vec<String>,
+    /// How many model calls one run may make.
+    pub max_turns: Option<usize>,
+    /// The profile's instructions (the file's body).
+    pub instructions: String,
+    /// Where it was read from (`built-in` for the built-in ones).
+    pub source: String,
+    /// Fields that were ignored or mapped, to show the person.
+    pub notices: Vec<String>,
+}
+
+impl Profile {
+    /// Whether the profile lets its agent use `tool`.
+    pub fn allows(&self, tool: &str) -> bool {
+        self.tools
+            .as_ref()
+            .is_none_or(|allowed| allowed.iter().any(|t| t == tool))
+            && !self.disallowed_tools.iter().any(|t| t == tool)
+    }
+}
+
+/// Every profile one workspace sees, and what could not be read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct Profiles {
+    pub profiles: Vec<Profile>,
+    /// `path:line: message` for each file that could not be read.
+    pub errors: Vec<String>,
+}
+
+impl Profiles {
+    pub fn get(&self, name: &str) -> Option<&Profile> {
+        self.profiles.iter().find(|p| p.name == name)
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.profiles.iter().map(|p| p.name.as_str()).collect()
     }
 }
 

@@ -91,20 +91,28 @@ async fn run(ctl: Arc<SessionController>, first: Option<QueuedMessage>, token: C
             return;
         }
     };
-    // Resolved once: a config change applies from the next run (SPEC §6).
-    let turn = match ctl.shared.resolve_turn(ctl.depth()) {
-        Ok(turn) => turn,
-        Err(err) => {
-            ctl.stop_run(Some(history), RunOutcome::Failed(err), requeue);
-            return;
-        }
-    };
     let config = first.as_ref().map(|m| m.config.clone()).unwrap_or_default();
     let workspace = config
         .runtime
         .workspace
         .clone()
         .unwrap_or_else(|| ctl.meta().workspace.clone());
+    // Resolved once: a config change applies from the next run (SPEC §6).
+    let meta = ctl.current_meta();
+    let request = crate::runtime::TurnRequest {
+        depth: ctl.depth(),
+        workspace: std::path::Path::new(&workspace),
+        agent: meta.agent.as_deref(),
+        provider: meta.provider.as_deref(),
+        model: meta.model.as_deref(),
+    };
+    let turn = match ctl.shared.resolve_turn(request) {
+        Ok(turn) => turn,
+        Err(err) => {
+            ctl.stop_run(Some(history), RunOutcome::Failed(err), requeue);
+            return;
+        }
+    };
     let mut run = Run {
         ctl,
         history,
@@ -278,10 +286,13 @@ impl Run {
     async fn model_call(&self) -> Result<Result<crate::provider::ModelResponse, String>, String> {
         let provider = self.turn.provider.clone();
         let mut messages = Vec::with_capacity(self.history.len() + 1);
-        messages.push(Message::system(system_prompt(
-            &self.workspace,
-            self.ctl.meta().parent_session_id.is_some(),
-        )));
+        let mut system =
+            system_prompt(&self.workspace, self.ctl.meta().parent_session_id.is_some());
+        if !self.turn.instructions.is_empty() {
+            system.push_str("\n\nYour instructions as this agent:\n");
+            system.push_str(&self.turn.instructions);
+        }
+        messages.push(Message::system(system));
         messages.extend(self.history.iter().cloned());
         let request = ModelRequest {
             messages,
