@@ -111,7 +111,9 @@ pub async fn execute(
             CommandOutput::DeleteSession(done())
         }
         Command::Submit(a) => {
-            let (message_id, status) = service.submit(&a.session_id, a.content, a.config)?;
+            let (message_id, status) = service
+                .submit_message(&a.session_id, a.content, a.config)
+                .await?;
             CommandOutput::Submit(Submitted { message_id, status })
         }
         Command::Cancel(a) => {

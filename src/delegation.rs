@@ -6,8 +6,10 @@ use async_trait::async_trait;
 use futures::FutureExt;
 
 use crate::controller::{QueuedMessage, SessionController};
+use crate::error::RuntimeError;
 use crate::protocol::{
-    Event, Progress, SessionState, SubagentState, report_message_id, report_text,
+    Event, MessageStatus, Progress, RunConfig, SessionState, SubagentState, nth_report_message_id,
+    report_text,
 };
 use crate::registry::Registry;
 use crate::store::{NewSession, ReportRecord};
@@ -64,7 +66,10 @@ pub(crate) fn runner_fn(registry: Weak<Registry>) -> RunnerFn {
             let mut config = start.config.clone();
             config.runtime.workspace = Some(start.workspace.clone());
             let message = QueuedMessage {
-                message_id: format!("task:{}", start.task_id),
+                message_id: start
+                    .message_id
+                    .clone()
+                    .unwrap_or_else(|| format!("task:{}", start.task_id)),
                 content: start.content,
                 config,
             };
@@ -96,10 +101,16 @@ pub(crate) async fn deliver_report(registry: &Registry, report: Report) {
             return;
         }
     };
+    // The child's first report, or a follow-up's (`subagent:<task>:<n>`).
+    let number = registry
+        .shared
+        .store
+        .meta(&report.session_id)
+        .map_or(1, |meta| meta.reports + 1);
     let record = ReportRecord {
         task_id: report.task_id.clone(),
         child_session_id: report.session_id.clone(),
-        message_id: report_message_id(&report.task_id),
+        message_id: nth_report_message_id(&report.task_id, number),
         content: report_text(&report.task_id, &report.outcome),
         config: report.config,
     };
@@ -135,6 +146,65 @@ pub(crate) async fn deliver_report(registry: &Registry, report: Report) {
         content: record.content,
         config: record.config,
     });
+}
+
+/// A follow-up to a child (the person typing in its tab, or its parent's
+/// `message_subagent`): a working child gets it at its next safe point (its current run's
+/// report covers it); a finished one runs again as a task of its own, ending in one more
+/// report (`subagent:<task_id>:<n>`), durable like the first.
+pub(crate) async fn follow_up(
+    registry: &Registry,
+    child_id: &str,
+    content: String,
+    config: RunConfig,
+) -> Result<(String, MessageStatus), RuntimeError> {
+    let child = registry.controller(child_id)?;
+    let meta = child.current_meta();
+    let (Some(task_id), Some(parent)) = (meta.task_id.clone(), meta.parent_session_id.clone())
+    else {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "session {child_id} is not a sub-agent"
+        )));
+    };
+    if child.is_running() {
+        return child.submit(content, Some(config));
+    }
+    if meta.interrupted {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "sub-agent {child_id} was interrupted: resume or cancel it first"
+        )));
+    }
+    if registry.shared.subagents.state_of(child_id).is_some() {
+        return Err(RuntimeError::Busy(format!(
+            "sub-agent {child_id} is waiting for a slot; send it the message once it runs"
+        )));
+    }
+    child.owe_report();
+    let message_id = format!("msg-{}", uuid::Uuid::now_v7().simple());
+    let start = ChildStart {
+        task_id: task_id.clone(),
+        session_id: child_id.to_string(),
+        parent_session_id: parent,
+        title: meta.title.clone(),
+        workspace: meta.workspace.clone(),
+        content,
+        config,
+        resume: false,
+        depth: child.depth(),
+        message_id: Some(message_id.clone()),
+    };
+    let observer = Arc::new(EventObserver {
+        child: Arc::downgrade(&child),
+        task_id,
+    });
+    match registry.shared.subagents.start(start, observer).await {
+        Ok(()) => Ok((message_id, MessageStatus::Started)),
+        Err(err) => {
+            // It did not run: nothing is owed.
+            child.mark_settled();
+            Err(RuntimeError::InvalidArgument(err.to_string()))
+        }
+    }
 }
 
 /// Tells the parent's subscribers how each child is doing.
@@ -221,6 +291,7 @@ impl Delegator for ServiceDelegator {
             config: ctx.run_config.clone(),
             resume: false,
             depth: child.depth(),
+            message_id: None,
         };
         let observer = Arc::new(EventObserver {
             child: Arc::downgrade(&child),
@@ -243,5 +314,40 @@ impl Delegator for ServiceDelegator {
                 Err(err)
             }
         }
+    }
+
+    async fn follow_up(
+        &self,
+        ctx: &ToolContext,
+        task_id: &str,
+        message: String,
+    ) -> Result<MessageStatus, String> {
+        let registry = self
+            .registry
+            .upgrade()
+            .ok_or_else(|| "runtime unavailable".to_string())?;
+        let store = registry.shared.store.clone();
+        let parent = ctx.session_id.clone();
+        let wanted = task_id.to_string();
+        let child = tokio::task::spawn_blocking(move || {
+            store.list(None).ok().and_then(|metas| {
+                metas.into_iter().find(|m| {
+                    m.parent_session_id.as_deref() == Some(parent.as_str())
+                        && m.task_id.as_deref() == Some(wanted.as_str())
+                })
+            })
+        })
+        .await
+        .map_err(|err| err.to_string())?
+        .ok_or_else(|| format!("no sub-agent of this session has task id {task_id:?}"))?;
+        follow_up(
+            &registry,
+            &child.session_id,
+            message,
+            ctx.run_config.clone(),
+        )
+        .await
+        .map(|(_, status)| status)
+        .map_err(|err| err.to_string())
     }
 }

@@ -742,6 +742,16 @@ pub fn report_message_id(task_id: &str) -> String {
     format!("subagent:{task_id}")
 }
 
+/// The message id of a child's `n`th report (SPEC §11): the first is
+/// `subagent:<task_id>`, each follow-up's `subagent:<task_id>:<n>`, n = 2, 3 …
+pub fn nth_report_message_id(task_id: &str, n: u32) -> String {
+    if n <= 1 {
+        report_message_id(task_id)
+    } else {
+        format!("subagent:{task_id}:{n}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use crate::controller::{INTERRUPTED_RESULT, unanswered_calls};
 use crate::error::RuntimeError;
-use crate::protocol::{RunConfig, SessionId, SessionState, report_message_id, report_text};
+use crate::protocol::{RunConfig, SessionId, SessionState, nth_report_message_id, report_text};
 use crate::store::{ReportRecord, SessionMeta, SessionStore};
 
 /// Counts of what start-up recovery repaired.
@@ -80,7 +80,9 @@ pub(crate) fn recover(
                 .entry(parent.clone())
                 .or_insert(store.ledger(&parent)?),
         };
-        if !ledger.records.iter().any(|r| r.task_id == task_id) {
+        // The report this child owes: its first, or a follow-up's.
+        let owed = nth_report_message_id(&task_id, meta.reports + 1);
+        if !ledger.records.iter().any(|r| r.message_id == owed) {
             let history = store.load(&meta.session_id)?.messages;
             let Some(answer) = final_answer(&history) else {
                 meta.interrupted = true;
@@ -91,7 +93,7 @@ pub(crate) fn recover(
             let record = ReportRecord {
                 task_id: task_id.clone(),
                 child_session_id: meta.session_id.clone(),
-                message_id: report_message_id(&task_id),
+                message_id: owed,
                 content: report_text(&task_id, &Ok(answer)),
                 config: RunConfig::default(),
             };
@@ -104,6 +106,7 @@ pub(crate) fn recover(
             stats.recorded_reports += 1;
         }
         meta.reported = true;
+        meta.reports += 1;
         store.write_meta(meta)?;
     }
     for meta in metas.iter_mut() {

@@ -251,7 +251,7 @@ impl Shared {
             None
         };
         if delegator.is_none() {
-            tools = tools.filtered(|name| name != "sub_agent");
+            tools = tools.filtered(|name| name != "sub_agent" && name != "message_subagent");
         }
         if let Some(profile) = &profile {
             tools = tools.filtered(|name| profile.allows(name));

@@ -112,7 +112,42 @@ impl RuntimeService {
     }
 
     /// The person's message to a session; `@path` mentions of workspace files bring the
-    /// file's content along.
+    /// file's content along. To a sub-agent that has finished, it is a follow-up: the
+    /// child runs again and reports again (SPEC §11).
+    pub async fn submit_message(
+        &self,
+        session_id: &str,
+        content: String,
+        config: Option<RunConfig>,
+    ) -> Result<(String, crate::protocol::MessageStatus), RuntimeError> {
+        let controller = self.controller(session_id)?;
+        let meta = controller.current_meta();
+        let is_child = meta.task_id.is_some() && meta.parent_session_id.is_some();
+        if !is_child || controller.is_running() {
+            // A working child gets it at its next safe point, like any message.
+            return self.submit(session_id, content, config);
+        }
+        if self.subagents().state_of(session_id).is_some() {
+            return Err(RuntimeError::Busy(format!(
+                "sub-agent {session_id} has not started yet (it waits for a slot); send the message once it runs"
+            )));
+        }
+        if content.trim().is_empty() {
+            return Err(RuntimeError::InvalidArgument(
+                "content must not be empty".into(),
+            ));
+        }
+        let content = crate::mentions::expand(&content, Path::new(&meta.workspace));
+        crate::delegation::follow_up(
+            &self.registry,
+            session_id,
+            content,
+            config.unwrap_or_default(),
+        )
+        .await
+    }
+
+    /// The person's message to a session (not a follow-up; see [`Self::submit_message`]).
     pub fn submit(
         &self,
         session_id: &str,
@@ -300,6 +335,7 @@ impl RuntimeService {
             config: RunConfig::default(),
             resume,
             depth: child.depth(),
+            message_id: None,
         };
         let observer = Arc::new(EventObserver {
             child: Arc::downgrade(&child),
@@ -489,14 +525,17 @@ impl RuntimeService {
         shared.subagents.cancel(session_id).await;
         // A report recorded just before the delete must not come back after a restart.
         let meta = controller.current_meta();
-        if let (Some(parent), Some(task_id)) = (&meta.parent_session_id, &meta.task_id) {
-            let recorded = shared.store.has_ledger(parent)
-                && shared
-                    .store
-                    .ledger(parent)
-                    .is_ok_and(|ledger| ledger.records.iter().any(|r| &r.task_id == task_id));
-            if recorded {
-                if let Err(err) = shared.store.mark_discarded(parent, task_id) {
+        if let Some(parent) = &meta.parent_session_id {
+            let ledger = if shared.store.has_ledger(parent) {
+                shared.store.ledger(parent).unwrap_or_default()
+            } else {
+                Default::default()
+            };
+            for record in ledger
+                .undelivered()
+                .filter(|r| r.child_session_id == session_id)
+            {
+                if let Err(err) = shared.store.mark_discarded(parent, record.key()) {
                     tracing::warn!(session = %session_id, "cannot note a deleted child's report: {err}");
                 }
             }

@@ -42,9 +42,13 @@ pub struct SessionMeta {
     /// A child's first message, kept so an interrupted child can start again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_content: Option<String>,
-    /// A child whose report is in its parent's ledger: nothing left to recover.
+    /// A child whose report is in its parent's ledger: nothing left to recover. A
+    /// follow-up run clears it again until its own report is recorded.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reported: bool,
+    /// How many reports the child has sent (its next one is number `reports + 1`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reports: u32,
     /// Hidden from the usual list by the person.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub archived: bool,
@@ -86,8 +90,19 @@ impl Ledger {
     /// Reports recorded but neither in the history nor discarded.
     pub fn undelivered(&self) -> impl Iterator<Item = &ReportRecord> {
         self.records.iter().filter(|r| {
-            !self.delivered.contains(&r.task_id) && !self.discarded.contains(&r.task_id)
+            let key = r.key();
+            !self.delivered.contains(key) && !self.discarded.contains(key)
         })
+    }
+}
+
+impl ReportRecord {
+    /// What the ledger's delivered and discarded notes name: the message id without its
+    /// `subagent:` prefix (the task id for a first report, `<task>:<n>` for a follow-up).
+    pub fn key(&self) -> &str {
+        self.message_id
+            .strip_prefix("subagent:")
+            .unwrap_or(&self.task_id)
     }
 }
 
@@ -247,6 +262,7 @@ impl SessionStore {
             interrupted: false,
             task_content: new.task_content,
             reported: false,
+            reports: 0,
             archived: false,
             agent: new.agent,
             provider: None,
@@ -545,6 +561,10 @@ impl SessionStore {
             Err(err) => Err(StoreError::io(&dir, err)),
         }
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn same_workspace(a: &str, b: &str) -> bool {

@@ -37,6 +37,9 @@ pub struct ChildStart {
     pub resume: bool,
     /// How deep the child is (1 for a top-level session's child): slots are per depth.
     pub depth: usize,
+    /// The id of the message that starts this run: `None` for a child's task
+    /// (`task:<task_id>`), set for a follow-up.
+    pub message_id: Option<String>,
 }
 
 /// How a child's run ended.

@@ -333,3 +333,152 @@ async fn a_server_with_two_slots_never_holds_more_than_two_requests() {
     assert_message_order(&history);
     service.shutdown().await;
 }
+
+/// The parent's model for the follow-up tests: delegates once, then after the first
+/// report sends that child a follow-up with `message_subagent`, then finishes.
+fn follow_up_parent(request: &ModelRequest) -> ModelResponse {
+    if first_user(request).contains("Task:\n") {
+        let asked = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::User)
+            .count();
+        let last = request.messages.last().unwrap().text().to_string();
+        return ModelResponse::text(format!("answer {asked}: {last}"));
+    }
+    let reports = request.messages.iter().filter(|m| is_report(m)).count();
+    let last = request.messages.last().unwrap();
+    match (last.role, reports) {
+        (Role::User, 0) => ModelResponse::tool_calls(vec![ToolCall {
+            id: "d1".into(),
+            name: "sub_agent".into(),
+            arguments: json!({"title": "Helper", "task": "first job"}),
+        }]),
+        (Role::User, 1) if is_report(last) => ModelResponse::tool_calls(vec![ToolCall {
+            id: "m1".into(),
+            name: "message_subagent".into(),
+            arguments: json!({"task_id": "d1", "message": "second job"}),
+        }]),
+        _ => ModelResponse::text(format!("parent saw {reports}")),
+    }
+}
+
+fn follow_up_service(dir: &std::path::Path, server: Arc<Server>) -> RuntimeService {
+    RuntimeService::new(ServiceOptions {
+        data_dir: dir.join("data"),
+        config_path: Some(dir.join("config.json")),
+        config: None,
+        provider_factory: two_servers(server.clone(), server),
+        tools: None,
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_ups_to_a_finished_child_each_end_in_one_more_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let server = Server::new(Duration::ZERO, follow_up_parent);
+    let service = follow_up_service(dir.path(), server.clone());
+    let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
+    service
+        .controller(&info.session_id)
+        .unwrap()
+        .submit("go".into(), None)
+        .unwrap();
+    tokio::time::timeout(WAIT, service.wait_idle())
+        .await
+        .unwrap();
+    // The parent's follow-up (message_subagent) started the finished child again.
+    let history = service.store().load(&info.session_id).unwrap().messages;
+    let sent = history
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("m1"))
+        .unwrap();
+    assert!(
+        sent.text().contains("\"status\":\"started\""),
+        "{}",
+        sent.text()
+    );
+    let ids: Vec<_> = history
+        .iter()
+        .filter(|m| is_report(m))
+        .map(|m| m.id.clone().unwrap())
+        .collect();
+    assert_eq!(ids, ["subagent:d1", "subagent:d1:2"]);
+    assert!(
+        history
+            .iter()
+            .any(|m| m.text().ends_with("answer 2: second job"))
+    );
+    // The person types into the child's tab: one more run, one more report, after a
+    // restart too (the count is stored).
+    let child = service
+        .list_sessions(None)
+        .unwrap()
+        .into_iter()
+        .find(|s| s.title == "Helper")
+        .unwrap();
+    service.shutdown().await;
+    let service = follow_up_service(dir.path(), server.clone());
+    let submitted = dispatch(
+        &service,
+        "submit",
+        json!({"session_id": child.session_id, "content": "third job"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(submitted["status"], "started");
+    tokio::time::timeout(WAIT, service.wait_idle())
+        .await
+        .unwrap();
+    let history = service.store().load(&info.session_id).unwrap().messages;
+    let ids: Vec<_> = history
+        .iter()
+        .filter(|m| is_report(m))
+        .map(|m| m.id.clone().unwrap())
+        .collect();
+    assert_eq!(ids, ["subagent:d1", "subagent:d1:2", "subagent:d1:3"]);
+    assert_message_order(&history);
+    service.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_to_a_working_child_is_steered_into_its_run() {
+    let fx = crate::support::Delegation::new();
+    let mut begun = fx.begin("steer", 1, false, None).await;
+    let child = begun.children[0]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Once its run has begun (its task message is in its history).
+    loop {
+        let event = crate::support::receive(&mut begun.events, "event", Some(&child), None).await;
+        if event["kind"] == "message.appended" {
+            break;
+        }
+    }
+    let (_, status) = fx
+        .service
+        .submit_message(&child, "also look at README".into(), None)
+        .await
+        .unwrap();
+    assert_eq!(status, bumblehive::protocol::MessageStatus::Steered);
+    fx.provider.gate("steer-0").set();
+    fx.wait_idle().await;
+    let child_history = fx.history(&child);
+    assert!(
+        child_history
+            .iter()
+            .any(|m| m.role == Role::User && m.text() == "also look at README")
+    );
+    let reports: Vec<_> = fx
+        .history(&begun.session_id)
+        .into_iter()
+        .filter(is_report)
+        .collect();
+    assert_eq!(reports.len(), 1);
+    drop(begun);
+    fx.shutdown().await;
+}

@@ -377,6 +377,7 @@ fn child_start(task_id: &str, title: &str) -> ChildStart {
         config: Default::default(),
         resume: false,
         depth: 1,
+        message_id: None,
     }
 }
 

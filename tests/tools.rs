@@ -1312,7 +1312,8 @@ async fn read_only_children_get_a_narrowed_tool_set() {
             "write_file",
             "edit_file",
             "run_command",
-            "sub_agent"
+            "sub_agent",
+            "message_subagent"
         ]
     );
     fx.shutdown().await;

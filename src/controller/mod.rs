@@ -906,7 +906,22 @@ impl SessionController {
     /// A child's report is in its parent's ledger.
     pub(crate) fn mark_reported(&self) {
         let mut state = self.lock();
+        self.update_meta(&mut state, |meta| {
+            meta.reported = true;
+            meta.reports += 1;
+        });
+    }
+
+    /// A follow-up that did not start owes nothing after all.
+    pub(crate) fn mark_settled(&self) {
+        let mut state = self.lock();
         self.update_meta(&mut state, |meta| meta.reported = true);
+    }
+
+    /// A follow-up run of a finished child is about to start: it owes a report again.
+    pub(crate) fn owe_report(&self) {
+        let mut state = self.lock();
+        self.update_meta(&mut state, |meta| meta.reported = false);
     }
 
     /// A child that never started (cancelled while it waited for a slot, or its lease

@@ -25,7 +25,7 @@ pub use edit::EditFile;
 pub use files::{ReadFile, WriteFile};
 pub use list::{Glob, ListDir};
 pub use search::Grep;
-pub use sub_agent::SubAgent;
+pub use sub_agent::{MessageSubagent, SubAgent};
 
 /// A failure the model is told about as the tool's result; the run goes on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -109,6 +109,15 @@ pub trait Delegator: Send + Sync {
     /// Starts the child and returns its task id: the call's id, or a fresh one when the
     /// model reused a call id of an earlier child (SPEC §11).
     async fn delegate(&self, ctx: &ToolContext, request: Delegation) -> Result<String, String>;
+
+    /// Sends a follow-up to the child with `task_id`; returns how it was delivered
+    /// (`steered` into its run, or `started` a new one).
+    async fn follow_up(
+        &self,
+        ctx: &ToolContext,
+        task_id: &str,
+        message: String,
+    ) -> Result<crate::protocol::MessageStatus, String>;
 }
 
 /// What a `sub_agent` call asks for.
@@ -192,6 +201,7 @@ impl ToolRegistry {
         registry.register(Arc::new(EditFile));
         registry.register(Arc::new(RunCommand));
         registry.register(Arc::new(SubAgent));
+        registry.register(Arc::new(MessageSubagent));
         registry
     }
 

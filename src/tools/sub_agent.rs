@@ -1,4 +1,4 @@
-//! The `sub_agent` tool (SPEC §3): starts a background child session and returns at once with a pending marker.
+//! The delegation tools: `sub_agent` (SPEC §3) starts a background child session and returns at once with a pending marker; `message_subagent` sends one of this session's children a follow-up (SPEC §11).
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -72,5 +72,64 @@ Returns at once with a task id; the sub-agent's report arrives later as a user m
             .map_err(ToolError::Failed)?;
         // Exactly these two keys: the parent learns the id its report will carry.
         Ok(json!({"status": "pending", "task_id": task_id}).to_string())
+    }
+}
+
+/// Sends a follow-up to one of this session's children by task id: a running child gets
+/// it at its next safe point; a finished one starts a new run, whose report arrives like
+/// the first (`subagent:<task_id>:<n>`).
+pub struct MessageSubagent;
+
+#[derive(Deserialize)]
+struct MessageArgs {
+    task_id: String,
+    message: String,
+}
+
+#[async_trait]
+impl Tool for MessageSubagent {
+    fn name(&self) -> &'static str {
+        "message_subagent"
+    }
+
+    fn description(&self) -> &'static str {
+        "Send a follow-up message to one of your sub-agents, by its task id. A sub-agent that is still working reads it at its next step; one that has finished works on it and sends a new report, which arrives later as a user message starting with \"[Background tool result]\"."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "task_id": {"type": "string", "description": "The task id the sub_agent call returned"},
+                "message": {"type": "string", "description": "What the sub-agent should do next, self-contained"}
+            },
+            "required": ["task_id", "message"]
+        })
+    }
+
+    async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError> {
+        let args: MessageArgs = parse_args(arguments.clone())?;
+        if args.message.trim().is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "message must not be empty".into(),
+            ));
+        }
+        ctx.ask(ApprovalAsk {
+            tool: self.name().to_string(),
+            arguments,
+            diff: None,
+            access: Access::Read,
+        })
+        .await?;
+        let Some(delegator) = &ctx.delegator else {
+            return Err(ToolError::Failed(
+                "this session has no sub-agents to message".into(),
+            ));
+        };
+        let status = delegator
+            .follow_up(ctx, &args.task_id, args.message)
+            .await
+            .map_err(ToolError::Failed)?;
+        Ok(json!({"status": status, "task_id": args.task_id}).to_string())
     }
 }
