@@ -17,6 +17,7 @@
 pub mod approvals;
 pub mod commands;
 pub mod config;
+pub mod context;
 pub mod controller;
 pub mod error;
 pub mod invariant;
