@@ -16,3 +16,39 @@ pub mod environment;
 pub mod instructions;
 pub mod prompt;
 pub mod window;
+
+use crate::protocol::Message;
+use crate::provider::ToolSpec;
+
+/// What the context builder knows before a model call: the request's messages, its size
+/// (reported or estimated) and whether to compact first.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub messages: Vec<Message>,
+    /// Tokens the request uses ([`window::used_tokens`]); the context meter shows it.
+    pub used: usize,
+    /// `Some` when the history should be compacted before this call.
+    pub plan: Option<compaction::Plan>,
+}
+
+/// The context builder's step before every model call: the request from the history and
+/// the latest marker, its size, and the compaction plan if one is due (`force` for the
+/// `compact` command and after a provider's "context too long").
+pub fn prepare(
+    system: Message,
+    history: &[Message],
+    marker: Option<&compaction::Compaction>,
+    tools: &[ToolSpec],
+    window: usize,
+    policy: &compaction::Policy,
+    force: bool,
+) -> Prepared {
+    let messages = compaction::build_messages(system, history, marker);
+    let used = window::used_tokens(history, marker.map(|m| m.at), &messages, tools);
+    let plan = compaction::plan(history, marker, window, used, policy, force);
+    Prepared {
+        messages,
+        used,
+        plan,
+    }
+}
