@@ -450,6 +450,12 @@ impl Session {
         if let Some(plan) = prepared.plan.take() {
             self.compact(plan).await;
             prepared = self.prepare(false);
+            // One compaction brings the request under the threshold: nothing asks for another.
+            assert!(
+                prepared.plan.is_none(),
+                "still {} tokens after a compaction",
+                prepared.used
+            );
         }
         let mut retried = false;
         loop {
@@ -860,4 +866,105 @@ async fn context_a_report_that_arrives_while_the_summary_is_made_is_sent_once_af
         false,
     );
     assert_eq!(reloaded.messages, prepared.messages);
+}
+
+// ---------------------------------------------------------------- the real model
+
+/// The real-model tier (scripts/real-model-tier.sh): llama-server's own window from
+/// `/props`, a history grown past the threshold, one compaction by the real model, and
+/// the compacted request answered by it. Skipped without BUMBLEHIVE_REAL_MODEL_URL.
+#[tokio::test]
+async fn real_model_context_one_compaction_within_the_servers_window() {
+    let Ok(url) = std::env::var("BUMBLEHIVE_REAL_MODEL_URL") else {
+        println!(
+            "skipped: BUMBLEHIVE_REAL_MODEL_URL is not set (scripts/real-model-tier.sh sets it)"
+        );
+        return;
+    };
+    let mut config = ProviderConfig {
+        kind: "openai".into(),
+        base_url: url,
+        model: std::env::var("BUMBLEHIVE_REAL_MODEL_NAME")
+            .unwrap_or_else(|_| "qwen2.5-coder-0.5b-instruct".into()),
+        temperature: Some(0.0),
+        max_tokens: Some(128),
+        ..ProviderConfig::default()
+    };
+    config
+        .extra
+        .insert("idle_timeout_ms".into(), json!(120_000));
+    config.extra.insert("max_retries".into(), json!(2));
+    let window = window::resolve(&config).await;
+    assert_eq!(window.source, WindowSource::Server, "{window:?}");
+    let size = window.tokens as usize;
+    println!("real model window: {size} tokens");
+
+    // Prose-like turns (a real tokenizer packs repeated letters far tighter than bytes/4).
+    let mut history = Vec::new();
+    let mut turn = 0;
+    while estimate_tokens(&history, &[]) < size * 9 / 10 {
+        history.push(Message::user(
+            format!("u{turn}"),
+            format!("Note {turn}: the build of module m{turn} failed on step {turn}; we decided to pin version 1.{turn} and retry tomorrow."),
+        ));
+        history.push(Message::assistant(
+            Some(format!("Understood: module m{turn} stays pinned at 1.{turn}, and the failing step {turn} is recorded for tomorrow's retry.")),
+            vec![],
+        ));
+        turn += 1;
+    }
+    history.push(Message::user(
+        "last",
+        "Which version did we pin for module m1? Answer briefly.",
+    ));
+    let policy = Policy::default();
+    let prepared = prepare(system(), &history, None, &[], size, &policy, false);
+    let plan = prepared.plan.expect("past the threshold");
+    let provider = provider_from_config(&config).unwrap();
+    let settings = ModelSettings::from(&config);
+    let sink = |_: ProviderEvent| {};
+    let started = std::time::Instant::now();
+    let compacted = compaction::compact(
+        provider.as_ref(),
+        &settings,
+        &history,
+        None,
+        plan,
+        &[],
+        size,
+        &sink,
+    )
+    .await;
+    println!(
+        "real compaction in {:?}: {:?}",
+        started.elapsed(),
+        compacted.marker.summary
+    );
+    assert!(compacted.error.is_none(), "{:?}", compacted.error);
+    assert_eq!(compacted.marker.kind, CompactionKind::Summary);
+    let after = prepare(
+        system(),
+        &history,
+        Some(&compacted.marker),
+        &[],
+        size,
+        &policy,
+        false,
+    );
+    assert!(after.plan.is_none());
+    assert_request_shape(&after.messages, &history);
+    let response = provider
+        .generate(
+            ModelRequest {
+                messages: after.messages,
+                tools: Vec::new(),
+                settings,
+            },
+            &sink,
+        )
+        .await
+        .unwrap();
+    assert!(!response.content.unwrap_or_default().trim().is_empty());
+    let usage = response.usage.expect("llama-server reports usage");
+    assert!((usage.input_tokens as usize) < size, "{usage:?}");
 }
