@@ -154,6 +154,57 @@ pub struct RunningChild {
     pub task: String,
 }
 
+/// The sub-agents a history started whose report has not arrived yet, read from the
+/// history alone: each `sub_agent` call's pending result names its task id (SPEC §3), and
+/// a report carries the id `subagent:<task_id>`. The run loop may pass the task
+/// registry's list instead; this one also works for a history loaded from disk.
+pub fn running_children(history: &[Message]) -> Vec<RunningChild> {
+    let reported: std::collections::HashSet<&str> = history
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .filter_map(|m| m.id.as_deref()?.strip_prefix("subagent:"))
+        .map(|rest| rest.split(':').next().unwrap_or(rest))
+        .collect();
+    let mut children = Vec::new();
+    for (index, message) in history.iter().enumerate() {
+        for (position, call) in message.tool_calls.iter().enumerate() {
+            if call.name != "sub_agent" {
+                continue;
+            }
+            // The pending result names the task id (a fresh one when the call id was
+            // reused, as some servers do): the n-th call with an id has the n-th result.
+            let nth = message.tool_calls[..position]
+                .iter()
+                .filter(|c| c.id == call.id)
+                .count();
+            let task_id = history[index + 1..]
+                .iter()
+                .take_while(|m| m.role == Role::Tool)
+                .filter(|m| m.tool_call_id.as_deref() == Some(call.id.as_str()))
+                .nth(nth)
+                .and_then(|m| serde_json::from_str::<serde_json::Value>(m.text()).ok())
+                .and_then(|v| v.get("task_id")?.as_str().map(str::to_string))
+                .unwrap_or_else(|| call.id.clone());
+            if reported.contains(task_id.as_str()) {
+                continue;
+            }
+            let field = |name: &str| {
+                call.arguments
+                    .get(name)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("")
+                    .to_string()
+            };
+            children.push(RunningChild {
+                task_id,
+                title: field("title"),
+                task: field("task"),
+            });
+        }
+    }
+    children
+}
+
 /// Failures of the summary call; none of them touches the history.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CompactionError {
@@ -909,6 +960,33 @@ mod tests {
         let small = handoff_prompt(&history, None, &plan, &children, 600);
         assert!(small[1].text().contains("earlier messages are left out"));
         assert!(super::super::window::estimate_tokens(&small, &[]) <= 600);
+    }
+
+    #[test]
+    fn running_children_are_the_delegations_without_a_report() {
+        let delegate = |id: &str, title: &str| ToolCall {
+            id: id.into(),
+            name: "sub_agent".into(),
+            arguments: serde_json::json!({"title": title, "task": format!("do {title}")}),
+        };
+        let history = vec![
+            Message::user("1", "go"),
+            Message::assistant(
+                None,
+                vec![delegate("a", "A"), delegate("b", "B"), delegate("a", "A2")],
+            ),
+            Message::tool("a", r#"{"status": "pending", "task_id": "a"}"#),
+            Message::tool("b", r#"{"status": "pending", "task_id": "b"}"#),
+            // The reused call id got a fresh task id.
+            Message::tool("a", r#"{"status": "pending", "task_id": "a-2"}"#),
+            Message::assistant(Some("waiting".into()), vec![]),
+            Message::user("subagent:a", "[Background tool result]\nTask ID: a\n\ndone"),
+        ];
+        let running = running_children(&history);
+        let ids: Vec<&str> = running.iter().map(|c| c.task_id.as_str()).collect();
+        assert_eq!(ids, ["b", "a-2"]);
+        let b = running.iter().find(|c| c.task_id == "b").unwrap();
+        assert_eq!((b.title.as_str(), b.task.as_str()), ("B", "do B"));
     }
 
     #[test]
