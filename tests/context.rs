@@ -610,6 +610,24 @@ async fn context_a_200_turn_session_keeps_running_under_a_2000_token_window() {
 }
 
 #[tokio::test]
+async fn context_the_answers_room_stays_free_in_every_request() {
+    let mock = MockLlm::start().await;
+    script(&mock);
+    let mut session = Session::new(&mock);
+    // max_tokens 600 of a 2,000-token window: servers count the answer against the window.
+    session.policy = Policy::default().with_reserve_output(Some(600));
+    run_turns(&mut session, 0, 60).await;
+    assert!(session.compactions > 0);
+    for request in &session.sent {
+        let size = estimate_tokens(request, &tools());
+        assert!(
+            size + 600 < WINDOW,
+            "a request of {size} tokens leaves no room for 600"
+        );
+    }
+}
+
+#[tokio::test]
 async fn context_a_reload_after_a_compaction_sends_the_same_request() {
     let mock = MockLlm::start().await;
     script(&mock);

@@ -42,6 +42,11 @@ pub struct Policy {
     pub oversized_tool_result: f64,
     /// The request size to aim for after an elision-only compaction (a share of the window).
     pub target: f64,
+    /// Tokens the answer may take (the provider's `max_tokens`): servers that count the
+    /// answer against the window reject a request above `window - reserve_output`, so
+    /// compaction starts there if that comes before `compact_at`. At most half the window
+    /// counts, so a `max_tokens` near the window cannot make every call compact.
+    pub reserve_output: usize,
 }
 
 impl Default for Policy {
@@ -53,6 +58,7 @@ impl Default for Policy {
             summary: 0.10,
             oversized_tool_result: 0.05,
             target: 0.60,
+            reserve_output: 0,
         }
     }
 }
@@ -65,6 +71,22 @@ impl Policy {
             compact_at: config.compact_at.clamp(0.05, ContextConfig::MAX_COMPACT_AT),
             ..Policy::default()
         }
+    }
+
+    /// The same with the answer's room reserved (`provider.max_tokens`).
+    pub fn with_reserve_output(mut self, max_tokens: Option<u32>) -> Self {
+        self.reserve_output = max_tokens.map_or(0, |m| m as usize);
+        self
+    }
+
+    /// The room a request has: the window less the answer's reserve.
+    pub fn room(&self, window: usize) -> usize {
+        window - self.reserve_output.min(window / 2)
+    }
+
+    /// The request size at which compaction starts.
+    pub fn threshold(&self, window: usize) -> usize {
+        Self::share(window, self.compact_at).min(self.room(window))
     }
 
     fn share(window: usize, fraction: f64) -> usize {
@@ -337,9 +359,13 @@ pub fn plan(
     force: bool,
 ) -> Option<Plan> {
     let window = window.max(1);
-    if !force && used < Policy::share(window, policy.compact_at) {
+    if !force && used < policy.threshold(window) {
         return None;
     }
+    // Threshold apart, every budget below is a share of the room the input has, so what
+    // remains after a compaction is well under the threshold even with a large reserve.
+    let threshold = policy.threshold(window);
+    let window = policy.room(window);
     let from = previous
         .map(|p| first_cut_at_or_after(history, p.first_kept))
         .unwrap_or(0);
@@ -376,7 +402,7 @@ pub fn plan(
 
     // 1. Eliding oversized old tool results may be enough.
     if !force {
-        let target = Policy::share(window, policy.target);
+        let target = Policy::share(window, policy.target).min(threshold);
         let mut trial = elided.clone();
         let mut size = overhead + view_tokens(&trial, from);
         for &i in &old_oversized {
@@ -827,6 +853,29 @@ mod tests {
             None
         );
         assert!(plan(&history, None, used * 2, used, &Policy::default(), true).is_some());
+    }
+
+    #[test]
+    fn the_answers_room_moves_the_threshold_but_never_below_half_the_window() {
+        let policy = Policy::default();
+        assert_eq!(policy.threshold(10_000), 8_500);
+        assert_eq!(
+            policy
+                .clone()
+                .with_reserve_output(Some(4_000))
+                .threshold(10_000),
+            6_000
+        );
+        assert_eq!(
+            policy
+                .clone()
+                .with_reserve_output(Some(9_000))
+                .threshold(10_000),
+            5_000
+        );
+        assert_eq!(policy.with_reserve_output(None).threshold(10_000), 8_500);
+        let clamped = Policy::from_config(&ContextConfig { compact_at: 3.0 });
+        assert_eq!(clamped.threshold(1_000), 950);
     }
 
     #[test]

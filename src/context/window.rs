@@ -269,8 +269,10 @@ pub fn estimate_tokens(messages: &[Message], tools: &[ToolSpec]) -> usize {
 
 /// The tokens the next request will use: the provider's count for the last answer of
 /// this context (its input plus its output, which is now part of the history) plus an
-/// estimate of what came after it; before any answer (or when the last answer predates
-/// the latest compaction, whose request was another), the estimate of the whole request.
+/// estimate of what came after it, or the estimate of the whole request when that is
+/// larger (a count can be low by the answer's own framing, and then a request would pass
+/// the threshold unseen); before any answer, or when the last answer predates the latest
+/// compaction (whose request was another), the estimate alone.
 ///
 /// `compacted_at` is the history length when the latest compaction was made
 /// ([`super::compaction::Compaction::at`]).
@@ -294,7 +296,10 @@ pub fn used_tokens(
     match reported {
         Some((index, usage)) => {
             let after: usize = history[index + 1..].iter().map(message_tokens).sum();
-            usize::try_from(usage.input_tokens + usage.output_tokens).unwrap_or(usize::MAX) + after
+            let counted = usize::try_from(usage.input_tokens + usage.output_tokens)
+                .unwrap_or(usize::MAX)
+                .saturating_add(after);
+            counted.max(estimate_tokens(request, tools))
         }
         None => estimate_tokens(request, tools),
     }
@@ -401,6 +406,12 @@ mod tests {
         assert_eq!(
             used_tokens(&history, None, &request, &[]),
             1020 + message_tokens(&next)
+        );
+        // A count below the request's own estimate does not hide it.
+        let big = vec![Message::system("s".repeat(8000))];
+        assert_eq!(
+            used_tokens(&history, None, &big, &[]),
+            estimate_tokens(&big, &[])
         );
         // The answer predates the compaction: its count was for another request.
         assert_eq!(
