@@ -462,6 +462,108 @@ async fn soak(base: &Path, label: &str, sessions: usize, checkpoints: &[usize]) 
     service.shutdown().await;
 }
 
+/// The context builder per model call on a long session: `prepare` (the request from the
+/// history and the latest compaction marker, its size, the threshold check) for a history
+/// of `messages` messages, with and without a marker; and the request size before and
+/// after the compaction.
+async fn context(messages: usize, window: usize, calls: usize) {
+    use bumblehive::context::compaction::{self, Compaction, CompactionKind, Policy};
+    use bumblehive::context::window::estimate_tokens;
+    let mut history = Vec::with_capacity(messages);
+    let mut turn = 0;
+    while history.len() < messages {
+        history.push(Message::user(
+            format!("u{turn}"),
+            format!("question {turn}: what does src/module_{turn}.rs do?"),
+        ));
+        history.push(Message::assistant(
+            None,
+            vec![ToolCall {
+                id: format!("call-{turn}"),
+                name: "read_file".into(),
+                arguments: json!({"path": format!("src/module_{turn}.rs")}),
+            }],
+        ));
+        history.push(Message::tool(
+            format!("call-{turn}"),
+            format!("// module {turn}\n{}", "fn f() {}\n".repeat(20 + turn % 40)),
+        ));
+        history.push(Message::assistant(
+            Some(format!("module {turn} defines a few functions.")),
+            vec![],
+        ));
+        turn += 1;
+    }
+    history.truncate(messages);
+    let system = Message::system(bumblehive::system_prompt("/w", false));
+    let policy = Policy::default();
+    let full = estimate_tokens(
+        &compaction::build_messages(system.clone(), &history, None),
+        &[],
+    );
+    let start = Instant::now();
+    let plan = compaction::plan(&history, None, window, full, &policy, true).expect("a plan");
+    let planning = start.elapsed();
+    let marker = Compaction {
+        id: "bench".into(),
+        kind: CompactionKind::Summary,
+        at: history.len(),
+        first_kept: plan.first_kept,
+        kept_user: plan.kept_user.clone(),
+        elided: plan.elided.clone(),
+        summary: Some("s".repeat(plan.summary_budget * 4)),
+        tokens_before: plan.tokens_before,
+        tokens_after: plan.tokens_after,
+        note: None,
+    };
+    let after = estimate_tokens(
+        &compaction::build_messages(system.clone(), &history, Some(&marker)),
+        &[],
+    );
+    let mut times = Vec::with_capacity(calls);
+    let mut kept = 0;
+    for _ in 0..calls {
+        let start = Instant::now();
+        let prepared = bumblehive::context::prepare(
+            system.clone(),
+            &history,
+            Some(&marker),
+            &[],
+            window,
+            &policy,
+            false,
+        );
+        times.push(start.elapsed());
+        kept = prepared.messages.len();
+        assert!(prepared.plan.is_none());
+    }
+    times.sort();
+    let mut plain = Vec::with_capacity(calls.min(50));
+    for _ in 0..calls.min(50) {
+        let start = Instant::now();
+        let messages = compaction::build_messages(system.clone(), &history, None);
+        let _ = estimate_tokens(&messages, &[]);
+        plain.push(start.elapsed());
+    }
+    plain.sort();
+    println!(
+        "context: {messages}-message history, window {window}: prepare with a marker p50 {:?} p99 {:?} ({kept} messages sent); without a marker (build + estimate of all) p50 {:?}; request {full} tokens before compaction, {after} after; planning that compaction {planning:?}",
+        percentile(&times, 0.5),
+        percentile(&times, 0.99),
+        percentile(&plain, 0.5),
+    );
+    let workspace = std::env::current_dir().unwrap();
+    let start = Instant::now();
+    let _ = bumblehive::context::environment::Environment::detect(&workspace).await;
+    let detect = start.elapsed();
+    let start = Instant::now();
+    let _ = bumblehive::context::instructions::load(&workspace, None, None);
+    println!(
+        "context: Environment::detect (git status of this repository) {detect:?}; instructions::load {:?}",
+        start.elapsed()
+    );
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     // `cargo bench --bench runtime -- soak` runs only the benches whose name has "soak".
@@ -506,6 +608,7 @@ fn main() {
             scale(disk.path(), "disk", 100, 50).await;
             streaming(disk.path(), "disk", 100).await;
             soak(disk.path(), "disk", 200, &[50, 100, 200]).await;
+            context(1_000, 8_192, 5).await;
             return;
         }
         if wanted("per-turn") {
@@ -530,6 +633,9 @@ fn main() {
         }
         if wanted("soak") {
             soak(disk.path(), "disk", 10_000, &[1_000, 5_000, 10_000]).await;
+        }
+        if wanted("context") {
+            context(10_000, 32_768, 500).await;
         }
     });
 }

@@ -20,6 +20,29 @@ pub struct Config {
     pub default_provider: Option<String>,
     pub subagents: SubagentConfig,
     pub tools: ToolsConfig,
+    /// How long histories are kept within the model's window (SPEC §11 `context.compact_at`).
+    pub context: ContextConfig,
+}
+
+/// When a history is compacted: at `compact_at` of the model's window (a fraction, at
+/// most [`ContextConfig::MAX_COMPACT_AT`] so the summary call itself still has room).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ContextConfig {
+    pub compact_at: f64,
+}
+
+impl ContextConfig {
+    pub const DEFAULT_COMPACT_AT: f64 = 0.85;
+    pub const MAX_COMPACT_AT: f64 = 0.95;
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        ContextConfig {
+            compact_at: Self::DEFAULT_COMPACT_AT,
+        }
+    }
 }
 
 /// The name of the lone `provider` block.
@@ -43,6 +66,10 @@ pub struct ProviderConfig {
     /// children wait for a slot of their own server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<usize>,
+    /// The model's context window in tokens; when unset it is asked from the server or
+    /// taken from a built-in table (`context::window::resolve`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u32>,
     /// Extra knobs for providers (timeouts, retries); kept as given.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
@@ -58,6 +85,7 @@ impl Default for ProviderConfig {
             temperature: None,
             max_tokens: None,
             max_concurrent: None,
+            context_window: None,
             extra: serde_json::Map::new(),
         }
     }
@@ -169,6 +197,13 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "subagents.max_concurrent must be at least 1".into(),
             ));
+        }
+        let compact_at = self.context.compact_at;
+        if !(compact_at > 0.0 && compact_at <= ContextConfig::MAX_COMPACT_AT) {
+            return Err(ConfigError::Invalid(format!(
+                "context.compact_at must be a fraction of the window above 0 and at most {}, not {compact_at}",
+                ContextConfig::MAX_COMPACT_AT
+            )));
         }
         if !matches!(self.provider.kind.as_str(), "openai" | "anthropic") {
             return Err(ConfigError::Invalid(format!(
@@ -340,6 +375,26 @@ mod tests {
             Config::load(&dir.path().join("config.json")).unwrap(),
             patched
         );
+    }
+
+    #[test]
+    fn context_window_and_compact_at_are_read_and_checked() {
+        let config = Config::default()
+            .patched(
+                &json!({"provider": {"context_window": 32768}, "context": {"compact_at": 0.9}}),
+            )
+            .unwrap();
+        assert_eq!(config.provider.context_window, Some(32768));
+        assert!(config.provider.extra.get("context_window").is_none());
+        assert_eq!(config.context.compact_at, 0.9);
+        assert_eq!(Config::default().context.compact_at, 0.85);
+        for bad in [0.0, 0.96, 1.5, -0.1] {
+            let err = Config::default()
+                .patched(&json!({"context": {"compact_at": bad}}))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("context.compact_at"), "{err}");
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@
 pub mod approvals;
 pub mod commands;
 pub mod config;
+pub mod context;
 pub mod controller;
 mod delegation;
 pub mod error;

@@ -255,18 +255,30 @@ async fn crash_after_a_discard_and_a_cancelled_waiting_child() {
         .collect();
     // Until one child holds the only slot, the other waits for it, and the parent's
     // own write asks for approval.
-    let mut states = vec![String::new(); ids.len()];
-    let mut asked = false;
+    // `begin` read (and dropped) the first events, so the snapshot says where things
+    // are; events only wake the next look.
     let of = |states: &[String], state: &str| states.iter().position(|s| s == state);
-    while of(&states, "running").is_none() || of(&states, "waiting_for_slot").is_none() || !asked {
-        let event = events.next().await;
-        asked |= event["type"] == "approval_request" && event["session_id"] == parent.as_str();
-        if event["kind"] == "subagent.state" {
-            if let Some(index) = ids.iter().position(|id| event["session_id"] == id.as_str()) {
-                states[index] = event["data"]["state"].as_str().unwrap_or("").to_string();
-            }
+    let states = loop {
+        let snapshot = server.snapshot(&parent).await;
+        let states: Vec<String> = ids
+            .iter()
+            .map(|id| {
+                snapshot["subagents"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["session_id"] == id.as_str())
+                    .and_then(|c| c["state"].as_str())
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect();
+        let asked = !snapshot["approvals"].as_array().unwrap().is_empty();
+        if asked && of(&states, "running").is_some() && of(&states, "waiting_for_slot").is_some() {
+            break states;
         }
-    }
+        events.next().await;
+    };
     let running = of(&states, "running").unwrap();
     let waiting = of(&states, "waiting_for_slot").unwrap();
     server

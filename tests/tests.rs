@@ -58,3 +58,7 @@ mod crash;
 
 // The OS keyring for real (inside a D-Bus session with gnome-keyring; skipped elsewhere).
 mod keyring;
+
+// Context that lasts: instructions, environment, context windows from local servers, and
+// compaction against the scripted model server with a 2,000-token window.
+mod context;

@@ -1,0 +1,431 @@
+//! The context window of a model (config, then the server where it says, then a built-in table, then a safe default), token estimates of a request, and the context meter the UI shows.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use ts_rs::TS;
+
+use crate::config::ProviderConfig;
+use crate::protocol::{Message, Role};
+use crate::provider::ToolSpec;
+
+/// The window assumed when nothing says otherwise: small enough that compaction starts
+/// before any common server (Ollama's 4k default aside, which `/api/show` reports) overflows.
+pub const DEFAULT_WINDOW: u32 = 8192;
+
+/// Ollama runs a model with `num_ctx` tokens, not the model's trained length: without a
+/// `num_ctx` parameter it uses its own default and silently cuts longer prompts, so the
+/// trained length is capped at this default rather than trusted.
+pub const OLLAMA_DEFAULT_NUM_CTX: u32 = 4096;
+
+/// How long a server gets to say its window: this runs before the first model call.
+pub const QUERY_TIMEOUT: Duration = Duration::from_millis(1500);
+
+/// Where a window figure came from (the settings page shows it next to the figure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowSource {
+    /// `provider.context_window` in the config.
+    Config,
+    /// llama.cpp `/props`, Ollama `/api/show` or LM Studio `/api/v0/models`.
+    Server,
+    /// The built-in table of well-known OpenAI and Anthropic models.
+    Table,
+    /// [`DEFAULT_WINDOW`].
+    Default,
+}
+
+/// A model's context window in tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct ContextWindow {
+    pub tokens: u32,
+    pub source: WindowSource,
+}
+
+/// The window for a provider block: `context_window` when set, else what the server says
+/// (OpenAI-compatible local servers only), else the table, else [`DEFAULT_WINDOW`].
+/// Never fails: a server that does not answer is simply not asked again by this call.
+pub async fn resolve(config: &ProviderConfig) -> ContextWindow {
+    if let Some(tokens) = config.context_window.filter(|t| *t > 0) {
+        return ContextWindow {
+            tokens,
+            source: WindowSource::Config,
+        };
+    }
+    if config.kind == "openai" && !is_cloud_api(&config.base_url) {
+        if let Some(tokens) = ask_server(&config.base_url, &config.model).await {
+            return ContextWindow {
+                tokens,
+                source: WindowSource::Server,
+            };
+        }
+    }
+    match builtin_window(&config.model) {
+        Some(tokens) => ContextWindow {
+            tokens,
+            source: WindowSource::Table,
+        },
+        None => ContextWindow {
+            tokens: DEFAULT_WINDOW,
+            source: WindowSource::Default,
+        },
+    }
+}
+
+/// Hosted APIs that answer none of the local servers' introspection endpoints: asking
+/// them would only cost a round trip (and a 404) before every run.
+fn is_cloud_api(base_url: &str) -> bool {
+    let host = base_url
+        .split("://")
+        .nth(1)
+        .unwrap_or(base_url)
+        .split(['/', ':'])
+        .next()
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    [
+        "api.openai.com",
+        "openrouter.ai",
+        "api.anthropic.com",
+        "api.groq.com",
+        "api.mistral.ai",
+        "api.deepseek.com",
+        "api.together.xyz",
+        "generativelanguage.googleapis.com",
+    ]
+    .iter()
+    .any(|cloud| host == *cloud || host.ends_with(&format!(".{cloud}")))
+}
+
+/// The server's root from an OpenAI base URL: `http://host:port/v1` → `http://host:port`.
+pub fn server_root(base_url: &str) -> String {
+    let trimmed = base_url.trim_end_matches('/');
+    trimmed
+        .strip_suffix("/v1")
+        .unwrap_or(trimmed)
+        .trim_end_matches('/')
+        .to_string()
+}
+
+/// Asks the server behind an OpenAI base URL for the model's window: llama.cpp, Ollama
+/// and LM Studio are asked at once (each answers only its own endpoint) and the first
+/// that says wins in that order.
+pub async fn ask_server(base_url: &str, model: &str) -> Option<u32> {
+    let client = reqwest::Client::builder()
+        .timeout(QUERY_TIMEOUT)
+        .connect_timeout(QUERY_TIMEOUT)
+        .build()
+        .ok()?;
+    let root = server_root(base_url);
+    let (llama, ollama, lm_studio) = futures::join!(
+        llama_cpp_window(&client, &root),
+        ollama_window(&client, &root, model),
+        lm_studio_window(&client, &root, model),
+    );
+    llama.or(ollama).or(lm_studio)
+}
+
+async fn get_json(request: reqwest::RequestBuilder) -> Option<Value> {
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(err) => {
+            tracing::debug!("context window query failed: {err}");
+            return None;
+        }
+    };
+    if !response.status().is_success() {
+        return None;
+    }
+    response.json::<Value>().await.ok()
+}
+
+fn positive(value: Option<&Value>) -> Option<u32> {
+    value
+        .and_then(Value::as_u64)
+        .filter(|n| *n > 0)
+        .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// llama.cpp's `llama-server`: `GET /props` → `default_generation_settings.n_ctx` (the
+/// context of one slot, which is what one request gets).
+pub async fn llama_cpp_window(client: &reqwest::Client, root: &str) -> Option<u32> {
+    let body = get_json(client.get(format!("{root}/props"))).await?;
+    positive(body.pointer("/default_generation_settings/n_ctx"))
+        .or_else(|| positive(body.get("n_ctx")))
+}
+
+/// Ollama: `POST /api/show {"model"}` → a `num_ctx` line in `parameters` when the model
+/// sets one, else `model_info.<arch>.context_length` capped at Ollama's own default.
+pub async fn ollama_window(client: &reqwest::Client, root: &str, model: &str) -> Option<u32> {
+    let request = client
+        .post(format!("{root}/api/show"))
+        .json(&serde_json::json!({ "model": model }));
+    let body = get_json(request).await?;
+    let num_ctx = body
+        .get("parameters")
+        .and_then(Value::as_str)
+        .and_then(|text| {
+            text.lines().find_map(|line| {
+                let mut words = line.split_whitespace();
+                (words.next() == Some("num_ctx"))
+                    .then(|| words.next()?.parse::<u32>().ok())
+                    .flatten()
+            })
+        })
+        .filter(|n| *n > 0);
+    if num_ctx.is_some() {
+        return num_ctx;
+    }
+    let trained = body
+        .get("model_info")
+        .and_then(Value::as_object)?
+        .iter()
+        .find(|(key, _)| key.ends_with(".context_length"))
+        .and_then(|(_, value)| positive(Some(value)))?;
+    Some(trained.min(OLLAMA_DEFAULT_NUM_CTX))
+}
+
+/// LM Studio: `GET /api/v0/models` → the entry whose `id` is the model:
+/// `loaded_context_length` when it is loaded with one, else `max_context_length`.
+pub async fn lm_studio_window(client: &reqwest::Client, root: &str, model: &str) -> Option<u32> {
+    let body = get_json(client.get(format!("{root}/api/v0/models"))).await?;
+    let entry = body
+        .get("data")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|entry| entry.get("id").and_then(Value::as_str) == Some(model))?;
+    positive(entry.get("loaded_context_length"))
+        .or_else(|| positive(entry.get("max_context_length")))
+}
+
+/// Well-known hosted models, by id prefix (the longest matching prefix wins; a router's
+/// `vendor/` prefix, as OpenRouter ids have, is ignored).
+pub fn builtin_window(model: &str) -> Option<u32> {
+    const TABLE: &[(&str, u32)] = &[
+        ("gpt-5", 400_000),
+        ("gpt-4.1", 1_047_576),
+        ("gpt-4o", 128_000),
+        ("gpt-4-turbo", 128_000),
+        ("gpt-4-32k", 32_768),
+        ("gpt-4", 8_192),
+        ("gpt-3.5-turbo", 16_385),
+        ("o1-mini", 128_000),
+        ("o1", 200_000),
+        ("o3", 200_000),
+        ("o4-mini", 200_000),
+        ("claude-", 200_000),
+    ];
+    let id = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
+    TABLE
+        .iter()
+        .filter(|(prefix, _)| id.starts_with(prefix))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map(|(_, tokens)| *tokens)
+}
+
+/// Counts bytes written through it, so a size is known without keeping the text.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+pub(crate) fn serialized_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    let mut count = ByteCount(0);
+    // Serialising our own types into a counter cannot fail; a failure counts as empty.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// Tokens of one message, estimated as a quarter of its JSON size (rounded up).
+pub fn message_tokens(message: &Message) -> usize {
+    serialized_len(message).div_ceil(4)
+}
+
+/// Tokens of a request, estimated as a quarter of the JSON size of its messages and tools:
+/// the figure before a provider has reported any, and the one compaction plans with.
+pub fn estimate_tokens(messages: &[Message], tools: &[ToolSpec]) -> usize {
+    (serialized_len(messages)
+        + if tools.is_empty() {
+            0
+        } else {
+            serialized_len(tools)
+        })
+    .div_ceil(4)
+}
+
+/// The tokens the next request will use: the provider's count for the last answer of
+/// this context (its input plus its output, which is now part of the history) plus an
+/// estimate of what came after it, or the estimate of the whole request when that is
+/// larger (a count can be low by the answer's own framing, and then a request would pass
+/// the threshold unseen); before any answer, or when the last answer predates the latest
+/// compaction (whose request was another), the estimate alone.
+///
+/// `compacted_at` is the history length when the latest compaction was made
+/// ([`super::compaction::Compaction::at`]).
+pub fn used_tokens(
+    history: &[Message],
+    compacted_at: Option<usize>,
+    request: &[Message],
+    tools: &[ToolSpec],
+) -> usize {
+    let since = compacted_at.unwrap_or(0).min(history.len());
+    let reported = history[since..]
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(offset, m)| match (m.role, m.usage) {
+            (Role::Assistant, Some(usage)) if usage.input_tokens > 0 => {
+                Some((since + offset, usage))
+            }
+            _ => None,
+        });
+    match reported {
+        Some((index, usage)) => {
+            let after: usize = history[index + 1..].iter().map(message_tokens).sum();
+            let counted = usize::try_from(usage.input_tokens + usage.output_tokens)
+                .unwrap_or(usize::MAX)
+                .saturating_add(after);
+            counted.max(estimate_tokens(request, tools))
+        }
+        None => estimate_tokens(request, tools),
+    }
+}
+
+/// The context meter of a session: the status line and each child tab show its label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct ContextMeter {
+    #[ts(type = "number")]
+    pub used: u64,
+    #[ts(type = "number")]
+    pub window: u64,
+    /// `used` of `window`, rounded down, at most 100 (shown as full when over).
+    pub percent: u8,
+}
+
+impl ContextMeter {
+    pub fn new(used: usize, window: u32) -> Self {
+        let used = u64::try_from(used).unwrap_or(u64::MAX);
+        let window = u64::from(window.max(1));
+        let percent = (used.saturating_mul(100) / window).min(100);
+        ContextMeter {
+            used,
+            window,
+            percent: u8::try_from(percent).unwrap_or(100),
+        }
+    }
+
+    /// "41 % of 32k".
+    pub fn label(&self) -> String {
+        // Windows are powers of two (32768) or round thousands (128000): both read as "32k".
+        let window = if self.window >= 1024 && self.window % 1024 == 0 {
+            format!("{}k", self.window / 1024)
+        } else if self.window >= 1000 {
+            format!("{}k", (self.window + 500) / 1000)
+        } else {
+            self.window.to_string()
+        };
+        format!("{} % of {window}", self.percent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_matches_longest_prefix_and_ignores_router_prefix() {
+        assert_eq!(builtin_window("gpt-4o-mini"), Some(128_000));
+        assert_eq!(builtin_window("gpt-4"), Some(8_192));
+        assert_eq!(builtin_window("gpt-4-turbo-2024-04-09"), Some(128_000));
+        assert_eq!(builtin_window("openai/gpt-4.1-mini"), Some(1_047_576));
+        assert_eq!(builtin_window("anthropic/claude-sonnet-4.5"), Some(200_000));
+        assert_eq!(builtin_window("o1-mini"), Some(128_000));
+        assert_eq!(builtin_window("qwen2.5-coder"), None);
+    }
+
+    #[test]
+    fn server_root_strips_v1_and_cloud_hosts_are_known() {
+        assert_eq!(
+            server_root("http://127.0.0.1:8080/v1"),
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(
+            server_root("http://127.0.0.1:8080/v1/"),
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(server_root("http://h:1/"), "http://h:1");
+        assert!(is_cloud_api("https://api.openai.com/v1"));
+        assert!(is_cloud_api("https://openrouter.ai/api/v1"));
+        assert!(!is_cloud_api("http://127.0.0.1:11434/v1"));
+    }
+
+    #[test]
+    fn estimates_are_a_quarter_of_the_json() {
+        let messages = vec![Message::system("s"), Message::user("u", "hello")];
+        let bytes = serde_json::to_vec(&messages).unwrap().len();
+        assert_eq!(estimate_tokens(&messages, &[]), bytes.div_ceil(4));
+        let tool = ToolSpec {
+            name: "t".into(),
+            description: "d".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        let tools_bytes = serde_json::to_vec(std::slice::from_ref(&tool))
+            .unwrap()
+            .len();
+        assert_eq!(
+            estimate_tokens(&messages, &[tool]),
+            (bytes + tools_bytes).div_ceil(4)
+        );
+    }
+
+    #[test]
+    fn used_prefers_reported_usage_unless_a_compaction_came_after() {
+        let mut answer = Message::assistant(Some("a".into()), vec![]);
+        answer.usage = Some(crate::protocol::Usage {
+            input_tokens: 1000,
+            output_tokens: 20,
+        });
+        let next = Message::user("2", "next question");
+        let history = vec![Message::user("1", "q"), answer, next.clone()];
+        let request = vec![Message::system("s")];
+        assert_eq!(
+            used_tokens(&history, None, &request, &[]),
+            1020 + message_tokens(&next)
+        );
+        // A count below the request's own estimate does not hide it.
+        let big = vec![Message::system("s".repeat(8000))];
+        assert_eq!(
+            used_tokens(&history, None, &big, &[]),
+            estimate_tokens(&big, &[])
+        );
+        // The answer predates the compaction: its count was for another request.
+        assert_eq!(
+            used_tokens(&history, Some(2), &request, &[]),
+            estimate_tokens(&request, &[])
+        );
+    }
+
+    #[test]
+    fn meter_label() {
+        assert_eq!(ContextMeter::new(13_120, 32_000).label(), "41 % of 32k");
+        assert_eq!(ContextMeter::new(820, 2_000).label(), "41 % of 2k");
+        assert_eq!(ContextMeter::new(1, 32_768).label(), "0 % of 32k");
+        assert_eq!(ContextMeter::new(99_999, 8_192).percent, 100);
+        assert_eq!(ContextMeter::new(10, 500).label(), "2 % of 500");
+    }
+}

@@ -1,0 +1,992 @@
+//! Context that lasts: instructions from real folders (nested AGENTS.md, the CLAUDE.md fallback, the cap, missing and unreadable files), the environment of a real git repository, context windows asked from local servers that speak llama.cpp's, Ollama's and LM Studio's JSON, and compaction end to end against the scripted model server with a 2,000-token window.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::Router;
+use axum::routing::{get, post};
+use bumblehive::config::ProviderConfig;
+use bumblehive::context::compaction::{
+    self, Compacted, Compaction, CompactionError, CompactionKind, HANDOFF_SYSTEM, Policy,
+    RunningChild, SUMMARY_HEADER,
+};
+use bumblehive::context::environment::{Environment, GitState};
+use bumblehive::context::instructions::{self, INSTRUCTIONS_CAP};
+use bumblehive::context::window::{self, WindowSource, estimate_tokens};
+use bumblehive::context::{Prepared, prepare};
+use bumblehive::invariant::check_message_order;
+use bumblehive::protocol::{Message, Role, ToolCall};
+use bumblehive::provider::{
+    ModelProvider, ModelRequest, ModelSettings, ProviderError, ProviderEvent, ToolSpec,
+};
+use bumblehive::providers::provider_from_config;
+use serde_json::{Value, json};
+
+use crate::mock_llm::{MockLlm, MockResponse, RecordedRequest, openai};
+use crate::providers_openai::openai_config;
+use crate::support::WAIT;
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+// ---------------------------------------------------------------- instructions
+
+#[test]
+fn context_instructions_nested_agents_md_with_claude_md_fallback_and_user_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    std::fs::create_dir_all(root.join(".git")).unwrap();
+    let workspace = root.join("a").join("b");
+    std::fs::create_dir_all(&workspace).unwrap();
+    write(&root.join("AGENTS.md"), "ROOT RULES");
+    write(&root.join("CLAUDE.md"), "IGNORED: AGENTS.md is there");
+    write(&root.join("a").join("CLAUDE.md"), "A RULES (claude)");
+    write(&workspace.join("AGENTS.md"), "B RULES");
+    // Above the repository's root: not part of this project.
+    write(&dir.path().join("AGENTS.md"), "OUTSIDE");
+    let user = dir.path().join("config").join("bumblehive");
+    write(&user.join("AGENTS.md"), "USER RULES");
+
+    let loaded = instructions::load(&workspace, None, Some(&user));
+    let names: Vec<String> = loaded
+        .files
+        .iter()
+        .map(|f| {
+            Path::new(&f.path)
+                .strip_prefix(dir.path().canonicalize().unwrap())
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "config/bumblehive/AGENTS.md",
+            "repo/AGENTS.md",
+            "repo/a/CLAUDE.md",
+            "repo/a/b/AGENTS.md"
+        ]
+    );
+    let order: Vec<usize> = ["USER RULES", "ROOT RULES", "A RULES", "B RULES"]
+        .iter()
+        .map(|needle| loaded.text.find(needle).unwrap())
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{}", loaded.text);
+    assert!(!loaded.text.contains("IGNORED"));
+    assert!(!loaded.text.contains("OUTSIDE"));
+    assert!(loaded.notices.is_empty(), "{:?}", loaded.notices);
+    assert_eq!(loaded.files[1].bytes, 10);
+    assert_eq!(loaded.files[1].tokens_estimate, 3);
+
+    // A root named by the caller wins over the git root; the workspace alone without either.
+    let hinted = instructions::load(&workspace, Some(&root.join("a")), None);
+    assert_eq!(hinted.files.len(), 2);
+    assert!(!hinted.text.contains("ROOT RULES"));
+    let plain = tempfile::tempdir().unwrap();
+    let none = instructions::load(plain.path(), None, None);
+    assert!(none.files.is_empty() && none.text.is_empty() && none.notices.is_empty());
+}
+
+#[test]
+fn context_instructions_cap_truncates_with_a_notice_and_leaves_the_rest_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join(".git")).unwrap();
+    let nested = root.join("n");
+    let deeper = nested.join("m");
+    write(&root.join("AGENTS.md"), &"r".repeat(20 * 1024));
+    // A multi-byte character straddles the cut: the text stays valid UTF-8.
+    write(&nested.join("AGENTS.md"), &"é".repeat(10 * 1024));
+    write(&deeper.join("AGENTS.md"), "LAST");
+    let loaded = instructions::load(&deeper, None, None);
+    assert!(
+        loaded.text.len() <= INSTRUCTIONS_CAP + 200,
+        "{}",
+        loaded.text.len()
+    );
+    assert_eq!(loaded.files.len(), 2);
+    assert!(!loaded.files[0].truncated);
+    assert!(loaded.files[1].truncated);
+    assert_eq!(loaded.files[1].bytes, 20 * 1024);
+    assert!(loaded.files[1].tokens_estimate < 20 * 1024 / 4);
+    assert!(loaded.text.contains("capped at 32 KiB"));
+    assert!(!loaded.text.contains("LAST"));
+    assert_eq!(loaded.notices.len(), 2, "{:?}", loaded.notices);
+    assert!(
+        loaded.notices[1].contains("left out"),
+        "{:?}",
+        loaded.notices
+    );
+}
+
+#[test]
+fn context_instructions_unreadable_files_are_notices_and_claude_md_stands_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join(".git")).unwrap();
+    // An AGENTS.md that is a folder cannot be read (as root, mode 000 would not stop us).
+    std::fs::create_dir_all(root.join("AGENTS.md")).unwrap();
+    write(&root.join("CLAUDE.md"), "CLAUDE AT ROOT");
+    let child = root.join("c");
+    std::fs::create_dir_all(&child).unwrap();
+    std::os::unix::fs::symlink(root.join("nowhere.md"), child.join("AGENTS.md")).unwrap();
+    let user = root.join("user");
+    std::fs::create_dir_all(user.join("AGENTS.md")).unwrap();
+
+    let loaded = instructions::load(&child, None, Some(&user));
+    assert_eq!(loaded.files.len(), 1, "{:?}", loaded.files);
+    assert!(loaded.text.contains("CLAUDE AT ROOT"));
+    assert_eq!(loaded.notices.len(), 3, "{:?}", loaded.notices);
+    for notice in &loaded.notices {
+        assert!(notice.starts_with("cannot read "), "{notice}");
+    }
+    assert!(loaded.notices.iter().any(|n| n.contains("c/AGENTS.md")));
+    // A workspace that does not exist is a notice too.
+    let plain = tempfile::tempdir().unwrap();
+    let gone = instructions::load(&plain.path().join("missing"), None, None);
+    assert!(gone.files.is_empty());
+    assert!(gone.notices[0].contains("cannot resolve the workspace"));
+}
+
+// ---------------------------------------------------------------- environment
+
+fn git(dir: &Path, args: &[&str]) {
+    let status = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "git {args:?}: {status:?}");
+}
+
+#[tokio::test]
+async fn context_environment_of_a_git_repository_and_of_a_plain_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    git(dir.path(), &["init", "-q", "-b", "feature-x"]);
+    write(&dir.path().join("tracked.txt"), "1");
+    git(dir.path(), &["add", "tracked.txt"]);
+    git(dir.path(), &["commit", "-qm", "one"]);
+    write(&dir.path().join("tracked.txt"), "2");
+    for i in 0..25 {
+        write(&dir.path().join(format!("new{i:02}.txt")), "x");
+    }
+    let started = std::time::Instant::now();
+    let env = Environment::detect(dir.path()).await;
+    println!(
+        "Environment::detect in a git repository: {:?}",
+        started.elapsed()
+    );
+    let GitState::Repository {
+        branch,
+        status,
+        more,
+    } = &env.git
+    else {
+        panic!("not seen as a repository: {env:?}")
+    };
+    assert_eq!(branch.as_deref(), Some("feature-x"));
+    assert_eq!(status[0], " M tracked.txt");
+    assert_eq!((status.len(), *more), (20, 6));
+    assert_eq!(env.date.len(), 10);
+    assert!(!env.os.is_empty() && !env.shell.is_empty());
+
+    let plain = tempfile::tempdir().unwrap();
+    let env = Environment::detect(plain.path()).await;
+    assert_eq!(env.git, GitState::None, "{env:?}");
+}
+
+// ---------------------------------------------------------------- context window
+
+async fn serve(app: Router) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), task)
+}
+
+fn config_for(base_url: String, model: &str) -> ProviderConfig {
+    ProviderConfig {
+        base_url,
+        model: model.into(),
+        ..ProviderConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn context_window_from_llama_cpp_props() {
+    let app = Router::new().route(
+        "/props",
+        get(|| async {
+            Json(json!({
+                "default_generation_settings": {"n_ctx": 4096, "params": {"n_predict": -1}},
+                "total_slots": 1,
+                "model_path": "/models/qwen.gguf",
+                "build_info": "b6000"
+            }))
+        }),
+    );
+    let (url, _server) = serve(app).await;
+    let window = window::resolve(&config_for(format!("{url}/v1"), "qwen")).await;
+    assert_eq!((window.tokens, window.source), (4096, WindowSource::Server));
+}
+
+#[tokio::test]
+async fn context_window_from_ollama_show_num_ctx_or_capped_trained_length() {
+    let seen = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let record = seen.clone();
+    let app = Router::new().route(
+        "/api/show",
+        post(move |Json(body): Json<Value>| {
+            let record = record.clone();
+            async move {
+                record.lock().unwrap().push(body.clone());
+                let info = json!({"general.architecture": "qwen2", "qwen2.context_length": 32768});
+                if body["model"] == "tuned" {
+                    Json(json!({"parameters": "stop \"<|im_end|>\"\nnum_ctx 16384", "model_info": info}))
+                } else {
+                    Json(json!({"parameters": "stop \"<|im_end|>\"", "model_info": info}))
+                }
+            }
+        }),
+    );
+    let (url, _server) = serve(app).await;
+    let tuned = window::resolve(&config_for(format!("{url}/v1"), "tuned")).await;
+    assert_eq!((tuned.tokens, tuned.source), (16384, WindowSource::Server));
+    let plain = window::resolve(&config_for(format!("{url}/v1"), "qwen2.5-coder")).await;
+    assert_eq!(plain.tokens, window::OLLAMA_DEFAULT_NUM_CTX);
+    assert_eq!(seen.lock().unwrap()[0], json!({"model": "tuned"}));
+}
+
+#[tokio::test]
+async fn context_window_from_lm_studio_models() {
+    let app = Router::new().route(
+        "/api/v0/models",
+        get(|| async {
+            Json(json!({"object": "list", "data": [
+                {"id": "other", "object": "model", "type": "llm", "state": "not-loaded", "max_context_length": 4096},
+                {"id": "qwen2.5-coder-7b-instruct", "object": "model", "type": "llm", "publisher": "lmstudio-community",
+                 "arch": "qwen2", "compatibility_type": "gguf", "quantization": "Q4_K_M", "state": "loaded",
+                 "max_context_length": 32768}
+            ]}))
+        }),
+    );
+    let (url, _server) = serve(app).await;
+    let found = window::resolve(&config_for(
+        format!("{url}/v1"),
+        "qwen2.5-coder-7b-instruct",
+    ))
+    .await;
+    assert_eq!((found.tokens, found.source), (32768, WindowSource::Server));
+    // A model the server does not list: the table does not know it either.
+    let unknown = window::resolve(&config_for(format!("{url}/v1"), "missing")).await;
+    assert_eq!(
+        (unknown.tokens, unknown.source),
+        (window::DEFAULT_WINDOW, WindowSource::Default)
+    );
+}
+
+#[tokio::test]
+async fn context_window_config_wins_and_silent_servers_fall_back_to_the_table() {
+    // A server that answers none of the endpoints (a plain OpenAI-compatible one).
+    let (url, _server) = serve(Router::new()).await;
+    let table = window::resolve(&config_for(format!("{url}/v1"), "gpt-4o-mini")).await;
+    assert_eq!((table.tokens, table.source), (128_000, WindowSource::Table));
+    let configured = window::resolve(&ProviderConfig {
+        context_window: Some(2000),
+        ..config_for(format!("{url}/v1"), "gpt-4o-mini")
+    })
+    .await;
+    assert_eq!(
+        (configured.tokens, configured.source),
+        (2000, WindowSource::Config)
+    );
+    // Nothing listens: the default, quickly.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    let fallback = window::resolve(&config_for(dead, "local-model")).await;
+    assert_eq!(fallback.source, WindowSource::Default);
+    let anthropic = window::resolve(&ProviderConfig {
+        kind: "anthropic".into(),
+        ..config_for(format!("{url}/v1"), "claude-sonnet-4-5")
+    })
+    .await;
+    assert_eq!(
+        (anthropic.tokens, anthropic.source),
+        (200_000, WindowSource::Table)
+    );
+}
+
+// ---------------------------------------------------------------- compaction
+
+const WINDOW: usize = 2000;
+
+fn tools() -> Vec<ToolSpec> {
+    vec![ToolSpec {
+        name: "read_file".into(),
+        description: "Reads a file of the workspace.".into(),
+        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+    }]
+}
+
+fn system() -> Message {
+    Message::system("You are Bumblehive, a coding agent.")
+}
+
+fn is_summary_request(request: &RecordedRequest) -> bool {
+    request.body["messages"][0]["content"] == HANDOFF_SYSTEM
+}
+
+/// The scripted model: summary requests get a handoff note; a request that ends with the
+/// person's message gets a tool call; one that ends with a tool result gets an answer.
+/// Usage is reported as a quarter of the request's bytes, like a real server's count.
+fn script(mock: &MockLlm) {
+    mock.respond_with(|request| {
+        let prompt = (request.raw_body.len() / 4) as u64;
+        if is_summary_request(request) {
+            return MockResponse::sse(openai::text_answer(
+                &["## Goal\nKeep answering questions.\n## Files touched\na.txt"],
+                (prompt, 20),
+            ));
+        }
+        let messages = request.body["messages"].as_array().unwrap();
+        let last = messages.last().unwrap();
+        if last["role"] == "tool" {
+            MockResponse::sse(openai::text_answer(&["done with that"], (prompt, 5)))
+        } else {
+            let n = messages.len();
+            MockResponse::sse(openai::tool_answer(
+                &[(
+                    &format!("call-{n}-{prompt}"),
+                    "read_file",
+                    json!({"path": "a.txt"}),
+                )],
+                (prompt, 10),
+            ))
+        }
+    });
+}
+
+/// A session as the run loop will hold it: the stored lines (messages and markers) and
+/// the latest marker; one model call goes through [`prepare`], compacts at most once, and
+/// on "context too long" compacts once more and retries once.
+struct Session {
+    provider: Arc<dyn ModelProvider>,
+    settings: ModelSettings,
+    history: Vec<Message>,
+    marker: Option<Compaction>,
+    /// `messages.jsonl` as the lead will write it: a message per line, or `{"compaction"}`.
+    lines: Vec<String>,
+    policy: Policy,
+    compactions: usize,
+    sent: Vec<Vec<Message>>,
+}
+
+impl Session {
+    fn new(mock: &MockLlm) -> Self {
+        let config = openai_config(mock);
+        Session {
+            provider: provider_from_config(&config).unwrap(),
+            settings: ModelSettings::from(&config),
+            history: Vec::new(),
+            marker: None,
+            lines: Vec::new(),
+            policy: Policy::default(),
+            compactions: 0,
+            sent: Vec::new(),
+        }
+    }
+
+    fn append(&mut self, message: Message) {
+        self.lines.push(serde_json::to_string(&message).unwrap());
+        self.history.push(message);
+    }
+
+    async fn compact(&mut self, plan: compaction::Plan) -> Compacted {
+        let sink = |_: ProviderEvent| {};
+        let compacted = compaction::compact(
+            self.provider.as_ref(),
+            &self.settings,
+            &self.history,
+            self.marker.as_ref(),
+            plan,
+            &[],
+            WINDOW,
+            &sink,
+        )
+        .await;
+        self.lines
+            .push(serde_json::to_string(&json!({ "compaction": compacted.marker })).unwrap());
+        self.marker = Some(compacted.marker.clone());
+        self.compactions += 1;
+        compacted
+    }
+
+    fn prepare(&self, force: bool) -> Prepared {
+        prepare(
+            system(),
+            &self.history,
+            self.marker.as_ref(),
+            &tools(),
+            WINDOW,
+            &self.policy,
+            force,
+        )
+    }
+
+    /// One model call with the context builder in front; the answer is appended.
+    async fn model_call(&mut self) -> Result<Message, ProviderError> {
+        let mut prepared = self.prepare(false);
+        if let Some(plan) = prepared.plan.take() {
+            self.compact(plan).await;
+            prepared = self.prepare(false);
+            // One compaction brings the request under the threshold: nothing asks for another.
+            assert!(
+                prepared.plan.is_none(),
+                "still {} tokens after a compaction",
+                prepared.used
+            );
+        }
+        let mut retried = false;
+        loop {
+            assert_request_shape(&prepared.messages, &self.history);
+            self.sent.push(prepared.messages.clone());
+            let request = ModelRequest {
+                messages: prepared.messages.clone(),
+                tools: tools(),
+                settings: self.settings.clone(),
+            };
+            let sink = |_: ProviderEvent| {};
+            match tokio::time::timeout(WAIT, self.provider.generate(request, &sink))
+                .await
+                .expect("model call hung")
+            {
+                Ok(response) => {
+                    let mut message = Message::assistant(response.content, response.tool_calls);
+                    message.usage = response.usage;
+                    self.append(message.clone());
+                    return Ok(message);
+                }
+                Err(ProviderError::ContextTooLong(_)) if !retried => {
+                    retried = true;
+                    let plan = self.prepare(true).plan.expect("a forced plan");
+                    self.compact(plan).await;
+                    prepared = self.prepare(false);
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Reads `messages.jsonl` back as a reload does: messages, and the latest marker.
+    fn reload(&self) -> (Vec<Message>, Option<Compaction>) {
+        let mut history = Vec::new();
+        let mut marker = None;
+        for line in &self.lines {
+            let value: Value = serde_json::from_str(line).unwrap();
+            if let Some(found) = value.get("compaction") {
+                marker = Some(serde_json::from_value(found.clone()).unwrap());
+            } else {
+                history.push(serde_json::from_value(value).unwrap());
+            }
+        }
+        (history, marker)
+    }
+}
+
+/// SPEC §2's shape in every request: one system message, the session's first user
+/// message at index 1, batches whole, and the newest history verbatim at the end.
+fn assert_request_shape(messages: &[Message], history: &[Message]) {
+    assert_eq!(messages[0].role, Role::System);
+    assert_eq!(
+        messages.iter().filter(|m| m.role == Role::System).count(),
+        1
+    );
+    if let Some(first) = history.iter().find(|m| m.role == Role::User) {
+        assert_eq!(
+            &messages[1], first,
+            "the first user message is not at index 1"
+        );
+    }
+    assert_eq!(check_message_order(&messages[1..]), Ok(()));
+    if let Some(last) = history.last() {
+        let sent = messages.last().unwrap();
+        assert_eq!(sent.role, last.role);
+        assert_eq!(sent.tool_call_id, last.tool_call_id);
+    }
+}
+
+fn tool_result(call: &ToolCall, turn: usize) -> Message {
+    // Every 7th result is oversized (about half the window); the rest are small.
+    let size = if turn % 7 == 3 { 4000 } else { 120 + turn % 50 };
+    Message::tool(
+        &call.id,
+        format!(
+            "contents of {} #{turn}: {}",
+            call.arguments["path"],
+            "x".repeat(size)
+        ),
+    )
+}
+
+async fn run_turns(session: &mut Session, from: usize, to: usize) {
+    for turn in from..to {
+        session.append(Message::user(
+            format!("u{turn}"),
+            format!("question {turn}: what is in a.txt?"),
+        ));
+        let answer = session.model_call().await.unwrap();
+        assert_eq!(answer.tool_calls.len(), 1, "turn {turn}");
+        let result = tool_result(&answer.tool_calls[0], turn);
+        session.append(result);
+        let answer = session.model_call().await.unwrap();
+        assert_eq!(answer.text(), "done with that");
+    }
+}
+
+#[tokio::test]
+async fn context_a_200_turn_session_keeps_running_under_a_2000_token_window() {
+    let mock = MockLlm::start().await;
+    script(&mock);
+    let mut session = Session::new(&mock);
+    run_turns(&mut session, 0, 200).await;
+
+    assert!(
+        session.compactions >= 10,
+        "{} compactions",
+        session.compactions
+    );
+    let tools = tools();
+    let mut largest = 0;
+    for request in &session.sent {
+        let size = estimate_tokens(request, &tools);
+        largest = largest.max(size);
+        assert!(size < WINDOW, "a request of {size} tokens");
+    }
+    let requests = mock.requests();
+    let chats: Vec<&RecordedRequest> = requests.iter().filter(|r| !is_summary_request(r)).collect();
+    assert_eq!(chats.len(), 400);
+    // What went over the wire is what the builder made, in order, and it is small too.
+    for (recorded, built) in chats.iter().zip(&session.sent) {
+        let messages = recorded.body["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), built.len());
+        assert!(
+            recorded.raw_body.len() / 4 < WINDOW,
+            "{} bytes on the wire",
+            recorded.raw_body.len()
+        );
+    }
+    let summaries = requests.iter().filter(|r| is_summary_request(r)).count();
+    assert!(summaries >= 1);
+    for request in requests.iter().filter(|r| is_summary_request(r)) {
+        assert!(
+            request.raw_body.len() / 4 < WINDOW,
+            "summary request of {} bytes",
+            request.raw_body.len()
+        );
+    }
+    let kinds: Vec<CompactionKind> = session.reload().1.into_iter().map(|m| m.kind).collect();
+    assert!(!kinds.is_empty());
+    // The stored history kept everything.
+    assert_eq!(session.history.len(), 200 * 4);
+    assert_eq!(session.reload().0, session.history);
+    let last = session.sent.last().unwrap();
+    assert!(last.iter().any(|m| m.text().starts_with(SUMMARY_HEADER)));
+    println!(
+        "200 turns: {} compactions, {summaries} summary calls, largest request {largest} tokens (window {WINDOW}); history {} tokens",
+        session.compactions,
+        estimate_tokens(&session.history, &tools)
+    );
+}
+
+#[tokio::test]
+async fn context_the_answers_room_stays_free_in_every_request() {
+    let mock = MockLlm::start().await;
+    script(&mock);
+    let mut session = Session::new(&mock);
+    // max_tokens 600 of a 2,000-token window: servers count the answer against the window.
+    session.policy = Policy::default().with_reserve_output(Some(600));
+    run_turns(&mut session, 0, 60).await;
+    assert!(session.compactions > 0);
+    for request in &session.sent {
+        let size = estimate_tokens(request, &tools());
+        assert!(
+            size + 600 < WINDOW,
+            "a request of {size} tokens leaves no room for 600"
+        );
+    }
+}
+
+#[tokio::test]
+async fn context_a_reload_after_a_compaction_sends_the_same_request() {
+    let mock = MockLlm::start().await;
+    script(&mock);
+    let mut session = Session::new(&mock);
+    run_turns(&mut session, 0, 30).await;
+    assert!(session.compactions > 0);
+    session.append(Message::user("next", "one more question"));
+    let before = session.prepare(false);
+    assert!(before.plan.is_none());
+
+    let (history, marker) = session.reload();
+    assert_eq!(history, session.history);
+    assert_eq!(marker, session.marker);
+    let after = prepare(
+        system(),
+        &history,
+        marker.as_ref(),
+        &tools(),
+        WINDOW,
+        &session.policy,
+        false,
+    );
+    assert_eq!(after.messages, before.messages);
+    assert_eq!(after.used, before.used);
+    // Byte for byte, as the provider would serialise it.
+    assert_eq!(
+        serde_json::to_string(&after.messages).unwrap(),
+        serde_json::to_string(&before.messages).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn context_too_long_from_the_server_is_recovered_with_one_compaction_and_one_retry() {
+    let mock = MockLlm::start().await;
+    let mut session = Session::new(&mock);
+    // A history that our estimate thinks fits, but the server's tokenizer does not.
+    for turn in 0..12 {
+        session.append(Message::user(
+            format!("u{turn}"),
+            format!("question {turn}"),
+        ));
+        let mut answer =
+            Message::assistant(Some(format!("answer {turn}: {}", "y".repeat(300))), vec![]);
+        answer.usage = None;
+        session.append(answer);
+    }
+    session.append(Message::user("last", "and now?"));
+    mock.push(MockResponse::error(
+        400,
+        r#"{"error":{"message":"This model's maximum context length is 2000 tokens. However, your messages resulted in 2400 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+    ));
+    mock.push_sse(openai::text_answer(
+        &["## Goal\nanswer questions"],
+        (300, 10),
+    ));
+    mock.push_sse(openai::text_answer(&["recovered"], (500, 3)));
+
+    let answer = session.model_call().await.unwrap();
+    assert_eq!(answer.text(), "recovered");
+    assert_eq!(session.compactions, 1);
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(is_summary_request(&requests[1]));
+    assert!(requests[2].raw_body.len() < requests[0].raw_body.len() * 3 / 4);
+    let count = |r: &RecordedRequest| r.body["messages"].as_array().unwrap().len();
+    assert!(count(&requests[2]) < count(&requests[0]));
+    assert_eq!(
+        session.marker.as_ref().unwrap().kind,
+        CompactionKind::Summary
+    );
+
+    // Too long again after the compaction: the call fails, it does not loop.
+    let mock = MockLlm::start().await;
+    let mut again = Session::new(&mock);
+    again.history = session.history.clone();
+    let too_long = r#"{"error":{"message":"too many tokens","code":"context_length_exceeded"}}"#;
+    mock.push(MockResponse::error(400, too_long));
+    mock.push_sse(openai::text_answer(&["a summary"], (300, 10)));
+    mock.push(MockResponse::error(400, too_long));
+    let err = again.model_call().await.unwrap_err();
+    assert!(matches!(err, ProviderError::ContextTooLong(_)), "{err:?}");
+    assert_eq!(again.compactions, 1);
+    assert_eq!(mock.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn context_a_failed_summary_call_drops_the_oldest_turns_and_the_session_goes_on() {
+    let mock = MockLlm::start().await;
+    let mut session = Session::new(&mock);
+    for turn in 0..20 {
+        session.append(Message::user(
+            format!("u{turn}"),
+            format!("question {turn}"),
+        ));
+        session.append(Message::assistant(
+            Some(format!("answer {turn}: {}", "z".repeat(300))),
+            vec![],
+        ));
+    }
+    session.append(Message::user("last", "and now?"));
+    let untouched = session.history.clone();
+    let prepared = session.prepare(false);
+    let plan = prepared.plan.expect("over the threshold");
+    assert!(plan.summarize);
+
+    // The summary call itself is "prompt too long": not retried, not compacted again.
+    mock.push(MockResponse::error(
+        400,
+        r#"{"error":{"message":"prompt is too long: 2300 tokens > 2000 maximum","type":"invalid_request_error"}}"#,
+    ));
+    let compacted = session.compact(plan).await;
+    assert!(matches!(
+        compacted.error,
+        Some(CompactionError::Provider(ProviderError::ContextTooLong(_)))
+    ));
+    assert_eq!(mock.requests().len(), 1);
+    assert_eq!(
+        session.history, untouched,
+        "the history is the caller's and stays whole"
+    );
+    let marker = compacted.marker;
+    assert_eq!(marker.kind, CompactionKind::Dropped);
+    assert!(marker.note.as_deref().unwrap().contains("too long"));
+
+    mock.push_sse(openai::text_answer(&["still here"], (400, 3)));
+    let answer = session.model_call().await.unwrap();
+    assert_eq!(answer.text(), "still here");
+    let sent = session.sent.last().unwrap();
+    assert!(estimate_tokens(sent, &tools()) < WINDOW * 85 / 100);
+    assert_eq!(sent[1], untouched[0]);
+    assert!(
+        sent.iter()
+            .any(|m| m.text().contains("no summary of it could be made"))
+    );
+    assert_eq!(sent.last().unwrap().text(), "and now?");
+
+    // A summary that comes back empty is a failure too.
+    let mock = MockLlm::start().await;
+    let mut empty = Session::new(&mock);
+    empty.history = untouched.clone();
+    mock.push_sse(openai::text_answer(&["  "], (10, 0)));
+    let plan = empty.prepare(true).plan.unwrap();
+    let compacted = empty.compact(plan).await;
+    assert!(matches!(
+        compacted.error,
+        Some(CompactionError::EmptySummary)
+    ));
+}
+
+#[tokio::test]
+async fn context_a_report_that_arrives_while_the_summary_is_made_is_sent_once_after_it() {
+    let mock = MockLlm::start().await;
+    let (live, stream) = MockResponse::live();
+    mock.push(live);
+    let mut session = Session::new(&mock);
+    for turn in 0..20 {
+        session.append(Message::user(
+            format!("u{turn}"),
+            format!("question {turn}"),
+        ));
+        session.append(Message::assistant(
+            Some(format!("answer {turn}: {}", "w".repeat(300))),
+            vec![],
+        ));
+    }
+    let plan = session.prepare(true).plan.unwrap();
+    let children = vec![RunningChild {
+        task_id: "task-7".into(),
+        title: "Docs".into(),
+        task: "write the README section".into(),
+    }];
+    // The summary streams while a child's report reaches the run's inbox (the run loop
+    // holds reports at its safe points; compaction happens before a model call).
+    let inbox: Arc<Mutex<Vec<Message>>> = Arc::default();
+    let report = Message::user(
+        "subagent:task-7",
+        "[Background tool result]\nTask ID: task-7\n\nREADME written",
+    );
+    let compacting = {
+        let provider = session.provider.clone();
+        let settings = session.settings.clone();
+        let history = session.history.clone();
+        tokio::spawn(async move {
+            let sink = |_: ProviderEvent| {};
+            compaction::compact(
+                provider.as_ref(),
+                &settings,
+                &history,
+                None,
+                plan,
+                &children,
+                WINDOW,
+                &sink,
+            )
+            .await
+        })
+    };
+    let request = mock.wait_for_requests(1).await;
+    let handoff = request[0].body["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        handoff.contains("\"Docs\" (task id task-7): write the README section"),
+        "{handoff}"
+    );
+    inbox.lock().unwrap().push(report.clone());
+    for chunk in [
+        openai::data(&openai::role()),
+        openai::data(&openai::text("## Goal\nquestions; Docs child running")),
+        openai::data(&openai::finish("stop")),
+        "data: [DONE]\n\n".to_string(),
+    ] {
+        stream.send(chunk);
+    }
+    let compacted = tokio::time::timeout(WAIT, compacting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(compacted.error.is_none());
+    session
+        .lines
+        .push(serde_json::to_string(&json!({"compaction": compacted.marker})).unwrap());
+    session.marker = Some(compacted.marker);
+    // At the safe point after the compaction, the inbox is drained into the history.
+    for message in inbox.lock().unwrap().drain(..) {
+        session.append(message);
+    }
+    let prepared = session.prepare(false);
+    let reports: Vec<usize> = prepared
+        .messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.id.as_deref() == Some("subagent:task-7"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(reports, vec![prepared.messages.len() - 1], "once, and last");
+    let summary = prepared
+        .messages
+        .iter()
+        .position(|m| m.text().starts_with(SUMMARY_HEADER))
+        .unwrap();
+    assert!(summary < reports[0]);
+    assert_eq!(check_message_order(&prepared.messages), Ok(()));
+    // And the same after a reload.
+    let (history, marker) = session.reload();
+    let reloaded = prepare(
+        system(),
+        &history,
+        marker.as_ref(),
+        &tools(),
+        WINDOW,
+        &session.policy,
+        false,
+    );
+    assert_eq!(reloaded.messages, prepared.messages);
+}
+
+// ---------------------------------------------------------------- the real model
+
+/// The real-model tier (scripts/real-model-tier.sh): llama-server's own window from
+/// `/props`, a history grown past the threshold, one compaction by the real model, and
+/// the compacted request answered by it. Skipped without BUMBLEHIVE_REAL_MODEL_URL.
+#[tokio::test]
+async fn real_model_context_one_compaction_within_the_servers_window() {
+    let Ok(url) = std::env::var("BUMBLEHIVE_REAL_MODEL_URL") else {
+        println!(
+            "skipped: BUMBLEHIVE_REAL_MODEL_URL is not set (scripts/real-model-tier.sh sets it)"
+        );
+        return;
+    };
+    let mut config = ProviderConfig {
+        kind: "openai".into(),
+        base_url: url,
+        model: std::env::var("BUMBLEHIVE_REAL_MODEL_NAME")
+            .unwrap_or_else(|_| "qwen2.5-coder-0.5b-instruct".into()),
+        temperature: Some(0.0),
+        max_tokens: Some(128),
+        ..ProviderConfig::default()
+    };
+    config
+        .extra
+        .insert("idle_timeout_ms".into(), json!(120_000));
+    config.extra.insert("max_retries".into(), json!(2));
+    let window = window::resolve(&config).await;
+    assert_eq!(window.source, WindowSource::Server, "{window:?}");
+    let size = window.tokens as usize;
+    println!("real model window: {size} tokens");
+
+    // Prose-like turns (a real tokenizer packs repeated letters far tighter than bytes/4).
+    let mut history = Vec::new();
+    let mut turn = 0;
+    // Compacting at 60 % of the real window keeps the tier quick on two cores (the summary
+    // call reads the older part of the history); the window itself is the server's.
+    let policy = Policy::from_config(&bumblehive::config::ContextConfig { compact_at: 0.6 });
+    while estimate_tokens(&history, &[]) < size * 65 / 100 {
+        history.push(Message::user(
+            format!("u{turn}"),
+            format!("Note {turn}: the build of module m{turn} failed on step {turn}; we decided to pin version 1.{turn} and retry tomorrow."),
+        ));
+        history.push(Message::assistant(
+            Some(format!("Understood: module m{turn} stays pinned at 1.{turn}, and the failing step {turn} is recorded for tomorrow's retry.")),
+            vec![],
+        ));
+        turn += 1;
+    }
+    history.push(Message::user(
+        "last",
+        "Which version did we pin for module m1? Answer briefly.",
+    ));
+    let prepared = prepare(system(), &history, None, &[], size, &policy, false);
+    let plan = prepared.plan.expect("past the threshold");
+    let provider = provider_from_config(&config).unwrap();
+    let settings = ModelSettings::from(&config);
+    let sink = |_: ProviderEvent| {};
+    let started = std::time::Instant::now();
+    let compacted = compaction::compact(
+        provider.as_ref(),
+        &settings,
+        &history,
+        None,
+        plan,
+        &[],
+        size,
+        &sink,
+    )
+    .await;
+    println!(
+        "real compaction in {:?}: request {} → {} estimated tokens; summary {:?}",
+        started.elapsed(),
+        compacted.marker.tokens_before,
+        compacted.marker.tokens_after,
+        compacted.marker.summary
+    );
+    assert!(compacted.error.is_none(), "{:?}", compacted.error);
+    assert_eq!(compacted.marker.kind, CompactionKind::Summary);
+    let after = prepare(
+        system(),
+        &history,
+        Some(&compacted.marker),
+        &[],
+        size,
+        &policy,
+        false,
+    );
+    assert!(after.plan.is_none());
+    assert_request_shape(&after.messages, &history);
+    let response = provider
+        .generate(
+            ModelRequest {
+                messages: after.messages,
+                tools: Vec::new(),
+                settings,
+            },
+            &sink,
+        )
+        .await
+        .unwrap();
+    assert!(!response.content.unwrap_or_default().trim().is_empty());
+    let usage = response.usage.expect("llama-server reports usage");
+    assert!((usage.input_tokens as usize) < size, "{usage:?}");
+}
