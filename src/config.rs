@@ -83,6 +83,8 @@ pub enum ToolPolicy {
 #[serde(default)]
 pub struct ToolsConfig {
     pub policy: std::collections::BTreeMap<String, ToolPolicy>,
+    /// How `run_command` runs: sandbox policy, network, extra environment names, limits.
+    pub command: crate::sandbox::CommandSettings,
 }
 
 impl Config {

@@ -25,10 +25,12 @@ pub mod protocol;
 pub mod provider;
 pub mod providers;
 mod run;
+pub mod sandbox;
 pub mod server;
 pub mod service;
 pub mod store;
 pub mod subagents;
 pub mod tools;
+pub mod workspace;
 
 pub use run::{CANCELLED_RESULT, system_prompt};
