@@ -141,10 +141,16 @@ impl Config {
     pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
         let text = serde_json::to_string_pretty(self)
             .map_err(|err| ConfigError::Invalid(err.to_string()))?;
-        crate::store::write_atomic(path, text.as_bytes(), true).map_err(|source| ConfigError::Io {
-            path: path.display().to_string(),
-            source,
-        })
+        crate::store::write_atomic(path, text.as_bytes(), true)
+            .and_then(|()| {
+                // It names key variables and servers: only its user reads it (finding 14).
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            })
+            .map_err(|source| ConfigError::Io {
+                path: path.display().to_string(),
+                source,
+            })
     }
 
     /// The config as `get_config` shows it. Keys never live in the config, so there is

@@ -749,3 +749,318 @@ async fn security_sandboxed_command_is_killed_on_timeout_cancel_and_drop() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The server (findings 6, 10, 14, 15, C14): the real binary.
+
+struct Serve {
+    child: tokio::process::Child,
+    url: String,
+    token: String,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+/// `bumblehive serve` on a free port with a config that names no reachable model.
+async fn serve(extra: &[&str], prepare: impl FnOnce(&std::path::Path)) -> Serve {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        json!({"provider": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "x"}})
+            .to_string(),
+    )
+    .unwrap();
+    prepare(dir.path());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+        .arg("--config")
+        .arg(dir.path().join("config.json"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["serve", "--port", "0"])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    use tokio::io::AsyncBufReadExt;
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let first = tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .expect("the server printed nothing")
+        .unwrap()
+        .expect("the server closed stdout");
+    let hello: Value = serde_json::from_str(&first).unwrap();
+    let url = hello["url"].as_str().unwrap().to_string();
+    let port = url.rsplit(':').next().unwrap().parse().unwrap();
+    Serve {
+        child,
+        url,
+        token: hello["token"].as_str().unwrap().to_string(),
+        port,
+        dir,
+    }
+}
+
+impl Serve {
+    async fn raw(&self) -> tokio::net::TcpStream {
+        tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .unwrap()
+    }
+
+    async fn sigterm_and_wait(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().unwrap() as i32;
+        // SAFETY: sends a signal to our own child.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        tokio::time::timeout(WAIT * 3, self.child.wait())
+            .await
+            .expect("the server did not stop after SIGTERM")
+            .unwrap()
+    }
+}
+
+/// Reads what the server sends until it closes the connection (bounded).
+async fn read_to_close(
+    stream: &mut tokio::net::TcpStream,
+    within: std::time::Duration,
+) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    tokio::time::timeout(within, stream.read_to_end(&mut out))
+        .await
+        .ok()?
+        .ok()?;
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Finding 6 / C14: a half-sent request line and a half-sent body do not keep the
+/// server alive after SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_server_half_sent_requests_do_not_block_sigterm() {
+    use tokio::io::AsyncWriteExt;
+    let mut server = serve(&[], |_| {}).await;
+    let mut headers = server.raw().await;
+    headers
+        .write_all(b"POST /api/list_sessions HT")
+        .await
+        .unwrap();
+    let mut body = server.raw().await;
+    body.write_all(
+        format!(
+            "POST /api/list_sessions HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nContent-Length: 100\r\n\r\n{{",
+            server.port, server.token
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    // Both connections are open and stay open from the client's side.
+    let status = server.sigterm_and_wait().await;
+    assert!(status.success(), "{status:?}");
+    drop((headers, body));
+}
+
+/// Finding 6: a connection that never finishes its headers is closed by the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_server_closes_connections_that_never_send_headers() {
+    use tokio::io::AsyncWriteExt;
+    let server = serve(&[], |_| {}).await;
+    let mut stream = server.raw().await;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1")
+        .await
+        .unwrap();
+    let closed = read_to_close(&mut stream, bumblehive::server::HEADER_TIMEOUT * 2).await;
+    assert!(closed.is_some(), "the half-sent request was never dropped");
+}
+
+/// Finding 6: the token is checked before the body is read: a request without one gets
+/// its 401 while its (announced, large) body has not been sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_server_checks_the_token_before_reading_the_body() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = serve(&[], |_| {}).await;
+    let mut stream = server.raw().await;
+    stream
+        .write_all(
+            format!(
+                "POST /api/list_sessions HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 2000000\r\n\r\n",
+                server.port
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    tokio::time::timeout(WAIT, stream.read_exact(&mut head))
+        .await
+        .expect("no answer before the body was sent")
+        .unwrap();
+    assert_eq!(&head, b"HTTP/1.1 401");
+}
+
+/// Finding 15: a foreign Host (DNS rebinding) or Origin is refused on /api, and every
+/// response carries the security headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_server_checks_host_and_origin_and_sends_security_headers() {
+    let server = serve(&[], |_| {}).await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/api/list_sessions", server.url);
+    let good = http
+        .post(&url)
+        .bearer_auth(&server.token)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(good.status(), 200);
+    let csp = good.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(good.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(good.headers()["referrer-policy"], "no-referrer");
+    let rebound = http
+        .post(&url)
+        .bearer_auth(&server.token)
+        .header("host", format!("evil.example:{}", server.port))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status(), 403);
+    let foreign = http
+        .post(&url)
+        .bearer_auth(&server.token)
+        .header("origin", "http://evil.example")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+    let localhost = http
+        .post(&url)
+        .bearer_auth(&server.token)
+        .header("host", format!("localhost:{}", server.port))
+        .header("origin", format!("http://localhost:{}", server.port))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(localhost.status(), 200);
+    // The UI's dev server (another loopback port) proxies /api: allowed.
+    let dev = http
+        .post(&url)
+        .bearer_auth(&server.token)
+        .header("origin", "http://localhost:5173")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(dev.status(), 200);
+    for foreign in [
+        "http://localhost.evil.example",
+        "https://127.0.0.1.evil:80",
+        "null",
+    ] {
+        let refused = http
+            .post(&url)
+            .bearer_auth(&server.token)
+            .header("origin", foreign)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 403, "{foreign}");
+    }
+}
+
+/// Finding 15: `--ui` serves no file through a symlink that leaves its folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_server_ui_does_not_follow_links_out() {
+    let ui = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(ui.path().join("index.html"), "<html>UI</html>").unwrap();
+    std::fs::write(ui.path().join("app.js"), "console.log(1)").unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "OUTSIDE-UI-SECRET").unwrap();
+    std::os::unix::fs::symlink(outside.path(), ui.path().join("out")).unwrap();
+    let server = serve(&["--ui", ui.path().to_str().unwrap()], |_| {}).await;
+    let http = reqwest::Client::new();
+    let page = http.get(format!("{}/", server.url)).send().await.unwrap();
+    assert!(
+        page.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("script-src 'self'")
+    );
+    assert_eq!(page.headers()["x-frame-options"], "DENY");
+    assert!(page.text().await.unwrap().contains("UI"));
+    let js = http
+        .get(format!("{}/app.js", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(js.text().await.unwrap(), "console.log(1)");
+    for path in ["/out/secret.txt", "/out%2fsecret.txt", "/%6fut/secret.txt"] {
+        let leaked = http
+            .get(format!("{}{path}", server.url))
+            .send()
+            .await
+            .unwrap();
+        let text = leaked.text().await.unwrap();
+        assert!(!text.contains("OUTSIDE-UI-SECRET"), "{path}: {text}");
+    }
+}
+
+/// Finding 10: short tokens are refused; the token file is 0600 and replaces (never
+/// follows) whatever was at its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_server_token_rules() {
+    for bad in ["", "1", "short-token"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+            .arg("--config")
+            .arg(dir.path().join("config.json"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["serve", "--port", "0", "--token", bad])
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(WAIT, out)
+            .await
+            .unwrap_or_else(|_| panic!("--token {bad:?} was accepted: the server is serving"))
+            .unwrap();
+        assert!(!out.status.success(), "--token {bad:?} was accepted");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("at least 32"),
+            "{out:?}"
+        );
+    }
+    let target = tempfile::tempdir().unwrap();
+    let planted = target.path().join("planted");
+    std::fs::write(&planted, "").unwrap();
+    let server = serve(&[], |dir| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        std::os::unix::fs::symlink(&planted, dir.join("data/server-token")).unwrap();
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o666)).unwrap();
+    })
+    .await;
+    let file = server.dir.path().join("data/server-token");
+    let meta = std::fs::symlink_metadata(&file).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert!(meta.is_file(), "the token file is still a symlink");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), server.token);
+    assert_eq!(
+        std::fs::read_to_string(&planted).unwrap(),
+        "",
+        "the token went through the link"
+    );
+    // Finding 14 (this side): the log folder is private.
+    let logs = std::fs::metadata(server.dir.path().join("data/logs")).unwrap();
+    assert_eq!(logs.permissions().mode() & 0o777, 0o700);
+}
