@@ -1064,3 +1064,43 @@ async fn security_server_token_rules() {
     let logs = std::fs::metadata(server.dir.path().join("data/logs")).unwrap();
     assert_eq!(logs.permissions().mode() & 0o777, 0o700);
 }
+
+/// Finding 9: a model server that redirects to another origin does not get the key sent
+/// there (Anthropic's `x-api-key` survives reqwest's own cross-host stripping).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_model_calls_do_not_follow_redirects_to_other_origins() {
+    use crate::mock_llm::{MockLlm, MockResponse};
+    use crate::providers_openai::{TEST_KEY, generate, provider_config};
+    let elsewhere = MockLlm::start().await;
+    let first = MockLlm::start().await;
+    first.push(
+        MockResponse::error(307, "{}")
+            .header("location", &format!("{}/v1/messages", elsewhere.url())),
+    );
+    let provider = bumblehive::providers::provider_from_config(&provider_config(
+        "anthropic",
+        first.url(),
+        "m",
+    ))
+    .unwrap();
+    let request = bumblehive::provider::ModelRequest {
+        messages: vec![
+            bumblehive::protocol::Message::system("S"),
+            bumblehive::protocol::Message::user("m", "hi"),
+        ],
+        tools: Vec::new(),
+        settings: bumblehive::provider::ModelSettings {
+            model: "m".into(),
+            temperature: None,
+            max_tokens: None,
+        },
+    };
+    let (result, _) = generate(&provider, request).await;
+    assert!(result.is_err(), "{result:?}");
+    let leaked = elsewhere
+        .requests()
+        .iter()
+        .any(|r| r.header("x-api-key") == Some(TEST_KEY));
+    assert!(!leaked, "the key followed the redirect to another origin");
+    assert!(elsewhere.requests().is_empty());
+}
