@@ -7,8 +7,10 @@ use serde_json::Value;
 
 use crate::error::ConfigError;
 
+// Unknown keys are errors: a misspelt `"tool": {"policy": {"run_command": "deny"}}` must
+// not be saved and silently leave the tool on "ask" (security review, informational).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub provider: ProviderConfig,
     pub subagents: SubagentConfig,
@@ -49,7 +51,7 @@ impl Default for ProviderConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SubagentConfig {
     /// How many children may run at once (the lease of SPEC §3).
     pub max_concurrent: usize,
@@ -80,7 +82,7 @@ pub enum ToolPolicy {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ToolsConfig {
     pub policy: std::collections::BTreeMap<String, ToolPolicy>,
     /// How `run_command` runs: sandbox policy, network, extra environment names, limits.
@@ -159,17 +161,54 @@ impl Config {
     pub fn redacted(&self) -> Value {
         let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
         if let Some(provider) = value.get_mut("provider").and_then(Value::as_object_mut) {
-            for (key, field) in provider.iter_mut() {
-                let lower = key.to_ascii_lowercase();
-                if (lower.contains("key") && lower != "api_key_env" && lower != "api_key_keyring")
-                    || lower.contains("secret")
-                    || lower.contains("token")
-                {
-                    *field = Value::String("<redacted>".into());
+            redact_object(provider);
+            // `https://user:sk-…@host` carries a credential in the address itself.
+            if let Some(Value::String(url)) = provider.get_mut("base_url") {
+                if let Some((scheme, rest)) = url.split_once("://") {
+                    if let Some((_, host)) = rest.split_once('@') {
+                        *url = format!("{scheme}://<redacted>@{host}");
+                    }
                 }
             }
         }
         value
+    }
+}
+
+/// Whether a key names a secret: one of its words is key, secret, token, password, …
+/// (`max_tokens` is a count, not a token; `api_key_env`/`api_key_keyring` name places).
+fn secret_name(key: &str) -> bool {
+    let lower = key.to_ascii_lowercase();
+    if lower == "api_key_env" || lower == "api_key_keyring" {
+        return false;
+    }
+    lower.split(['_', '-', '.']).any(|word| {
+        matches!(
+            word,
+            "key"
+                | "apikey"
+                | "secret"
+                | "token"
+                | "password"
+                | "passwd"
+                | "auth"
+                | "authorization"
+                | "credential"
+                | "credentials"
+                | "bearer"
+                | "cookie"
+        )
+    })
+}
+
+fn redact_object(object: &mut serde_json::Map<String, Value>) {
+    for (key, field) in object.iter_mut() {
+        if secret_name(key) {
+            *field = Value::String("<redacted>".into());
+        } else if let Value::Object(inner) = field {
+            // e.g. a `headers` block with an `Authorization` entry.
+            redact_object(inner);
+        }
     }
 }
 
@@ -270,5 +309,49 @@ mod tests {
         assert_eq!(shown["provider"]["api_key"], "<redacted>");
         assert_eq!(shown["provider"]["api_key_env"], "X");
         assert_eq!(shown["provider"]["api_key_keyring"], "openai");
+    }
+
+    #[test]
+    fn redaction_keeps_counts_and_hides_credentials_in_urls_and_headers() {
+        let config = Config::default()
+            .patched(&json!({"provider": {
+                "base_url": "https://user:sk-secret@host.example/v1",
+                "max_tokens": 100, "max_tokens_param": "max_completion_tokens",
+                "headers": {"Authorization": "Bearer sk-x", "X-Trace": "1"},
+                "access_token": "t"
+            }}))
+            .unwrap();
+        let shown = config.redacted();
+        assert_eq!(shown["provider"]["max_tokens"], 100);
+        assert_eq!(
+            shown["provider"]["max_tokens_param"],
+            "max_completion_tokens"
+        );
+        assert_eq!(
+            shown["provider"]["base_url"],
+            "https://<redacted>@host.example/v1"
+        );
+        assert_eq!(shown["provider"]["headers"]["Authorization"], "<redacted>");
+        assert_eq!(shown["provider"]["headers"]["X-Trace"], "1");
+        assert_eq!(shown["provider"]["access_token"], "<redacted>");
+        assert!(!shown.to_string().contains("sk-"));
+    }
+
+    #[test]
+    fn misspelt_keys_are_refused_not_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, r#"{"tool": {"policy": {"run_command": "deny"}}}"#).unwrap();
+        assert!(Config::load(&path).is_err());
+        assert!(
+            Config::default()
+                .patched(&json!({"tools": {"polcy": {"run_command": "deny"}}}))
+                .is_err()
+        );
+        assert!(
+            Config::default()
+                .patched(&json!({"tools": {"command": {"policy": "ask", "network": true}}}))
+                .is_ok()
+        );
     }
 }

@@ -272,10 +272,13 @@ pub async fn serve(
         let stop = stop.clone();
         connections.spawn(async move {
             let _permit = permit;
-            let connection = hyper::server::conn::http1::Builder::new()
+            let mut builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            builder
+                .http1()
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
+                .header_read_timeout(HEADER_TIMEOUT);
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             tokio::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => {}
