@@ -174,6 +174,47 @@ async fn security_sandboxed_command_cannot_connect_to_localhost() {
     assert!(text(&result).contains("CONNECTED"), "{}", text(&result));
 }
 
+/// A command that names a folder outside the workspace in `write_paths` asks (as outside,
+/// with its real path) and may then write there; nothing else outside becomes writable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_writes_outside_ask_and_name_the_folder() {
+    let (_dir, ws) = workspace();
+    let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+    let other = tempfile::tempdir_in("/var/tmp").unwrap();
+    let real = outside.path().canonicalize().unwrap();
+    let gate = RecordingGate::new(|_| yes());
+    let ctx = context(&ws, gate.clone());
+    let command = format!(
+        "echo ok > {}/granted.txt; echo no > {}/other.txt",
+        real.display(),
+        other.path().display()
+    );
+    let result = run(
+        &registry(sandbox()),
+        &ctx,
+        json!({"command": command, "write_paths": [real.display().to_string()]}),
+    )
+    .await;
+    let asks = gate.prompts();
+    assert_eq!(asks.len(), 1, "{asks:?}");
+    assert_eq!(asks[0].access, Access::Outside);
+    assert!(
+        asks[0]
+            .diff
+            .as_deref()
+            .unwrap()
+            .contains(&format!("writes outside the workspace: {}", real.display())),
+        "{asks:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(real.join("granted.txt")).unwrap(),
+        "ok\n",
+        "{}",
+        text(&result)
+    );
+    assert!(!other.path().join("other.txt").exists());
+}
+
 /// A command that asks for the network asks the person first, and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn security_network_request_asks_first() {

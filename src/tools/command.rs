@@ -45,6 +45,8 @@ struct CommandArgs {
     timeout_secs: Option<u64>,
     #[serde(default)]
     network: bool,
+    #[serde(default)]
+    write_paths: Vec<String>,
 }
 
 const DESCRIPTION: &str = "Run a shell command (sh -c) in the workspace, or in `cwd` relative to it. \
@@ -54,7 +56,8 @@ person). Depending on the settings the person is asked first. stdin is empty; st
 are returned together with the exit code, cut in the middle when longer than 32 KB. The command \
 and everything it started are killed after timeout_secs (default 120) or when the run is stopped; \
 background processes do not outlive it. Only a short list of environment variables (PATH, HOME, \
-LANG, TERM, ...) is passed.";
+LANG, TERM, ...) is passed. To write outside the workspace, name the folders in write_paths \
+(the person is asked).";
 
 fn parameters() -> Value {
     json!({
@@ -63,7 +66,8 @@ fn parameters() -> Value {
             "command": {"type": "string", "description": "The shell command line"},
             "cwd": {"type": "string", "description": "Folder to run in, relative to the workspace; default \".\""},
             "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECS, "description": "Seconds before the command is killed; default 120"},
-            "network": {"type": "boolean", "description": "The command needs the network (downloads, package installs); default false"}
+            "network": {"type": "boolean", "description": "The command needs the network (downloads, package installs); default false"},
+            "write_paths": {"type": "array", "items": {"type": "string"}, "description": "Existing folders outside the workspace the command must write to; the person is asked"}
         },
         "required": ["command"],
         "additionalProperties": false
@@ -174,6 +178,27 @@ async fn call(
             grant.writable.push(cwd.real.clone());
         }
     }
+    let mut outside = !cwd.inside;
+    for raw in &args.write_paths {
+        let place = resolve(&ctx.workspace, raw)?;
+        if !std::fs::metadata(&place.real).is_ok_and(|m| m.is_dir()) {
+            return Err(ToolError::InvalidArguments(format!(
+                "write_paths: {} is not an existing folder",
+                place.display
+            )));
+        }
+        if place.inside {
+            continue;
+        }
+        outside = true;
+        notes.push(format!(
+            "writes outside the workspace: {}",
+            place.real.display()
+        ));
+        if sandboxed && !grant.writable.contains(&place.real) {
+            grant.writable.push(place.real.clone());
+        }
+    }
     if sandboxed {
         if args.network && !settings.network {
             notes.push("asks for network access".into());
@@ -197,7 +222,7 @@ async fn call(
             status.reason.as_deref().unwrap_or("no sandbox")
         ));
     }
-    let access = match (cwd.inside, must_ask) {
+    let access = match (!outside, must_ask) {
         (false, _) => Access::Outside,
         (true, true) => Access::Change,
         (true, false) => Access::Read,
