@@ -1145,3 +1145,183 @@ async fn security_model_calls_do_not_follow_redirects_to_other_origins() {
     assert!(!leaked, "the key followed the redirect to another origin");
     assert!(elsewhere.requests().is_empty());
 }
+
+/// runtime-review C13: `bumblehive run` asking on the terminal falls behind its event
+/// stream; an approval request dropped in the lag is found in the snapshot and asked,
+/// so the run does not hang. Child A's approval holds the terminal; meanwhile child B
+/// asks too and child C floods more events than the stream buffers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_run_answers_approvals_lost_in_a_lag() {
+    use crate::mock_llm::{LiveStream, MockLlm, MockResponse, openai};
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    type Held = Arc<std::sync::Mutex<std::collections::HashMap<String, LiveStream>>>;
+    let held: Held = Default::default();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockLlm::start().await;
+    {
+        let held = held.clone();
+        mock.respond_with(move |request| {
+            let messages = request.body["messages"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let first = messages
+                .iter()
+                .find(|m| m["role"] == "user")
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or("")
+                .to_string();
+            let answered = messages.last().is_some_and(|m| m["role"] == "tool");
+            for child in ["CHILD-A", "CHILD-B", "CHILD-C"] {
+                if first.contains(&format!("Task:\n{child}")) {
+                    if answered
+                        || child == "CHILD-C" && messages.iter().any(|m| m["role"] == "assistant")
+                    {
+                        return MockResponse::sse(openai::text_answer(
+                            &[&format!("{child} done")],
+                            (1, 1),
+                        ));
+                    }
+                    if child == "CHILD-A" {
+                        return MockResponse::sse(openai::tool_answer(
+                            &[("wa", "write_file", json!({"path": "a.txt", "content": "A"}))],
+                            (1, 1),
+                        ));
+                    }
+                    let (response, stream) = MockResponse::live();
+                    held.lock().unwrap().insert(child.to_string(), stream);
+                    return response;
+                }
+            }
+            if messages.iter().any(|m| m["role"] == "assistant") {
+                return MockResponse::sse(openai::text_answer(&["parent done"], (1, 1)));
+            }
+            let calls: Vec<(String, Value)> = ["A", "B", "C"]
+                .iter()
+                .map(|c| {
+                    (
+                        format!("d{c}"),
+                        json!({"title": format!("child {c}"), "task": format!("CHILD-{c}")}),
+                    )
+                })
+                .collect();
+            let calls: Vec<(&str, &str, Value)> = calls
+                .iter()
+                .map(|(id, args)| (id.as_str(), "sub_agent", args.clone()))
+                .collect();
+            MockResponse::sse(openai::tool_answer(&calls, (1, 1)))
+        });
+    }
+    let config = json!({"provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()), "model": "m", "max_retries": 0},
+                        "subagents": {"max_concurrent": 4}});
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+        .arg("--config")
+        .arg(dir.path().join("config.json"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["run", "--workspace"])
+        .arg(&ws)
+        .arg("ROOT")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // stdout is drained all along: only the terminal prompt may hold the printer.
+    let mut stdout = child.stdout.take().unwrap();
+    tokio::spawn(async move {
+        let mut sink = Vec::new();
+        let _ = stdout.read_to_end(&mut sink).await;
+    });
+    let (prompts_tx, mut prompts) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("wants to run") {
+                let _ = prompts_tx.send(line);
+            }
+        }
+    });
+    let long = WAIT * 4;
+    let first = tokio::time::timeout(long, prompts.recv())
+        .await
+        .expect("no first prompt")
+        .unwrap();
+    assert!(first.contains("a.txt"), "{first}");
+    // Waits (bounded) until some history holds `needle`.
+    let persisted = |needle: &'static str| {
+        let sessions = dir.path().join("data/sessions");
+        async move {
+            let deadline = tokio::time::Instant::now() + long;
+            loop {
+                let found = std::fs::read_dir(&sessions)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .any(|e| {
+                        std::fs::read_to_string(e.path().join("messages.jsonl"))
+                            .is_ok_and(|t| t.contains(needle))
+                    });
+                if found {
+                    return;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{needle} never stored"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let release = |name: &str, body: String| {
+        let deadline = std::time::Instant::now() + long;
+        loop {
+            if let Some(stream) = held.lock().unwrap().remove(name) {
+                stream.send(body);
+                stream.finish();
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} never asked the model"
+            );
+            std::thread::yield_now();
+        }
+    };
+    // B asks while the terminal is held by A's prompt...
+    release(
+        "CHILD-B",
+        openai::tool_answer(
+            &[("wb", "write_file", json!({"path": "b.txt", "content": "B"}))],
+            (1, 1),
+        ),
+    );
+    persisted("b.txt").await;
+    // ...then C streams more events than the subscription holds, pushing B's request out.
+    let pieces: Vec<String> = (0..6000).map(|i| format!("w{i} ")).collect();
+    let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let mut flood_pieces = pieces.clone();
+    flood_pieces.push("FLOOD-END");
+    release("CHILD-C", openai::text_answer(&flood_pieces, (1, 1)));
+    persisted("FLOOD-END").await;
+    stdin.write_all(b"y\n").await.unwrap();
+    let second = tokio::time::timeout(long, prompts.recv())
+        .await
+        .expect("B's approval, lost in the lag, was never asked: the run hangs")
+        .unwrap();
+    assert!(second.contains("b.txt"), "{second}");
+    stdin.write_all(b"y\n").await.unwrap();
+    let status = tokio::time::timeout(long, child.wait())
+        .await
+        .expect("run did not exit")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(std::fs::read_to_string(ws.join("b.txt")).unwrap(), "B");
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "A");
+}

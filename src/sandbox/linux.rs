@@ -278,3 +278,15 @@ pub(super) fn harden_process() {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_runtime_becomes_non_dumpable() {
+        // SAFETY: PR_GET_DUMPABLE only returns a value.
+        assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) }, 1);
+        super::harden_process();
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) }, 0);
+    }
+}
