@@ -6,7 +6,9 @@
 #   e2e         a virtual display, WebKit's WebDriver and Chromium for end-to-end tests
 set -euo pipefail
 
-packages=(build-essential pkg-config libssl-dev curl ca-certificates)
+# bubblewrap: the sandbox `run_command` runs shell commands in (without it every command asks);
+# python3: the sandbox tests connect to a local server with it.
+packages=(build-essential pkg-config libssl-dev curl ca-certificates bubblewrap python3)
 for group in "$@"; do
   case "$group" in
     desktop) packages+=(libwebkit2gtk-4.1-dev libxdo-dev libayatana-appindicator3-dev librsvg2-dev) ;;

@@ -1,4 +1,4 @@
-//! Open approvals of all sessions (SPEC §7): asking, deciding, "always allow for this session", and denial on cancel.
+//! Open approvals of all sessions (SPEC §7): asking, deciding, "always allow for this session" (per tool for files, per exact command or plain argv prefix for `run_command`), and denial on cancel.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -28,7 +28,69 @@ struct Open {
 #[derive(Default)]
 pub struct ApprovalBook {
     open: Mutex<Vec<Open>>,
-    remembered: Mutex<HashSet<(SessionId, String)>>,
+    /// (session, tool, scope): the scope is `None` for file tools (the whole workspace)
+    /// and the remembered command for `run_command` (see [`remember_scope`]).
+    remembered: Mutex<HashSet<(SessionId, String, Option<String>)>>,
+}
+
+/// Characters that give a shell command line more than one plain argv: with any of them
+/// a remembered command covers only itself, never a longer one.
+const SHELL_META: &[char] = &[
+    ';', '&', '|', '<', '>', '(', ')', '$', '`', '\\', '"', '\'', '*', '?', '[', ']', '{', '}',
+    '~', '#', '!', '=', '\n', '\r', '%', '^',
+];
+
+/// What "always allow" remembers for a call: `None` for file tools (the tool, inside the
+/// workspace), and for `run_command` the command itself, its words joined by one space.
+pub fn remember_scope(tool: &str, arguments: &serde_json::Value) -> Option<String> {
+    if tool != "run_command" {
+        return None;
+    }
+    let command = arguments
+        .get("command")
+        .and_then(|c| c.as_str())
+        .unwrap_or("");
+    let network = arguments
+        .get("network")
+        .and_then(|n| n.as_bool())
+        .unwrap_or(false);
+    let words = command.split_whitespace().collect::<Vec<_>>().join(" ");
+    // A command allowed without the network does not cover the same one with it.
+    Some(if network {
+        format!("{words} [network]")
+    } else {
+        words
+    })
+}
+
+/// The words of the "always allow" button, naming exactly what it covers.
+pub fn remember_label(tool: &str, arguments: &serde_json::Value) -> String {
+    match remember_scope(tool, arguments) {
+        Some(scope) if scope.contains(SHELL_META) => {
+            format!("always allow exactly `{scope}` in this session")
+        }
+        Some(scope) => {
+            format!("always allow `{scope}` (with any further plain arguments) in this session")
+        }
+        None => format!("always allow {tool} inside the workspace in this session"),
+    }
+}
+
+/// Whether a remembered scope covers a new call's scope: the same command, or (when both
+/// are plain words without shell metacharacters) the remembered words followed by more.
+pub fn scope_covers(remembered: &Option<String>, asked: &Option<String>) -> bool {
+    match (remembered, asked) {
+        (None, None) => true,
+        (Some(old), Some(new)) if old == new => true,
+        (Some(old), Some(new)) => {
+            let plain = |s: &str| !s.contains(SHELL_META) && !s.ends_with("[network]");
+            plain(old)
+                && plain(new)
+                && new.starts_with(old.as_str())
+                && new[old.len()..].starts_with(' ')
+        }
+        _ => false,
+    }
 }
 
 impl ApprovalBook {
@@ -68,15 +130,24 @@ impl ApprovalBook {
             let decided = open.remove(index);
             let mut covered = Vec::new();
             if approved && remember && decided.info.rememberable {
+                let scope = remember_scope(&decided.info.tool, &decided.info.arguments);
                 self.remembered
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert((decided.info.session_id.clone(), decided.info.tool.clone()));
+                    .insert((
+                        decided.info.session_id.clone(),
+                        decided.info.tool.clone(),
+                        scope.clone(),
+                    ));
                 let (same, rest): (Vec<Open>, Vec<Open>) =
                     std::mem::take(&mut *open).into_iter().partition(|o| {
                         o.info.rememberable
                             && o.info.session_id == decided.info.session_id
                             && o.info.tool == decided.info.tool
+                            && scope_covers(
+                                &scope,
+                                &remember_scope(&o.info.tool, &o.info.arguments),
+                            )
                     });
                 *open = rest;
                 covered = same;
@@ -105,18 +176,20 @@ impl ApprovalBook {
         }
     }
 
-    fn remembered(&self, session_id: &str, tool: &str) -> bool {
+    fn remembered(&self, session_id: &str, tool: &str, arguments: &serde_json::Value) -> bool {
+        let asked = remember_scope(tool, arguments);
         self.remembered
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(&(session_id.to_string(), tool.to_string()))
+            .iter()
+            .any(|(id, t, scope)| id == session_id && t == tool && scope_covers(scope, &asked))
     }
 
     pub fn forget_session(&self, session_id: &str) {
         self.remembered
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|(id, _)| id != session_id);
+            .retain(|(id, _, _)| id != session_id);
     }
 }
 
@@ -168,7 +241,9 @@ impl ApprovalGate for SessionGate {
             // "Always allow" and an `allow` policy cover only places inside the workspace.
             Access::Read | Access::Change => {
                 if policy == Some(ToolPolicy::Allow)
-                    || self.book.remembered(&self.session_id, &ask.tool)
+                    || self
+                        .book
+                        .remembered(&self.session_id, &ask.tool, &ask.arguments)
                 {
                     return approve;
                 }

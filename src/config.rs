@@ -7,8 +7,10 @@ use serde_json::Value;
 
 use crate::error::ConfigError;
 
+// Unknown keys are errors: a misspelt `"tool": {"policy": {"run_command": "deny"}}` must
+// not be saved and silently leave the tool on "ask" (security review, informational).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// The single unnamed provider (named `default`), as configs have always had it.
     pub provider: ProviderConfig,
@@ -92,7 +94,7 @@ impl Default for ProviderConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SubagentConfig {
     /// How many children may run at once (the lease of SPEC §3).
     pub max_concurrent: usize,
@@ -123,9 +125,11 @@ pub enum ToolPolicy {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ToolsConfig {
     pub policy: std::collections::BTreeMap<String, ToolPolicy>,
+    /// How `run_command` runs: sandbox policy, network, extra environment names, limits.
+    pub command: crate::sandbox::CommandSettings,
 }
 
 impl Config {
@@ -259,9 +263,13 @@ impl Config {
         let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
         let redact = |block: &mut Value| {
             if let Some(block) = block.as_object_mut() {
-                for (key, field) in block.iter_mut() {
-                    if looks_secret(key) {
-                        *field = Value::String("<redacted>".into());
+                redact_object(block);
+                // `https://user:sk-…@host` carries a credential in the address itself.
+                if let Some(Value::String(url)) = block.get_mut("base_url") {
+                    if let Some((scheme, rest)) = url.split_once("://") {
+                        if let Some((_, host)) = rest.split_once('@') {
+                            *url = format!("{scheme}://<redacted>@{host}");
+                        }
                     }
                 }
             }
@@ -276,17 +284,41 @@ impl Config {
     }
 }
 
-/// Whether a provider knob's name says it holds a secret. Names that only say where a key
-/// is found, and token counts (`max_tokens`, `max_tokens_param`), are not secrets: a client
-/// that sends the block back must not write "<redacted>" into them (runtime review C11).
-fn looks_secret(key: &str) -> bool {
+/// Whether a key names a secret: one of its words is key, secret, token, password, …
+/// (`max_tokens` is a count, not a token; `api_key_env`/`api_key_keyring` name places).
+fn secret_name(key: &str) -> bool {
     let lower = key.to_ascii_lowercase();
-    if matches!(lower.as_str(), "api_key_env" | "api_key_keyring") || lower.contains("tokens") {
+    if lower == "api_key_env" || lower == "api_key_keyring" {
         return false;
     }
-    ["key", "secret", "password", "token", "auth", "credential"]
-        .iter()
-        .any(|word| lower.contains(word))
+    lower.split(['_', '-', '.']).any(|word| {
+        matches!(
+            word,
+            "key"
+                | "apikey"
+                | "secret"
+                | "token"
+                | "password"
+                | "passwd"
+                | "auth"
+                | "authorization"
+                | "credential"
+                | "credentials"
+                | "bearer"
+                | "cookie"
+        )
+    })
+}
+
+fn redact_object(object: &mut serde_json::Map<String, Value>) {
+    for (key, field) in object.iter_mut() {
+        if secret_name(key) {
+            *field = Value::String("<redacted>".into());
+        } else if let Value::Object(inner) = field {
+            // e.g. a `headers` block with an `Authorization` entry.
+            redact_object(inner);
+        }
+    }
 }
 
 /// RFC 7396: objects merge recursively, `null` removes a key, anything else replaces.
@@ -406,5 +438,49 @@ mod tests {
         assert_eq!(shown["provider"]["api_key"], "<redacted>");
         assert_eq!(shown["provider"]["api_key_env"], "X");
         assert_eq!(shown["provider"]["api_key_keyring"], "openai");
+    }
+
+    #[test]
+    fn redaction_keeps_counts_and_hides_credentials_in_urls_and_headers() {
+        let config = Config::default()
+            .patched(&json!({"provider": {
+                "base_url": "https://user:sk-secret@host.example/v1",
+                "max_tokens": 100, "max_tokens_param": "max_completion_tokens",
+                "headers": {"Authorization": "Bearer sk-x", "X-Trace": "1"},
+                "access_token": "t"
+            }}))
+            .unwrap();
+        let shown = config.redacted();
+        assert_eq!(shown["provider"]["max_tokens"], 100);
+        assert_eq!(
+            shown["provider"]["max_tokens_param"],
+            "max_completion_tokens"
+        );
+        assert_eq!(
+            shown["provider"]["base_url"],
+            "https://<redacted>@host.example/v1"
+        );
+        assert_eq!(shown["provider"]["headers"]["Authorization"], "<redacted>");
+        assert_eq!(shown["provider"]["headers"]["X-Trace"], "1");
+        assert_eq!(shown["provider"]["access_token"], "<redacted>");
+        assert!(!shown.to_string().contains("sk-"));
+    }
+
+    #[test]
+    fn misspelt_keys_are_refused_not_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, r#"{"tool": {"policy": {"run_command": "deny"}}}"#).unwrap();
+        assert!(Config::load(&path).is_err());
+        assert!(
+            Config::default()
+                .patched(&json!({"tools": {"polcy": {"run_command": "deny"}}}))
+                .is_err()
+        );
+        assert!(
+            Config::default()
+                .patched(&json!({"tools": {"command": {"policy": "ask", "network": true}}}))
+                .is_ok()
+        );
     }
 }

@@ -38,11 +38,13 @@ pub mod providers;
 mod recovery;
 mod registry;
 pub mod runtime;
+pub mod sandbox;
 pub mod server;
 pub mod service;
 pub mod store;
 pub mod subagents;
 pub mod tools;
+pub mod workspace;
 
 pub use controller::{CANCELLED_RESULT, system_prompt};
 

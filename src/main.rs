@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use bumblehive::config::{Config, default_config_path, default_data_dir};
+use bumblehive::controller::Received;
 use bumblehive::protocol::{Event, commands::DecideApproval};
 use bumblehive::providers::provider_from_config;
-use bumblehive::server::{ServerOptions, generate_token, router};
+use bumblehive::server::{ServerOptions, allowed_hosts, check_token, generate_token, router};
 use bumblehive::service::{RuntimeService, ServiceOptions};
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -59,17 +60,28 @@ enum Command {
     },
 }
 
+/// Daily log files kept; older ones are deleted.
+const LOG_FILES_KEPT: usize = 7;
+
 fn main() -> anyhow::Result<std::process::ExitCode> {
+    // Before anything else: commands this process starts cannot read its memory or
+    // /proc/<pid>/environ (finding 2).
+    bumblehive::sandbox::harden_process();
+    raise_file_limit();
     let cli = Cli::parse();
     let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
-    // Logs go to stderr and to a daily file in the data dir (the settings page shows where).
+    // Logs go to stderr and to a daily file in the data dir (the settings page shows
+    // where), in a folder only this user can open (they hold paths and errors).
     let log_dir = bumblehive::config::log_dir(&data_dir);
-    std::fs::create_dir_all(&log_dir)
-        .with_context(|| format!("cannot create {}", log_dir.display()))?;
-    let (file, _flush_on_exit) = tracing_appender::non_blocking(tracing_appender::rolling::daily(
-        &log_dir,
-        "bumblehive.log",
-    ));
+    private_dir(&log_dir)?;
+    let appender = tracing_appender::rolling::RollingFileAppender::builder()
+        .rotation(tracing_appender::rolling::Rotation::DAILY)
+        .filename_prefix("bumblehive")
+        .filename_suffix("log")
+        .max_log_files(LOG_FILES_KEPT)
+        .build(&log_dir)
+        .with_context(|| format!("cannot write logs in {}", log_dir.display()))?;
+    let (file, _flush_on_exit) = tracing_appender::non_blocking(appender);
     use tracing_subscriber::prelude::*;
     tracing_subscriber::registry()
         .with(
@@ -88,9 +100,40 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     runtime.block_on(async_main(cli))
 }
 
+/// Creates a folder (and its parents) that only this user can open.
+fn private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("cannot make {} private", dir.display()))?;
+    Ok(())
+}
+
+/// Many event streams and a burst of local connections need more than the usual 1024
+/// descriptors: the soft limit goes up to the hard one.
+fn raise_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max.min(65536);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
 fn build_service(config_path: &Path, data_dir: &Path) -> anyhow::Result<RuntimeService> {
     // Load first so a broken file stops the start with its line number, untouched.
     let config = Config::load(config_path)?;
+    bumblehive::sandbox::configure(&config.tools.command);
     Ok(RuntimeService::new(ServiceOptions {
         data_dir: data_dir.to_path_buf(),
         config_path: Some(config_path.to_path_buf()),
@@ -140,12 +183,16 @@ async fn serve(
             );
         }
     }
+    if let Some(token) = &token {
+        check_token(token).map_err(|err| anyhow::anyhow!("--token: {err}"))?;
+    }
     let token = token.unwrap_or_else(generate_token);
-    write_token_file(data_dir, &token)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let bound = listener.local_addr()?;
+    // Only once listening: a start that fails must not replace a running server's token.
+    write_token_file(data_dir, &token)?;
     let shutdown = CancellationToken::new();
     let app = router(
         service.clone(),
@@ -153,8 +200,16 @@ async fn serve(
             token: token.clone(),
             ui_dir: ui,
             shutdown: shutdown.clone(),
+            allowed_hosts: if addr.ip().is_unspecified() {
+                Vec::new()
+            } else {
+                allowed_hosts(bound)
+            },
         },
     );
+    // Signal handlers are in place before anyone is told where to connect: a SIGTERM
+    // right after the first line still shuts down cleanly.
+    let signals = Signals::new()?;
     // The first stdout line is for scripts: where to connect and with which token.
     let mut stdout = std::io::stdout().lock();
     writeln!(
@@ -167,47 +222,101 @@ async fn serve(
     tracing::info!("serving on http://{bound}");
     let signal = shutdown.clone();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        signals.wait().await;
         signal.cancel();
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await
-        .context("server failed")?;
-    service.shutdown().await;
+    // On the signal, runs are stopped at once, alongside the (bounded) drain of open
+    // connections: a half-sent request or a blocked command never delays the exit (C14).
+    let stopping = async {
+        shutdown.cancelled().await;
+        if tokio::time::timeout(SERVICE_STOP, service.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "runs did not stop within {} s; exiting anyway",
+                SERVICE_STOP.as_secs()
+            );
+        }
+    };
+    let (served, ()) = tokio::join!(
+        bumblehive::server::serve(listener, app, shutdown.clone()),
+        stopping
+    );
+    served.context("server failed")?;
     tracing::info!("stopped");
     Ok(())
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = ctrl_c => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = ctrl_c.await;
+/// Longest wait for the runs to stop after SIGINT/SIGTERM.
+const SERVICE_STOP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// SIGINT and SIGTERM, registered when made.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+            terminate: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
         }
     }
 }
 
-/// The token goes to a file only its user can read, for tools that start the server.
+/// The token goes to a file only its user can read, for tools that start the server: a
+/// fresh file (O_EXCL|O_NOFOLLOW, mode 0600 whatever the umask) renamed over the old
+/// name, so neither a symlink planted there nor an old file's mode is ever used.
 fn write_token_file(data_dir: &Path, token: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     std::fs::create_dir_all(data_dir)?;
     let path = data_dir.join("server-token");
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    file.write_all(token.as_bytes())?;
+    let temp = data_dir.join(format!(
+        ".server-token.{}.tmp",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let written = (|| -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&temp)?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        file.write_all(token.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&temp, &path)
+    })();
+    if let Err(err) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(err).with_context(|| format!("cannot write {}", path.display()));
+    }
     Ok(())
+}
+
+/// Text for the terminal with control characters (but line breaks and tabs) shown as
+/// `\u{…}`: model-chosen text must not move the cursor or rewrite the prompt (finding 13).
+fn terminal_safe(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}');
+        if (c.is_control() && c != '\n' && c != '\t') || bidi {
+            out.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Runs one prompt; returns the exit code (0 when the top-level run ended with a result).
@@ -220,6 +329,8 @@ async fn run_once(
     let workspace = workspace
         .canonicalize()
         .with_context(|| format!("workspace {}", workspace.display()))?;
+    // `/`, the home folder itself and system folders are not workspaces (finding 11).
+    let workspace = bumblehive::workspace::check_workspace(&workspace)?;
     let info = service.create_session(&workspace.display().to_string(), None)?;
     let controller = service.controller(&info.session_id)?;
     let (mut events, _) = controller.subscribe();
@@ -228,32 +339,48 @@ async fn run_once(
         let service = service.clone();
         let session_id = info.session_id.clone();
         let done = done.clone();
+        let controller = controller.clone();
         tokio::spawn(async move {
             let mut failed = false;
+            // Approvals already answered: after a lag the snapshot lists the open ones,
+            // some of which may have been seen (and answered) before it.
+            let mut answered = std::collections::HashSet::new();
             loop {
                 // Events first: after `done`, print what is buffered, then stop.
-                let event = tokio::select! {
+                let received = tokio::select! {
                     biased;
-                    event = events.next_event() => event,
+                    received = events.recv() => received,
                     _ = done.cancelled() => None,
                 };
-                let Some(event) = event else { break };
+                let event = match received {
+                    None => break,
+                    Some(Received::Event(event)) => event,
+                    // Fell behind: approval requests may be among the missed events, and
+                    // nothing would answer them (C13). The snapshot has every open one.
+                    Some(Received::Lagged(missed)) => {
+                        tracing::debug!(
+                            missed,
+                            "the terminal fell behind; re-reading the snapshot"
+                        );
+                        for ask in controller.snapshot().approvals {
+                            if answered.insert(ask.approval_id.clone()) {
+                                if let Ok(line) =
+                                    serde_json::to_string(&Event::ApprovalRequest(ask.clone()))
+                                {
+                                    println!("{line}");
+                                }
+                                answer(&service, &session_id, &ask, yes).await;
+                            }
+                        }
+                        continue;
+                    }
+                };
                 if let Ok(line) = serde_json::to_string(&event) {
                     println!("{line}");
                 }
                 match &event {
-                    Event::ApprovalRequest(ask) => {
-                        let approved = yes || ask_on_terminal(ask).await;
-                        let decision = DecideApproval {
-                            session_id: session_id.clone(),
-                            approval_id: ask.approval_id.clone(),
-                            approved,
-                            remember: false,
-                            reason: None,
-                        };
-                        if let Err(err) = service.decide_approval(decision) {
-                            tracing::warn!("cannot decide approval: {err}");
-                        }
+                    Event::ApprovalRequest(ask) if answered.insert(ask.approval_id.clone()) => {
+                        answer(&service, &session_id, ask, yes).await;
                     }
                     Event::Error { session_id: id, .. } if *id == session_id => failed = true,
                     Event::Result { session_id: id, .. } if *id == session_id => failed = false,
@@ -272,15 +399,43 @@ async fn run_once(
     Ok(if failed { 1 } else { 0 })
 }
 
+/// Asks the person (or approves with `--yes`) and sends the decision.
+async fn answer(
+    service: &RuntimeService,
+    session_id: &str,
+    ask: &bumblehive::protocol::ApprovalInfo,
+    yes: bool,
+) {
+    let approved = yes || ask_on_terminal(ask).await;
+    let decision = DecideApproval {
+        session_id: session_id.to_string(),
+        approval_id: ask.approval_id.clone(),
+        approved,
+        remember: false,
+        reason: None,
+    };
+    if let Err(err) = service.decide_approval(decision) {
+        tracing::warn!("cannot decide approval: {err}");
+    }
+}
+
 async fn ask_on_terminal(ask: &bumblehive::protocol::ApprovalInfo) -> bool {
     let who = ask
         .title
         .as_ref()
         .map(|t| format!("sub-agent \"{t}\""))
         .unwrap_or_else(|| "the agent".into());
-    let mut prompt = format!("\n{who} wants to run {} {}\n", ask.tool, ask.arguments);
+    let mut prompt = format!(
+        "\n{} wants to run {} {}\n",
+        terminal_safe(&who),
+        terminal_safe(&ask.tool),
+        terminal_safe(&ask.arguments.to_string())
+    );
     if let Some(diff) = &ask.diff {
-        prompt.push_str(diff);
+        prompt.push_str(&terminal_safe(diff));
+        if !diff.ends_with('\n') {
+            prompt.push('\n');
+        }
     }
     prompt.push_str("Approve? [y/N] ");
     tokio::task::spawn_blocking(move || {

@@ -117,6 +117,8 @@ impl Corpus {
         symlink("inside.txt", ws.join("file_in"));
         symlink("new-inside.txt", ws.join("dangling_in"));
         symlink("../ws/sub", ws.join("link_out_and_back"));
+        // A hard link: an outside file under an inside name (finding 7).
+        std::fs::hard_link(o.join("secret.txt"), ws.join("hard.txt")).unwrap();
         let mut corpus = Corpus {
             _dir: dir,
             root,
@@ -461,6 +463,31 @@ impl Corpus {
         self.add("a".repeat(255), Inside);
         self.add(format!("{}x", "a/".repeat(2000)), Inside);
         self.add("", Invalid);
+
+        // 9. A missing name, `..`, then a symlink (finding 1: the link after `..` was
+        // taken as a plain name), and a hard link to an outside file.
+        for missing in ["nope/", "nope/newer/../", "sub/nope/../", "nope/../nope2/"] {
+            for link in [
+                "link_out".to_string(),
+                "link_out/secret.txt".into(),
+                format!("link_out/{new}"),
+                "link_abs/nested".into(),
+                "link_abs/nested/n.txt".into(),
+                "chain1".into(),
+                "link_up".into(),
+                format!("link_root/tmp/{new}"),
+                "file_link".into(),
+                "dangling_out".into(),
+                format!("dangling_dir/a/b/{new}"),
+                "link_evil".into(),
+            ] {
+                self.add(format!("{missing}../{link}"), Outside);
+            }
+            self.add(format!("{missing}../link_in/file.txt"), Inside);
+            self.add(format!("{missing}../inside.txt"), Inside);
+        }
+        self.add("hard.txt", Outside);
+        self.add("nope/../hard.txt", Outside);
     }
 
     /// Everything outside the workspace under the temp root: path → what it is.
@@ -674,6 +701,8 @@ fn path_corpus_covers_every_category() {
     assert!(has(&|c| c.path.starts_with("loop")));
     assert!(has(&|c| c.path.starts_with("link_out")));
     assert!(has(&|c| c.json_text));
+    assert!(has(&|c| c.path == "nope/../link_out"));
+    assert!(has(&|c| c.path == "hard.txt"));
 }
 
 /// A glob pattern cannot climb out either: patterns are relative to the searched folder.

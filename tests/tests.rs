@@ -31,6 +31,10 @@ mod tools;
 // The path-escape corpus: every file tool against hundreds of ways out of the workspace.
 mod paths;
 
+// Security review findings for real: the bubblewrap sandbox, environment allow-list,
+// scoped "always allow", hard links, swapped links, full disk, outside paths named.
+mod security;
+
 // The controller's delivery table (SPEC §4), steer/discard errors, submit after Stop, lag,
 // cancelling a child that waits for a slot.
 mod controller;

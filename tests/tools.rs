@@ -110,6 +110,38 @@ pub fn context(workspace: &Path, gate: Arc<dyn ApprovalGate>) -> ToolContext {
     }
 }
 
+/// The standard tools with `run_command` unsandboxed (policy `off`): the process-group
+/// tests below report host pids, which a sandboxed command (own pid namespace) cannot.
+/// The sandboxed path has its own tests in `tests/security.rs`.
+pub fn unsandboxed() -> ToolRegistry {
+    with_command(bumblehive::sandbox::CommandSettings {
+        policy: bumblehive::sandbox::CommandPolicy::Off,
+        ..Default::default()
+    })
+}
+
+/// The standard tools, in their order, with `run_command` on the given settings.
+pub fn with_command(settings: bumblehive::sandbox::CommandSettings) -> ToolRegistry {
+    use bumblehive::tools::*;
+    let mut registry = ToolRegistry::default();
+    registry.register(Arc::new(ReadFile));
+    registry.register(Arc::new(ListDir));
+    registry.register(Arc::new(Glob));
+    registry.register(Arc::new(Grep));
+    registry.register(Arc::new(WriteFile));
+    registry.register(Arc::new(EditFile));
+    registry.register(RunCommand::configured(settings));
+    registry.register(Arc::new(SubAgent));
+    registry.register(Arc::new(MessageSubagent));
+    registry
+}
+
+async fn call_off(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, ToolError> {
+    tokio::time::timeout(WAIT, unsandboxed().call(ctx, tool, args))
+        .await
+        .unwrap_or_else(|_| panic!("{tool} did not return within {WAIT:?}"))
+}
+
 pub async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, ToolError> {
     tokio::time::timeout(WAIT, ToolRegistry::standard().call(ctx, tool, args))
         .await
@@ -678,11 +710,7 @@ async fn start_spawn_and_wait(
     let mut pipe = pid_pipe(ws).await;
     let call = tokio::spawn({
         let ctx = ctx.clone();
-        async move {
-            ToolRegistry::standard()
-                .call(&ctx, "run_command", arguments)
-                .await
-        }
+        async move { unsandboxed().call(&ctx, "run_command", arguments).await }
     });
     let pids = read_pids(&mut pipe).await;
     (call, pids)
@@ -694,7 +722,7 @@ async fn run_command_output_exit_code_and_cap() {
     let gate = RecordingGate::approving();
     let ctx = context(&w.ws, gate.clone());
     w.put("hello.txt", "hi");
-    let out = call(
+    let out = call_off(
         &ctx,
         "run_command",
         json!({"command": "cat hello.txt; echo; echo err >&2; exit 3"}),
@@ -706,7 +734,7 @@ async fn run_command_output_exit_code_and_cap() {
     let asks = gate.prompts();
     assert_eq!(asks.len(), 1);
     assert_eq!(asks[0].access, Access::Change);
-    let big = call(
+    let big = call_off(
         &ctx,
         "run_command",
         json!({"command": "head -c 200000 /dev/zero | tr '\\0' x; echo END"}),
@@ -725,7 +753,7 @@ async fn run_command_output_exit_code_and_cap() {
         secret_env: vec!["HOME".into()],
         ..ctx.clone()
     };
-    let printed = call(
+    let printed = call_off(
         &hidden,
         "run_command",
         json!({"command": "echo \"[$HOME]\" \"$PATH\""}),
@@ -733,7 +761,7 @@ async fn run_command_output_exit_code_and_cap() {
     .await
     .unwrap();
     assert!(printed.starts_with("exit code: 0\n[] /"), "{printed}");
-    let sub = call(&ctx, "run_command", json!({"command": "pwd", "cwd": "."}))
+    let sub = call_off(&ctx, "run_command", json!({"command": "pwd", "cwd": "."}))
         .await
         .unwrap();
     assert!(
@@ -743,7 +771,7 @@ async fn run_command_output_exit_code_and_cap() {
     let outside = RecordingGate::inside_only();
     let ctx_out = context(&w.ws, outside.clone());
     let denied = err_text(
-        call(
+        call_off(
             &ctx_out,
             "run_command",
             json!({"command": "pwd", "cwd": ".."}),
@@ -759,7 +787,7 @@ async fn run_command_leaves_no_background_process() {
     let w = Ws::new();
     let ctx = context(&w.ws, RecordingGate::approving());
     let mut pipe = pid_pipe(&w.ws).await;
-    let out = call(
+    let out = call_off(
         &ctx,
         "run_command",
         json!({"command": "sleep 1000 & echo $$ $! > pids; echo started"}),
@@ -899,7 +927,7 @@ impl Fixture {
             config_path: None,
             config: Some(Config::default().patched(&config).unwrap()),
             provider_factory: fixed_provider(provider.clone()),
-            tools: None,
+            tools: Some(unsandboxed()),
         })
         .unwrap();
         Fixture {

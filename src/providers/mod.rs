@@ -139,6 +139,7 @@ impl HttpOptions {
     fn client(&self) -> Result<reqwest::Client, ProviderError> {
         reqwest::Client::builder()
             .connect_timeout(self.connect_timeout)
+            .redirect(same_origin_redirects())
             .user_agent(concat!("bumblehive/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|err| ProviderError::Config(format!("cannot set up HTTP: {err}")))
@@ -541,6 +542,30 @@ pub(crate) fn base_url(config: &ProviderConfig) -> Result<String, ProviderError>
             config.base_url
         ))),
     }
+}
+
+/// Redirects of model calls stay on the origin the person configured: reqwest strips
+/// `Authorization` on a cross-host hop but not `x-api-key` (Anthropic's), and a changed
+/// port or scheme (https -> http) would send the key elsewhere or in clear (finding 9).
+pub fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same = attempt.previous().first().is_some_and(|first| {
+            let next = attempt.url();
+            first.scheme() == next.scheme()
+                && first.host_str() == next.host_str()
+                && first.port_or_known_default() == next.port_or_known_default()
+        });
+        if !same {
+            let to = attempt.url().to_string();
+            attempt.error(format!(
+                "the model server redirected to another origin ({to}); not following it with the API key"
+            ))
+        } else if attempt.previous().len() > 5 {
+            attempt.error("too many redirects")
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 #[cfg(test)]

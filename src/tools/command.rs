@@ -1,4 +1,4 @@
-//! The `run_command` tool: a shell command in the workspace, in its own process group, with a timeout and an output cap; on timeout, cancel or drop the whole group is killed.
+//! The `run_command` tool: a shell command in the workspace, in the OS sandbox (see `crate::sandbox`) unless the policy says `off`, in its own process group, with a timeout and an output cap; on timeout, cancel or drop everything it started is killed.
 
 use std::collections::VecDeque;
 use std::process::Stdio;
@@ -10,8 +10,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::paths::resolve;
+use super::paths::{recheck, resolve};
 use super::{Access, ApprovalAsk, Tool, ToolContext, ToolError, parse_args};
+use crate::sandbox::{CommandPolicy, CommandSettings, Grant};
 
 const DEFAULT_TIMEOUT_SECS: u64 = 120;
 const MAX_TIMEOUT_SECS: u64 = 1800;
@@ -22,7 +23,17 @@ const TAIL: usize = 16 * 1024;
 /// left the group (setsid) can keep the pipes open forever; it is not waited for.
 const DRAIN: Duration = Duration::from_millis(500);
 
+/// The standard `run_command`: uses the settings set with `crate::sandbox::configure`.
 pub struct RunCommand;
+
+impl RunCommand {
+    /// A `run_command` with its own settings instead of the configured ones.
+    pub fn configured(settings: CommandSettings) -> std::sync::Arc<dyn Tool> {
+        std::sync::Arc::new(Configured(settings))
+    }
+}
+
+struct Configured(CommandSettings);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,6 +43,54 @@ struct CommandArgs {
     cwd: Option<String>,
     #[serde(default)]
     timeout_secs: Option<u64>,
+    #[serde(default)]
+    network: bool,
+    #[serde(default)]
+    write_paths: Vec<String>,
+}
+
+const DESCRIPTION: &str = "Run a shell command (sh -c) in the workspace, or in `cwd` relative to it. \
+It runs in a sandbox where the workspace is writable, the rest of the system read-only, the home \
+folder and /tmp private, and there is no network unless you set network: true (which may ask the \
+person). Depending on the settings the person is asked first. stdin is empty; stdout and stderr \
+are returned together with the exit code, cut in the middle when longer than 32 KB. The command \
+and everything it started are killed after timeout_secs (default 120) or when the run is stopped; \
+background processes do not outlive it. Only a short list of environment variables (PATH, HOME, \
+LANG, TERM, ...) is passed. To write outside the workspace, name the folders in write_paths \
+(the person is asked).";
+
+fn parameters() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "The shell command line"},
+            "cwd": {"type": "string", "description": "Folder to run in, relative to the workspace; default \".\""},
+            "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECS, "description": "Seconds before the command is killed; default 120"},
+            "network": {"type": "boolean", "description": "The command needs the network (downloads, package installs); default false"},
+            "write_paths": {"type": "array", "items": {"type": "string"}, "description": "Existing folders outside the workspace the command must write to; the person is asked"}
+        },
+        "required": ["command"],
+        "additionalProperties": false
+    })
+}
+
+#[async_trait]
+impl Tool for Configured {
+    fn name(&self) -> &'static str {
+        "run_command"
+    }
+
+    fn description(&self) -> &'static str {
+        DESCRIPTION
+    }
+
+    fn parameters(&self) -> Value {
+        parameters()
+    }
+
+    async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError> {
+        call(&self.0, ctx, arguments).await
+    }
 }
 
 #[async_trait]
@@ -41,72 +100,189 @@ impl Tool for RunCommand {
     }
 
     fn description(&self) -> &'static str {
-        "Run a shell command (sh -c) in the workspace, or in `cwd` relative to it, after the person \
-approves it. stdin is empty; stdout and stderr are returned together with the exit code, cut in \
-the middle when longer than 32 KB. The command and everything it started are killed after \
-timeout_secs (default 120) or when the run is stopped; background processes do not outlive it. \
-The model provider's API key variable is not passed to commands."
+        DESCRIPTION
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "The shell command line"},
-                "cwd": {"type": "string", "description": "Folder to run in, relative to the workspace; default \".\""},
-                "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECS, "description": "Seconds before the command is killed; default 120"}
-            },
-            "required": ["command"],
-            "additionalProperties": false
-        })
+        parameters()
     }
 
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError> {
-        let args: CommandArgs = parse_args(arguments.clone())?;
-        if args.command.trim().is_empty() {
-            return Err(ToolError::InvalidArguments("the command is empty".into()));
-        }
-        if args.command.contains('\0') {
-            return Err(ToolError::InvalidArguments(
-                "the command contains a NUL byte".into(),
-            ));
-        }
-        let timeout = args.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS);
-        if !(1..=MAX_TIMEOUT_SECS).contains(&timeout) {
-            return Err(ToolError::InvalidArguments(format!(
-                "timeout_secs must be between 1 and {MAX_TIMEOUT_SECS}"
-            )));
-        }
-        let cwd = resolve(&ctx.workspace, args.cwd.as_deref().unwrap_or("."))?;
-        match std::fs::metadata(&cwd.real) {
-            Ok(meta) if meta.is_dir() => {}
-            _ => {
-                return Err(ToolError::Failed(format!(
-                    "cwd {} is not an existing directory",
-                    cwd.display
-                )));
-            }
-        }
-        ctx.ask(ApprovalAsk {
-            tool: self.name().to_string(),
-            arguments,
-            diff: None,
-            access: Access::of(&cwd, true),
-        })
-        .await?;
-        run(ctx, &args.command, &cwd.real, Duration::from_secs(timeout)).await
+        call(&crate::sandbox::settings(), ctx, arguments).await
     }
 }
 
+/// Characters that make a command read differently from what runs: control characters
+/// (but line breaks and tabs) and text-direction overrides.
+fn deceptive(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(
+            c,
+            '\u{200B}'..='\u{200F}' | '\u{061C}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}'
+        )
+}
+
+async fn call(
+    settings: &CommandSettings,
+    ctx: &ToolContext,
+    arguments: Value,
+) -> Result<String, ToolError> {
+    let args: CommandArgs = parse_args(arguments.clone())?;
+    if args.command.trim().is_empty() {
+        return Err(ToolError::InvalidArguments("the command is empty".into()));
+    }
+    if args.command.contains('\0') {
+        return Err(ToolError::InvalidArguments(
+            "the command contains a NUL byte".into(),
+        ));
+    }
+    if let Some(c) = args.command.chars().find(|c| deceptive(*c)) {
+        return Err(ToolError::InvalidArguments(format!(
+            "the command contains the invisible or control character U+{:04X}, which would make it read differently from what runs; write it without",
+            u32::from(c)
+        )));
+    }
+    let timeout = args.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS);
+    if !(1..=MAX_TIMEOUT_SECS).contains(&timeout) {
+        return Err(ToolError::InvalidArguments(format!(
+            "timeout_secs must be between 1 and {MAX_TIMEOUT_SECS}"
+        )));
+    }
+    let raw_cwd = args.cwd.as_deref().unwrap_or(".");
+    let cwd = resolve(&ctx.workspace, raw_cwd)?;
+    match std::fs::metadata(&cwd.real) {
+        Ok(meta) if meta.is_dir() => {}
+        _ => {
+            return Err(ToolError::Failed(format!(
+                "cwd {} is not an existing directory",
+                cwd.display
+            )));
+        }
+    }
+    let status = crate::sandbox::status_for(settings);
+    let sandboxed = settings.policy != CommandPolicy::Off && status.available;
+    let mut grant = Grant {
+        network: args.network && (settings.network || !sandboxed),
+        writable: Vec::new(),
+    };
+    // What the person is told besides the command itself.
+    let mut notes = Vec::new();
+    let mut must_ask = settings.policy != CommandPolicy::Sandbox || !sandboxed;
+    if let Some(note) = cwd.outside_note() {
+        notes.push(format!("cwd {note}"));
+        if sandboxed {
+            notes.push(format!(
+                "{} will be writable in the sandbox",
+                cwd.real.display()
+            ));
+            grant.writable.push(cwd.real.clone());
+        }
+    }
+    let mut outside = !cwd.inside;
+    for raw in &args.write_paths {
+        let place = resolve(&ctx.workspace, raw)?;
+        if !std::fs::metadata(&place.real).is_ok_and(|m| m.is_dir()) {
+            return Err(ToolError::InvalidArguments(format!(
+                "write_paths: {} is not an existing folder",
+                place.display
+            )));
+        }
+        if place.inside {
+            continue;
+        }
+        outside = true;
+        notes.push(format!(
+            "writes outside the workspace: {}",
+            place.real.display()
+        ));
+        if sandboxed && !grant.writable.contains(&place.real) {
+            grant.writable.push(place.real.clone());
+        }
+    }
+    if sandboxed {
+        if args.network && !settings.network {
+            notes.push("asks for network access".into());
+            grant.network = true;
+            must_ask = true;
+        } else {
+            notes.push(format!(
+                "runs in the sandbox (workspace writable, {})",
+                if grant.network {
+                    "network on"
+                } else {
+                    "no network"
+                }
+            ));
+        }
+    } else if settings.policy == CommandPolicy::Off {
+        notes.push("NOT sandboxed (tools.command.policy is off)".into());
+    } else {
+        notes.push(format!(
+            "NOT sandboxed: {}",
+            status.reason.as_deref().unwrap_or("no sandbox")
+        ));
+    }
+    let access = match (!outside, must_ask) {
+        (false, _) => Access::Outside,
+        (true, true) => Access::Change,
+        (true, false) => Access::Read,
+    };
+    ctx.ask(ApprovalAsk {
+        tool: "run_command".to_string(),
+        arguments,
+        diff: Some(notes.join("\n")),
+        access,
+    })
+    .await?;
+    recheck(&ctx.workspace, raw_cwd, &cwd)?;
+    let root = cwd.root.clone();
+    let (command, guard) =
+        crate::sandbox::shell_command(settings, &root, &cwd.real, &args.command, sandboxed, &grant)
+            .map_err(|err| ToolError::Failed(format!("cannot start the command: {err}")))?;
+    let result = run(ctx, command, Duration::from_secs(timeout)).await;
+    drop(guard);
+    result
+}
+
 /// Kills a process group when dropped: the run loop drops the calls a cancel left open,
-/// and nothing the command started may outlive its call.
-struct GroupKill(libc::pid_t);
+/// and nothing the command started may outlive its call. Never after the shell (the
+/// group's leader, whose pid is the group id) was reaped: its pid could then belong to
+/// another process (runtime-review C18).
+struct GroupKill {
+    pgid: libc::pid_t,
+    reaped: std::sync::atomic::AtomicBool,
+}
 
 impl GroupKill {
     fn kill(&self) {
-        // SAFETY: killpg only sends a signal; a group that is already gone gives ESRCH.
+        if self.reaped.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        // SAFETY: killpg only sends a signal; the leader is not reaped yet, so the id is
+        // still this group's.
         unsafe {
-            libc::killpg(self.0, libc::SIGKILL);
+            libc::killpg(self.pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Waits until the process `pid` (our child) has exited, without reaping it, so its
+/// process group id stays reserved until the group is killed.
+fn wait_exited_unreaped(pid: libc::pid_t) {
+    loop {
+        // SAFETY: waitid writes only into `info`; WNOWAIT leaves the child to be reaped
+        // by tokio.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let done = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if done == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
         }
     }
 }
@@ -177,25 +353,18 @@ enum End {
 
 async fn run(
     ctx: &ToolContext,
-    command: &str,
-    cwd: &std::path::Path,
+    mut command_line: tokio::process::Command,
     timeout: Duration,
 ) -> Result<String, ToolError> {
-    let mut command_line = tokio::process::Command::new("/bin/sh");
+    // The environment is the allow-list only (crate::sandbox::command_env); the
+    // provider's key names are dropped again in case the person listed one.
     for name in &ctx.secret_env {
         command_line.env_remove(name);
     }
     let mut child = command_line
-        .arg("-c")
-        .arg(command)
-        .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        // Nothing may wait for a person at a terminal that is not there.
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("PAGER", "cat")
-        .env("GIT_PAGER", "cat")
         // Its own group, so the command and everything it starts can be killed together.
         .process_group(0)
         .kill_on_drop(true)
@@ -204,7 +373,11 @@ async fn run(
     let Some(pid) = child.id() else {
         return Err(ToolError::Failed("the command exited at once".into()));
     };
-    let group = GroupKill(pid as libc::pid_t);
+    let group = GroupKill {
+        pgid: pid as libc::pid_t,
+        reaped: std::sync::atomic::AtomicBool::new(false),
+    };
+    let exited = tokio::task::spawn_blocking(move || wait_exited_unreaped(pid as libc::pid_t));
     let output = Arc::new(Mutex::new(Output::default()));
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
@@ -226,29 +399,38 @@ async fn run(
     };
     let work = async {
         tokio::pin!(pumps);
+        tokio::pin!(exited);
         let mut drained = false;
-        let status = loop {
+        loop {
             tokio::select! {
-                status = child.wait() => break status,
+                _ = &mut exited => break,
                 _ = &mut pumps, if !drained => drained = true,
             }
-        };
-        // The command is done: what it left running in its group goes too, which also
-        // closes the pipes.
+        }
+        // The command is done (not yet reaped): what it left running in its group goes
+        // too, which also closes the pipes.
         group.kill();
         if !drained {
             let _ = tokio::time::timeout(DRAIN, &mut pumps).await;
         }
-        status
     };
     let end = tokio::select! {
-        status = work => End::Exited(status),
-        _ = tokio::time::sleep(timeout) => End::TimedOut,
-        _ = ctx.cancel.cancelled() => End::Cancelled,
+        () = work => None,
+        _ = tokio::time::sleep(timeout) => Some(End::TimedOut),
+        _ = ctx.cancel.cancelled() => Some(End::Cancelled),
     };
     group.kill();
     // Reap the shell at once (it is dead or dying from SIGKILL) so no zombie is left.
-    let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+    let status = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+    if status.is_ok() {
+        group
+            .reaped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    let end = end.unwrap_or(match status {
+        Ok(status) => End::Exited(status),
+        Err(_) => End::Exited(Err(std::io::Error::other("the command did not exit"))),
+    });
     let text = output.lock().unwrap_or_else(|p| p.into_inner()).text();
     match end {
         End::Exited(Ok(status)) => {

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::files::{Current, current, current_if_inside, unified_diff};
-use super::paths::{resolve, write_regular};
+use super::paths::{recheck, resolve, write_regular};
 use super::{
     Access, ApprovalAsk, Tool, ToolContext, ToolError, blocking, blocking_change, parse_args,
 };
@@ -80,8 +80,8 @@ Include enough surrounding lines to make it unique. The person is shown a diff a
             }
             None => (
                 format!(
-                    "(outside the workspace: {} is not read before approval; the replacement)\n{}",
-                    resolved.display,
+                    "({}; it is not read before approval; the replacement)\n{}",
+                    resolved.outside_note().unwrap_or_default(),
                     unified_diff(&resolved.display, &args.old_string, &args.new_string)
                 ),
                 None,
@@ -94,6 +94,7 @@ Include enough surrounding lines to make it unique. The person is shown a diff a
             access: Access::of(&resolved, true),
         })
         .await?;
+        recheck(&ctx.workspace, &args.path, &resolved)?;
         let target = resolved.clone();
         let count = blocking_change(move || {
             let now = match current(&target)? {

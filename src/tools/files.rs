@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::paths::{Resolved, open_regular, resolve, write_regular};
+use super::paths::{Resolved, open_regular, recheck, resolve, write_regular};
 use super::{
     Access, ApprovalAsk, Tool, ToolContext, ToolError, blocking, blocking_change, parse_args,
 };
@@ -83,10 +83,11 @@ impl Tool for ReadFile {
         ctx.ask(ApprovalAsk {
             tool: self.name().to_string(),
             arguments,
-            diff: None,
+            diff: resolved.outside_note(),
             access: Access::of(&resolved, false),
         })
         .await?;
+        recheck(&ctx.workspace, &args.path, &resolved)?;
         blocking(ctx, move |_| read_text(&resolved, range)).await
     }
 }
@@ -136,7 +137,10 @@ fn read_text(resolved: &Resolved, range: Option<(usize, usize)>) -> Result<Strin
     let mut number = 0usize;
     loop {
         line.clear();
-        let read = reader.read_until(b'\n', &mut line).map_err(failed)?;
+        // Lines before the range are skipped without being kept, and a line in it is
+        // kept only up to the cap: a multi-GB line must not fill memory (finding 8).
+        let keep = if number + 1 < start { 0 } else { READ_CAP + 1 };
+        let read = read_line_capped(&mut reader, &mut line, keep).map_err(failed)?;
         if read == 0 {
             break;
         }
@@ -145,6 +149,17 @@ fn read_text(resolved: &Resolved, range: Option<(usize, usize)>) -> Result<Strin
             continue;
         }
         let text = String::from_utf8_lossy(&line);
+        if out.is_empty() && text.len() > READ_CAP {
+            // One line longer than the cap: its start, said so (never "continue at this
+            // same line", which would loop).
+            out.push_str(&cap(text.into_owned(), READ_CAP));
+            out.push_str(&format!(
+                "\n[truncated: line {number} is longer than {} KB; continue with start_line={}]",
+                READ_CAP / 1024,
+                number + 1
+            ));
+            return Ok(out);
+        }
         if out.len() + text.len() > READ_CAP {
             out.push_str(&format!(
                 "[truncated: showing lines {start}-{} of the range; continue with start_line={number}]",
@@ -164,6 +179,37 @@ fn read_text(resolved: &Resolved, range: Option<(usize, usize)>) -> Result<Strin
         )));
     }
     Ok(out)
+}
+
+/// Reads one line (through its `\n`), keeping at most `keep` bytes of it in `line`.
+/// Returns the bytes consumed.
+fn read_line_capped(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    keep: usize,
+) -> std::io::Result<usize> {
+    let mut consumed = 0usize;
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok(buf) => buf,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err),
+        };
+        if buf.is_empty() {
+            return Ok(consumed);
+        }
+        let (take, ended) = match buf.iter().position(|b| *b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (buf.len(), false),
+        };
+        let room = keep.saturating_sub(line.len());
+        line.extend_from_slice(&buf[..take.min(room)]);
+        reader.consume(take);
+        consumed += take;
+        if ended {
+            return Ok(consumed);
+        }
+    }
 }
 
 /// Cuts text at a char boundary below `limit` bytes and says so.
@@ -291,8 +337,8 @@ The person is shown a diff and asked for approval first. To change part of a fil
                 args.content.len()
             ),
             Current::Unread => format!(
-                "(outside the workspace: the current content of {} is not read before approval)\n{}",
-                resolved.display,
+                "({}; its current content is not read before approval)\n{}",
+                resolved.outside_note().unwrap_or_default(),
                 unified_diff(&resolved.display, "", &args.content)
             ),
         };
@@ -303,6 +349,7 @@ The person is shown a diff and asked for approval first. To change part of a fil
             access: Access::of(&resolved, true),
         })
         .await?;
+        recheck(&ctx.workspace, &args.path, &resolved)?;
         let bytes = args.content.len();
         let target = resolved.clone();
         blocking_change(move || write_regular(&target, args.content.as_bytes())).await?;

@@ -48,16 +48,19 @@ pub(super) fn label(resolved: &Resolved, path: &Path) -> String {
 async fn authorize_dir(
     ctx: &ToolContext,
     tool: &str,
+    raw: &str,
     resolved: &Resolved,
     arguments: Value,
 ) -> Result<(), ToolError> {
     ctx.ask(ApprovalAsk {
         tool: tool.to_string(),
         arguments,
-        diff: None,
+        diff: resolved.outside_note(),
         access: Access::of(resolved, false),
     })
     .await?;
+    // The walker follows a symlinked root: the folder must still be the one decided on.
+    super::paths::recheck(&ctx.workspace, raw, resolved)?;
     match std::fs::metadata(&resolved.real) {
         Ok(meta) if meta.is_dir() => Ok(()),
         Ok(_) => Err(ToolError::Failed(format!(
@@ -125,8 +128,9 @@ left out unless include_ignored is true."
                 "depth must be between 1 and {MAX_DEPTH}"
             )));
         }
-        let resolved = resolve(&ctx.workspace, args.path.as_deref().unwrap_or("."))?;
-        authorize_dir(ctx, self.name(), &resolved, arguments).await?;
+        let raw = args.path.as_deref().unwrap_or(".");
+        let resolved = resolve(&ctx.workspace, raw)?;
+        authorize_dir(ctx, self.name(), raw, &resolved, arguments.clone()).await?;
         blocking(ctx, move |stop| {
             let mut lines = Vec::new();
             let mut more = 0usize;
@@ -228,8 +232,9 @@ left out unless include_ignored is true. Returns matching paths, sorted, folders
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError> {
         let args: GlobArgs = parse_args(arguments.clone())?;
         let matcher = compile_glob(&args.pattern)?;
-        let resolved = resolve(&ctx.workspace, args.path.as_deref().unwrap_or("."))?;
-        authorize_dir(ctx, self.name(), &resolved, arguments).await?;
+        let raw = args.path.as_deref().unwrap_or(".");
+        let resolved = resolve(&ctx.workspace, raw)?;
+        authorize_dir(ctx, self.name(), raw, &resolved, arguments.clone()).await?;
         blocking(ctx, move |stop| {
             let mut found = Vec::new();
             let mut more = 0usize;

@@ -22,6 +22,29 @@ pub struct Resolved {
     pub display: String,
     /// The workspace's own real location.
     pub root: PathBuf,
+    /// How many names the file has when it is a regular file with more than one (a hard
+    /// link): the other names may be outside the workspace, so such a file counts as
+    /// outside. 0 otherwise.
+    pub hard_links: u64,
+}
+
+impl Resolved {
+    /// What the approval dialog says about a place it must not present as inside: the
+    /// real path, never the name the model gave. `None` inside the workspace.
+    pub fn outside_note(&self) -> Option<String> {
+        if self.inside {
+            return None;
+        }
+        Some(if self.hard_links > 1 {
+            format!(
+                "outside the workspace: {} is a hard link ({} names for one file; the others may be anywhere)",
+                self.real.display(),
+                self.hard_links
+            )
+        } else {
+            format!("outside the workspace: {}", self.real.display())
+        })
+    }
 }
 
 /// Characters that are legal in file names but let a path look like another one in the
@@ -77,8 +100,14 @@ pub fn resolve(workspace: &Path, raw: &str) -> Result<Resolved, ToolError> {
         root.join(raw)
     };
     let real = real_path(&candidate).map_err(ToolError::Failed)?;
+    // A regular file with several names is the same file as its other names, which may
+    // be outside: writing or reading it counts as outside (it is asked, with a note).
+    let hard_links = match std::fs::symlink_metadata(&real) {
+        Ok(meta) if meta.is_file() && nlink(&meta) > 1 => nlink(&meta),
+        _ => 0,
+    };
     // Component-wise: `/ws-other` is not inside `/ws`.
-    let inside = real.starts_with(&root);
+    let inside = real.starts_with(&root) && hard_links == 0;
     let display = if inside {
         let rel = real.strip_prefix(&root).unwrap_or(&real);
         if rel.as_os_str().is_empty() {
@@ -94,29 +123,43 @@ pub fn resolve(workspace: &Path, raw: &str) -> Result<Resolved, ToolError> {
         inside,
         display,
         root,
+        hard_links,
     })
 }
 
-/// Where an open file really is, from the kernel (Linux's `/proc/self/fd`); `None` where
-/// that is not available.
-fn opened_location(file: &std::fs::File) -> Option<PathBuf> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
+fn nlink(meta: &std::fs::Metadata) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    meta.nlink()
+}
+
+/// Resolves `raw` again after the person's decision and refuses to go on when it now
+/// leads elsewhere: a folder on the way may have been swapped for a symlink meanwhile.
+pub fn recheck(workspace: &Path, raw: &str, decided: &Resolved) -> Result<(), ToolError> {
+    let now = resolve(workspace, raw)?;
+    if now.real == decided.real && (now.inside || !decided.inside) {
+        return Ok(());
     }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = file;
-        None
-    }
+    Err(ToolError::Failed(format!(
+        "{} changed while it waited for approval (it now leads to {}); not touching it",
+        decided.display,
+        now.real.display()
+    )))
 }
 
 /// Checks that a file opened for `resolved` is the one that was decided on: a folder on
-/// the way could have been swapped for a symlink between resolving and opening.
+/// the way could have been swapped for a symlink between resolving and opening. Where
+/// the system cannot say where an open file is, an inside place is refused rather than
+/// trusted (finding 1: the check must never pass silently); an outside one was approved
+/// by its real path already.
 pub fn verify_opened(file: &std::fs::File, resolved: &Resolved) -> Result<(), ToolError> {
-    let Some(actual) = opened_location(file) else {
-        return Ok(());
+    let Some(actual) = crate::sandbox::opened_path(file) else {
+        if !resolved.inside {
+            return Ok(());
+        }
+        return Err(ToolError::Failed(format!(
+            "cannot check where {} really is on this system; not touching it",
+            resolved.display
+        )));
     };
     if actual == resolved.real || (resolved.inside && actual.starts_with(&resolved.root)) {
         return Ok(());
@@ -171,61 +214,164 @@ pub fn open_regular(resolved: &Resolved) -> Result<(std::fs::File, u64), ToolErr
             resolved.display
         )));
     }
+    // A walk decides "inside" for a whole folder: a hard-linked file in it may be an
+    // outside file under an inside name, so it is not read without its own approval.
+    if resolved.inside && nlink(&meta) > 1 {
+        return Err(ToolError::Failed(format!(
+            "{} is a hard link ({} names for one file, possibly outside the workspace); read it by its own path to be asked",
+            resolved.display,
+            nlink(&meta)
+        )));
+    }
     verify_opened(&file, resolved)?;
     Ok((file, meta.len()))
 }
 
-/// Writes `content` to the resolved place, creating missing folders, refusing anything
-/// that is not a regular file, and checking the opened file is the one approved.
+/// Writes `content` to the resolved place: missing folders are created, anything that is
+/// not a regular file is refused, and the new text goes to a temp file in the same folder
+/// that is flushed and renamed over the target (keeping its mode). So a full disk or a
+/// crash leaves the original whole, and a hard link is replaced, not written through.
 pub fn write_regular(resolved: &Resolved, content: &[u8]) -> Result<(), ToolError> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(parent) = resolved.real.parent() {
-        std::fs::create_dir_all(parent).map_err(|err| {
-            ToolError::Failed(format!(
-                "cannot create the folder for {}: {err}",
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    let failed = |what: &str, err: &std::io::Error| {
+        ToolError::Failed(format!(
+            "cannot {what} {}: {}",
+            resolved.display,
+            io_text(err)
+        ))
+    };
+    let Some(parent) = resolved.real.parent() else {
+        return Err(ToolError::Failed(format!(
+            "{} has no parent folder",
+            resolved.display
+        )));
+    };
+    // The folder must still be where it was decided to be before anything is created in
+    // it: a folder on the way swapped for a symlink after approval would lead elsewhere.
+    check_unmoved(parent, resolved)?;
+    std::fs::create_dir_all(parent).map_err(|err| failed("create the folder for", &err))?;
+    check_unmoved(parent, resolved)?;
+    let existing = match std::fs::symlink_metadata(&resolved.real) {
+        Ok(meta) if meta.is_file() => Some(meta),
+        Ok(meta) if meta.file_type().is_symlink() => {
+            return Err(ToolError::Failed(format!(
+                "{} became a symbolic link after it was checked; not touching it",
                 resolved.display
-            ))
-        })?;
+            )));
+        }
+        Ok(_) => {
+            return Err(ToolError::Failed(format!(
+                "{} is not a regular file; refusing to write it",
+                resolved.display
+            )));
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+        Err(err) => return Err(failed("write", &err)),
+    };
+    let name = resolved
+        .real
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = parent.join(format!(
+        ".{}.bh-{}.tmp",
+        name.chars().take(100).collect::<String>(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    // Removes the temp file on every way out but the rename.
+    struct Temp<'a>(&'a Path, bool);
+    impl Drop for Temp<'_> {
+        fn drop(&mut self) {
+            if !self.1 {
+                let _ = std::fs::remove_file(self.0);
+            }
+        }
     }
-    let existed = std::fs::symlink_metadata(&resolved.real).is_ok();
-    // No O_TRUNC: nothing is cut before the opened file is known to be the right one.
+    let mode = existing
+        .as_ref()
+        .map(|meta| meta.permissions().mode() & 0o7777)
+        .unwrap_or(0o666);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&resolved.real)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&temp)
+        .map_err(|err| failed("write", &err))?;
+    let mut guard = Temp(&temp, false);
+    let probe = Resolved {
+        real: temp.clone(),
+        ..resolved.clone()
+    };
+    verify_opened(&file, &probe)?;
+    if let Some(meta) = &existing {
+        // The umask applied at creation; the original's mode (and owner, where allowed) stay.
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(mode));
+        let _ = std::os::unix::fs::fchown(&file, Some(meta.uid()), Some(meta.gid()));
+    }
+    let unchanged = if existing.is_some() {
+        "; the original is unchanged"
+    } else {
+        ""
+    };
+    file.write_all(content)
+        .and_then(|()| file.flush())
+        .and_then(|()| file.sync_all())
         .map_err(|err| {
             ToolError::Failed(format!(
-                "cannot write {}: {}",
+                "cannot write {}: {}{unchanged}",
                 resolved.display,
                 io_text(&err)
             ))
         })?;
-    let checked = file
-        .metadata()
-        .map_err(|err| ToolError::Failed(format!("cannot write {}: {err}", resolved.display)))
-        .and_then(|meta| {
-            if meta.is_file() {
-                Ok(())
-            } else {
-                Err(ToolError::Failed(format!(
-                    "{} is not a regular file; refusing to write it",
-                    resolved.display
-                )))
-            }
-        })
-        .and_then(|()| verify_opened(&file, resolved));
-    if let Err(err) = checked {
-        if !existed {
-            let _ = std::fs::remove_file(&resolved.real);
-        }
-        return Err(err);
+    drop(file);
+    check_unmoved(parent, resolved)?;
+    std::fs::rename(&temp, &resolved.real).map_err(|err| {
+        ToolError::Failed(format!(
+            "cannot write {}: {}{unchanged}",
+            resolved.display,
+            io_text(&err)
+        ))
+    })?;
+    guard.1 = true;
+    // The rename itself is durable only once the folder is flushed.
+    if let Ok(dir) = std::fs::File::open(parent) {
+        let _ = dir.sync_all();
     }
-    file.set_len(0)
-        .and_then(|()| file.write_all(content))
-        .and_then(|()| file.flush())
-        .map_err(|err| ToolError::Failed(format!("cannot write {}: {err}", resolved.display)))
+    Ok(())
+}
+
+/// Refuses to go on when `folder` no longer resolves to itself (a folder on the way was
+/// swapped for a symlink), or when an inside target's folder has left the workspace. A
+/// folder that does not exist yet has nothing to check. The kernel says where the opened
+/// folder is (one lookup, not one per component: paths may be thousands of names deep).
+fn check_unmoved(folder: &Path, resolved: &Resolved) -> Result<(), ToolError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let now = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(folder)
+    {
+        Ok(dir) => match crate::sandbox::opened_path(&dir) {
+            Some(now) => Ok(now),
+            None => real_path(folder),
+        },
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => Err(io_text(&err)),
+    };
+    match now {
+        Ok(now) if now == folder && (!resolved.inside || now.starts_with(&resolved.root)) => Ok(()),
+        Ok(now) => Err(ToolError::Failed(format!(
+            "the folder of {} changed after it was checked (it now leads to {}); not touching it",
+            resolved.display,
+            now.display()
+        ))),
+        Err(err) => Err(ToolError::Failed(format!(
+            "cannot open the folder of {}: {err}",
+            resolved.display
+        ))),
+    }
 }
 
 /// An I/O error in words a model can act on.
@@ -254,6 +400,9 @@ pub fn real_path(path: &Path) -> Result<PathBuf, String> {
     while let Some(name) = pending.pop_front() {
         if name == ".." {
             out.pop();
+            // Back in a folder that may exist: the next name must be looked at again, or
+            // `missing/../link` would pass a symlink as a plain name (finding 1).
+            missing = false;
             continue;
         }
         let next = out.join(&name);

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::list::{label, walker};
-use super::paths::{Resolved, open_regular, resolve};
+use super::paths::{Resolved, open_regular, recheck, resolve};
 use super::{Access, ApprovalAsk, Tool, ToolContext, ToolError, blocking, parse_args};
 
 /// Matches returned by default, and at most.
@@ -86,14 +86,16 @@ binary files. `glob` limits the files searched (e.g. \"*.rs\", or \"src/**/*.ts\
             .build(&args.pattern)
             .map_err(|err| ToolError::InvalidArguments(format!("bad regular expression: {err}")))?;
         let filter = args.glob.as_deref().map(FileFilter::new).transpose()?;
-        let resolved = resolve(&ctx.workspace, args.path.as_deref().unwrap_or("."))?;
+        let raw = args.path.as_deref().unwrap_or(".");
+        let resolved = resolve(&ctx.workspace, raw)?;
         ctx.ask(ApprovalAsk {
             tool: self.name().to_string(),
             arguments,
-            diff: None,
+            diff: resolved.outside_note(),
             access: Access::of(&resolved, false),
         })
         .await?;
+        recheck(&ctx.workspace, raw, &resolved)?;
         let pattern = args.pattern.clone();
         blocking(ctx, move |stop| {
             search(&resolved, &matcher, filter.as_ref(), limit, stop, &pattern)
@@ -132,6 +134,9 @@ impl FileFilter {
     }
 }
 
+/// Most memory the searcher may use for one line (and its buffer).
+const HEAP_LIMIT: usize = 8 * 1024 * 1024;
+
 fn search(
     base: &Resolved,
     matcher: &grep_regex::RegexMatcher,
@@ -143,6 +148,8 @@ fn search(
     let mut searcher = SearcherBuilder::new()
         .binary_detection(BinaryDetection::quit(0))
         .line_number(true)
+        // A multi-GB file of one line must not be held whole in memory (finding 8).
+        .heap_limit(Some(HEAP_LIMIT))
         .build();
     let mut found: Vec<String> = Vec::new();
     let mut truncated = false;
@@ -183,6 +190,7 @@ fn search(
             inside: base.inside,
             display: shown.clone(),
             root: base.root.clone(),
+            hard_links: 0,
         };
         let Ok((handle, _)) = open_regular(&file) else {
             unreadable += 1;

@@ -33,6 +33,20 @@ function purify(): ReturnType<typeof DOMPurify> {
   if (purifier) return purifier;
   purifier = DOMPurify(window);
   purifier.addHook('afterSanitizeAttributes', (node) => {
+    // `class` would let model output wear the app's own styles (a full-window `.overlay`
+    // with a fake dialog: security finding 4). Only the classes this renderer makes stay:
+    // `language-*` on code blocks and `md-image-link` on image links.
+    if (node.hasAttribute('class')) {
+      const kept = (node.getAttribute('class') ?? '')
+        .split(/\s+/)
+        .filter(
+          (name) =>
+            (node.tagName === 'CODE' && /^language-[\w+#.-]+$/.test(name)) ||
+            (node.tagName === 'A' && name === 'md-image-link'),
+        );
+      if (kept.length > 0) node.setAttribute('class', kept.join(' '));
+      else node.removeAttribute('class');
+    }
     if (node.tagName === 'A') {
       const href = node.getAttribute('href') ?? '';
       // Only web and mail links survive; everything else becomes plain text-like.

@@ -1,0 +1,292 @@
+//! Linux: bubblewrap for commands, `/proc/self/fd` for where an open file is, `prctl` for a non-dumpable runtime, rlimits and a pids cgroup for limits.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+use super::{CommandSettings, Grant};
+
+/// The bubblewrap binary to use: the configured one, or `bwrap` on PATH.
+fn bwrap_binary(configured: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(path) = configured {
+        if path.is_file() {
+            return Ok(path.to_path_buf());
+        }
+        return Err(format!(
+            "the configured bubblewrap binary {} does not exist",
+            path.display()
+        ));
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("bwrap"))
+        .find(|path| path.is_file())
+        .ok_or_else(|| {
+            "bubblewrap (bwrap) is not installed or not on PATH; install the `bubblewrap` package"
+                .to_string()
+        })
+}
+
+pub(super) fn detect(configured: Option<&Path>) -> Result<(), String> {
+    let bwrap = bwrap_binary(configured)?;
+    let output = std::process::Command::new(&bwrap)
+        .args([
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-net",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--",
+            "/bin/true",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|err| format!("cannot start {}: {err}", bwrap.display()))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "bubblewrap cannot create its namespaces here ({}); user namespaces may be blocked (Ubuntu 24.04's AppArmor restriction, or a container)",
+        String::from_utf8_lossy(&output.stderr).trim()
+    ))
+}
+
+pub(super) fn sandboxed(
+    settings: &CommandSettings,
+    workspace: &Path,
+    cwd: &Path,
+    command: &str,
+    grant: &Grant,
+) -> Result<tokio::process::Command, String> {
+    let bwrap = bwrap_binary(settings.bwrap.as_deref())?;
+    let mut cmd = tokio::process::Command::new(bwrap);
+    let mut args: Vec<std::ffi::OsString> = Vec::new();
+    let mut add = |items: &[&std::ffi::OsStr]| args.extend(items.iter().map(|s| s.to_os_string()));
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    add(&[
+        os("--die-with-parent"),
+        os("--new-session"),
+        os("--unshare-user"),
+        os("--unshare-pid"),
+        // SysV IPC and message queues of the session stay out of reach. (A UTS or
+        // cgroup namespace would cost time per command and hide nothing secret.)
+        os("--unshare-ipc"),
+        os("--cap-drop"),
+        os("ALL"),
+    ]);
+    if !grant.network {
+        add(&[os("--unshare-net")]);
+    }
+    add(&[
+        os("--ro-bind"),
+        os("/"),
+        os("/"),
+        os("--dev"),
+        os("/dev"),
+        os("--proc"),
+        os("/proc"),
+        os("--tmpfs"),
+        os("/tmp"),
+    ]);
+    // The person's session bus, keyring and agent sockets live here.
+    if Path::new("/run/user").is_dir() {
+        add(&[os("--tmpfs"), os("/run/user")]);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute() && h.is_dir() && h != Path::new("/"))
+        .and_then(|h| h.canonicalize().ok());
+    let ws = workspace.as_os_str();
+    let hide_home = |add: &mut dyn FnMut(&[&std::ffi::OsStr]), home: &Path| {
+        add(&[os("--tmpfs"), home.as_os_str()]);
+        for name in &settings.home_read_only {
+            let path = home.join(name);
+            if path.starts_with(home) && !name.contains("..") && path.exists() {
+                add(&[os("--ro-bind"), path.as_os_str(), path.as_os_str()]);
+            }
+        }
+    };
+    match &home {
+        // The workspace lies in the home folder: hide the home folder, then show the workspace.
+        Some(home) if workspace.starts_with(home) => {
+            hide_home(&mut add, home);
+            add(&[os("--bind"), ws, ws]);
+        }
+        Some(home) => {
+            add(&[os("--bind"), ws, ws]);
+            hide_home(&mut add, home);
+        }
+        None => add(&[os("--bind"), ws, ws]),
+    }
+    for folder in &grant.writable {
+        add(&[os("--bind"), folder.as_os_str(), folder.as_os_str()]);
+    }
+    // Git runs hooks and config-named programs (core.fsmonitor, core.pager, filters)
+    // outside the sandbox when the person uses it later: those two stay read-only.
+    let git = workspace.join(".git");
+    if git.is_dir() && !git.is_symlink() {
+        let hooks = git.join("hooks");
+        if !hooks.exists() {
+            let _ = std::fs::create_dir(&hooks);
+        }
+        for part in [git.join("config"), hooks] {
+            if part.exists() && !part.is_symlink() {
+                add(&[os("--ro-bind"), part.as_os_str(), part.as_os_str()]);
+            }
+        }
+    }
+    add(&[
+        os("--chdir"),
+        cwd.as_os_str(),
+        os("--"),
+        os("/bin/sh"),
+        os("-c"),
+    ]);
+    args.push(command.into());
+    cmd.args(args);
+    Ok(cmd)
+}
+
+/// Processes running under this user now, so the process limit is "this many more".
+fn user_processes() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .bytes()
+                        .all(|b| b.is_ascii_digit())
+                })
+                .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+                .count() as u64
+        })
+        .unwrap_or(0)
+}
+
+/// A pids cgroup for one command, removed when dropped. Used where the process rlimit
+/// does not hold (the kernel never applies RLIMIT_NPROC to root).
+pub struct Cgroup(PathBuf);
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // The namespace's processes are killed with its init; their exit is asynchronous,
+        // so the (then empty) group is removed by a short-lived thread that retries.
+        let path = std::mem::take(&mut self.0);
+        std::thread::spawn(move || {
+            for _ in 0..50 {
+                if std::fs::remove_dir(&path).is_ok() || !path.exists() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            tracing::warn!("could not remove the command cgroup {}", path.display());
+        });
+    }
+}
+
+fn pids_cgroup(max: u64) -> Option<Cgroup> {
+    for base in [
+        "/sys/fs/cgroup/pids",
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup",
+    ] {
+        let base = Path::new(base);
+        if !base.join("cgroup.procs").exists() {
+            continue;
+        }
+        let dir = base.join(format!("bumblehive-{}", uuid::Uuid::new_v4().simple()));
+        if std::fs::create_dir(&dir).is_err() {
+            continue;
+        }
+        if std::fs::write(dir.join("pids.max"), max.to_string()).is_ok() {
+            return Some(Cgroup(dir));
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+    None
+}
+
+pub(super) fn limit(
+    cmd: &mut tokio::process::Command,
+    settings: &CommandSettings,
+) -> Option<Cgroup> {
+    let nproc = user_processes().saturating_add(settings.max_processes) as libc::rlim_t;
+    let data = settings.max_memory_mb.saturating_mul(1024 * 1024) as libc::rlim_t;
+    // SAFETY: getuid has no preconditions.
+    let root = unsafe { libc::getuid() } == 0;
+    let cgroup = if root {
+        pids_cgroup(settings.max_processes)
+    } else {
+        None
+    };
+    let procs = cgroup
+        .as_ref()
+        .and_then(|c| CString::new(c.0.join("cgroup.procs").as_os_str().as_encoded_bytes()).ok());
+    // SAFETY: between fork and exec only async-signal-safe calls are made (setrlimit,
+    // open, write, close), on memory prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let set = |resource, value: libc::rlim_t| {
+                let limit = libc::rlimit {
+                    rlim_cur: value,
+                    rlim_max: value,
+                };
+                libc::setrlimit(resource, &limit)
+            };
+            set(libc::RLIMIT_NPROC, nproc);
+            set(libc::RLIMIT_DATA, data);
+            set(libc::RLIMIT_CORE, 0);
+            if let Some(procs) = &procs {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if written != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    cgroup
+}
+
+pub(super) fn opened_path(file: &std::fs::File) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
+}
+
+pub(super) fn harden_process() {
+    // SAFETY: PR_SET_DUMPABLE takes an integer and touches no memory of ours.
+    let done = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    if done != 0 {
+        tracing::warn!(
+            "could not make the process non-dumpable: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_runtime_becomes_non_dumpable() {
+        // SAFETY: PR_GET_DUMPABLE only returns a value.
+        assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) }, 1);
+        super::harden_process();
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) }, 0);
+    }
+}

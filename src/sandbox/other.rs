@@ -1,0 +1,49 @@
+//! Systems without a sandbox yet (macOS will use Seatbelt, Windows its own): commands run unsandboxed and every one asks; the opened-file check reports "unknown" (macOS: `F_GETPATH`) so inside paths are never trusted blindly.
+
+use std::path::{Path, PathBuf};
+
+use super::{CommandSettings, Grant};
+
+pub(super) fn detect(_configured: Option<&Path>) -> Result<(), String> {
+    Err("no command sandbox on this system yet; every command asks for approval".into())
+}
+
+pub(super) fn sandboxed(
+    _settings: &CommandSettings,
+    _workspace: &Path,
+    _cwd: &Path,
+    _command: &str,
+    _grant: &Grant,
+) -> Result<tokio::process::Command, String> {
+    Err("no command sandbox on this system".into())
+}
+
+pub struct Cgroup;
+
+pub(super) fn limit(
+    _cmd: &mut tokio::process::Command,
+    _settings: &CommandSettings,
+) -> Option<Cgroup> {
+    None
+}
+
+#[cfg(target_os = "macos")]
+pub(super) fn opened_path(file: &std::fs::File) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: F_GETPATH writes at most PATH_MAX bytes into the buffer given.
+    let done = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETPATH, buf.as_mut_ptr()) };
+    if done == -1 {
+        return None;
+    }
+    let end = buf.iter().position(|b| *b == 0)?;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(&buf[..end])))
+}
+
+#[cfg(not(target_os = "macos"))]
+pub(super) fn opened_path(_file: &std::fs::File) -> Option<PathBuf> {
+    None
+}
+
+pub(super) fn harden_process() {}
