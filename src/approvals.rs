@@ -263,6 +263,7 @@ impl ApprovalGate for SessionGate {
             session_id: self.session_id.clone(),
             parent_session_id: self.parent_session_id.clone(),
             title: self.title.clone(),
+            remember_label: rememberable.then(|| remember_label(&ask.tool, &ask.arguments)),
             tool: ask.tool,
             arguments: ask.arguments,
             diff: ask.diff,

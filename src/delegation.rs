@@ -194,7 +194,7 @@ pub(crate) async fn follow_up(
         message_id: Some(message_id.clone()),
     };
     let observer = Arc::new(EventObserver {
-        child: Arc::downgrade(&child),
+        child: child.clone(),
         task_id,
     });
     match registry.shared.subagents.start(start, observer).await {
@@ -207,20 +207,20 @@ pub(crate) async fn follow_up(
     }
 }
 
-/// Tells the parent's subscribers how each child is doing.
+/// Tells the parent's subscribers how each child is doing. It holds the child's
+/// controller for as long as the task lives, so the last state (done, failed) still
+/// reaches the parent after the child's run has let go of it.
 pub(crate) struct EventObserver {
-    pub(crate) child: Weak<SessionController>,
+    pub(crate) child: Arc<SessionController>,
     pub(crate) task_id: String,
 }
 
 impl SubagentObserver for EventObserver {
     fn state(&self, _session_id: &str, state: SubagentState) {
-        if let Some(child) = self.child.upgrade() {
-            child.emit_progress(Progress::SubagentState {
-                task_id: self.task_id.clone(),
-                state,
-            });
-        }
+        self.child.emit_progress(Progress::SubagentState {
+            task_id: self.task_id.clone(),
+            state,
+        });
     }
 
     fn error(&self, session_id: &str, message: &str) {
@@ -294,7 +294,7 @@ impl Delegator for ServiceDelegator {
             message_id: None,
         };
         let observer = Arc::new(EventObserver {
-            child: Arc::downgrade(&child),
+            child: child.clone(),
             task_id: task_id.clone(),
         });
         let subagents = registry.shared.subagents.clone();

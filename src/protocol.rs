@@ -236,6 +236,11 @@ pub struct ApprovalInfo {
     /// Whether "always allow for this session" may be offered (never for outside paths).
     #[serde(default)]
     pub rememberable: bool,
+    /// What "always allow" would cover, for its button ("always allow `cargo test` in
+    /// this session"): one exact command or an argv prefix, never any command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub remember_label: Option<String>,
 }
 
 /// A background sub-agent as its parent's snapshot lists it.
@@ -713,6 +718,8 @@ pub struct AppInfo {
     /// Counts of what runs now in the whole app (every session and sub-agent).
     pub active_runs: usize,
     pub subagent_tasks: usize,
+    /// Whether shell commands run in the OS sandbox, and if not, why (the UI says so once).
+    pub sandbox: crate::sandbox::SandboxStatus,
 }
 
 /// The error object of the command table: `{"error": {"code", "message"}}`.

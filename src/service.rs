@@ -53,6 +53,7 @@ impl RuntimeService {
             (None, None) => Config::default(),
         };
         config.validate()?;
+        crate::sandbox::configure(&config.tools.command);
         let store = Arc::new(SessionStore::new(&options.data_dir)?);
         let root = CancellationToken::new();
         let tools = options.tools.unwrap_or_else(ToolRegistry::standard);
@@ -108,6 +109,7 @@ impl RuntimeService {
             config_path: shared.config_path.as_ref().map(|p| p.display().to_string()),
             active_runs: self.active_runs(),
             subagent_tasks: self.subagents().len(),
+            sandbox: crate::sandbox::status(),
         }
     }
 
@@ -155,10 +157,12 @@ impl RuntimeService {
         config: Option<RunConfig>,
     ) -> Result<(String, crate::protocol::MessageStatus), RuntimeError> {
         let controller = self.controller(session_id)?;
-        let workspace = config
-            .as_ref()
-            .and_then(|c| c.runtime.workspace.clone())
-            .unwrap_or_else(|| controller.meta().workspace.clone());
+        let overridden = config.as_ref().and_then(|c| c.runtime.workspace.clone());
+        if let Some(workspace) = &overridden {
+            // The override gets the same checks as a new session's workspace.
+            crate::workspace::check_workspace(Path::new(workspace))?;
+        }
+        let workspace = overridden.unwrap_or_else(|| controller.meta().workspace.clone());
         let content = if content.contains('@') {
             crate::mentions::expand(&content, Path::new(&workspace))
         } else {
@@ -338,7 +342,7 @@ impl RuntimeService {
             message_id: None,
         };
         let observer = Arc::new(EventObserver {
-            child: Arc::downgrade(&child),
+            child: child.clone(),
             task_id,
         });
         let started = self.subagents().start(start, observer).await;
@@ -417,17 +421,8 @@ impl RuntimeService {
         workspace: &str,
         title: Option<String>,
     ) -> Result<SessionInfo, RuntimeError> {
-        let path = Path::new(workspace);
-        if !path.is_absolute() {
-            return Err(RuntimeError::InvalidArgument(format!(
-                "workspace must be an absolute path, got {workspace:?}"
-            )));
-        }
-        if !path.is_dir() {
-            return Err(RuntimeError::InvalidArgument(format!(
-                "workspace {workspace} is not a folder"
-            )));
-        }
+        // `/`, the home folder itself and system folders are refused (security finding 11).
+        crate::workspace::check_workspace(Path::new(workspace))?;
         let meta = self.shared().store.create(NewSession {
             workspace: workspace.to_string(),
             title,
@@ -479,7 +474,7 @@ impl RuntimeService {
     /// Applies a merge patch to the config. Fails with `busy` while anything runs, and
     /// then changes nothing (SPEC §6).
     pub fn update_config(&self, patch: &serde_json::Value) -> Result<Config, RuntimeError> {
-        self.shared().update_config(
+        let config = self.shared().update_config(
             |config| Ok(config.patched(patch)?),
             || {
                 self.is_busy().then(|| {
@@ -490,7 +485,9 @@ impl RuntimeService {
                     )
                 })
             },
-        )
+        )?;
+        crate::sandbox::configure(&config.tools.command);
+        Ok(config)
     }
 
     /// Deletes a session and everything below it. The session is marked deleted first, so

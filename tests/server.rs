@@ -651,8 +651,16 @@ async fn server_two_clients_see_the_same_events_and_a_stalled_one_slows_no_one()
     let server = Server::start().await;
     // Each child streams fewer events than a subscriber's buffer (4096) holds, one child
     // at a time, so readers that keep up see every one; all of them together are more
-    // than a client that never reads can hold, in its socket and its buffer.
-    let children = 4;
+    // than a client that never reads can hold, in its socket and its buffer (8 × 3000
+    // events of ~510 bytes: more than a 4 MiB autotuned send buffer, the server's write
+    // buffer and a 4096-event subscriber buffer together; with 4 it depended on the host).
+    let children = 8;
+    server
+        .ok(
+            "update_config",
+            json!({"patch": {"subagents": {"max_concurrent": children}}}),
+        )
+        .await;
     server.model.0.lock().unwrap().flood = 3000;
     server.model.open("parent:flood");
     let workspace = server.dir.path().join("flood");
@@ -742,7 +750,8 @@ async fn server_two_clients_see_the_same_events_and_a_stalled_one_slows_no_one()
             tail.drain(..keep);
         }
     };
-    tokio::time::timeout(WAIT, resynced)
+    // The stalled socket is read only now: what the server still holds comes first.
+    tokio::time::timeout(WAIT * 5, resynced)
         .await
         .expect("the stalled client never got a fresh snapshot");
 }

@@ -16,4 +16,9 @@ title?: string | null, tool: string, arguments: JsonValue, diff?: string | null,
 /**
  * Whether "always allow for this session" may be offered (never for outside paths).
  */
-rememberable: boolean, };
+rememberable: boolean, 
+/**
+ * What "always allow" would cover, for its button ("always allow `cargo test` in
+ * this session"): one exact command or an argv prefix, never any command.
+ */
+remember_label?: string | null, };
