@@ -3,8 +3,9 @@ import type { CreateSession } from '../bindings/CreateSession';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionRef } from '../bindings/SessionRef';
 import type { SubagentState } from '../bindings/SubagentState';
-import { SessionModel, totalTokens, type ChildTab } from '../model';
-import { toCommandError, type Platform } from '../platform';
+import type { Event as WireEvent } from '../bindings/Event';
+import { SessionModel, totalTokens, type ChildTab, type SessionNeeds } from '../model';
+import { CommandError, toCommandError, type Platform } from '../platform';
 import { formatTokens } from '../util';
 import { ApprovalDialog } from './ApprovalDialog';
 import { Chat } from './Chat';
@@ -13,18 +14,21 @@ import { ConfirmButton } from './ConfirmButton';
 import { ErrorBox } from './ErrorBox';
 import { PendingTray } from './PendingTray';
 import { Progress } from './Progress';
+import { Icon, type IconName } from './Icon';
+import { NeedsBadge } from './Sidebar';
+import type { SlashCommand } from '../commands';
 
 export interface PaneStats {
   treeTokens: number;
   runs: number;
 }
 
-const STATE_ICON: Record<SubagentState, string> = {
-  waiting_for_slot: '◌',
-  running: '●',
-  done: '✓',
-  failed: '!',
-  cancelled: '✕',
+const STATE_ICON: Record<SubagentState, IconName> = {
+  waiting_for_slot: 'waiting',
+  running: 'running',
+  done: 'done',
+  failed: 'failed',
+  cancelled: 'cancelled',
 };
 
 const STATE_LABEL: Record<SubagentState, string> = {
@@ -34,6 +38,31 @@ const STATE_LABEL: Record<SubagentState, string> = {
   failed: 'failed',
   cancelled: 'cancelled',
 };
+
+/** The composer's slash commands; those the runtime cannot do yet show as "coming". */
+export const SLASH_COMMANDS: SlashCommand[] = [
+  { name: 'new', description: 'Start a new conversation', available: true },
+  { name: 'clear', description: 'Start over in a new session (this one stays in the list)', available: true },
+  { name: 'compact', description: 'Compact the conversation', available: false },
+  { name: 'model', description: 'Choose the model for this session', available: false },
+];
+
+/** Backends without `list_files` get no @-mentions (remembered per platform). */
+const noFileList = new WeakSet<Platform>();
+
+function filesOf(platform: Platform, workspace: string) {
+  if (noFileList.has(platform)) return undefined;
+  return async (query: string): Promise<string[] | null> => {
+    try {
+      const result: { files?: string[] } = await platform.invoke('list_files', { workspace, query, limit: 20 });
+      return Array.isArray(result?.files) ? result.files : [];
+    } catch (err) {
+      const error = toCommandError(err);
+      if (error.code === 'unknown_command' || error.status === 404) noFileList.add(platform);
+      return null;
+    }
+  };
+}
 
 function useModelState(model: SessionModel | null) {
   const [, force] = useReducer((n: number, _: void) => n + 1, 0);
@@ -94,6 +123,11 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
           onConfirm={remove}
         />
       </div>
+      {tab.state === 'failed' && !tab.interrupted && (
+        <div class="notice" data-testid="child-failed">
+          This sub-agent failed; its parent got the error as its report. To try again, ask the agent in Main.
+        </div>
+      )}
       {tab.interrupted && (
         <div class="notice" data-testid="child-interrupted">
           This sub-agent was cut off when Bumblehive stopped. Resume it from where it was, or cancel it (its parent
@@ -107,7 +141,9 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
       {t?.status === 'error' && <ErrorBox message={`Cannot read this sub-agent's history: ${t.loadError}`} onRetry={() => void model.loadTranscript(tab.sessionId)} />}
       {t ? (
         <Chat
+          key={tab.sessionId}
           transcript={t}
+          canSend={false}
           tabs={model.state.children}
           footer={t.running ? <Progress transcript={t} approvals={model.state.approvals.filter((a) => a.session_id === tab.sessionId).length} /> : null}
           empty={<div class="empty">{tab.state === 'waiting_for_slot' ? 'Waiting for a free slot…' : 'Nothing yet.'}</div>}
@@ -132,6 +168,16 @@ export function SessionPane(props: {
   onStats?: (stats: PaneStats) => void;
   /** Render coalescing delay for the model (tests use 0). */
   notifyDelay?: number;
+  /** Every event of this session's feed, with its (root) session id. */
+  onEvent?: (rootId: string, event: WireEvent) => void;
+  /** The person opened a child's tab. */
+  onTabSeen?: (rootId: string, sessionId: string) => void;
+  needs?: Record<string, SessionNeeds>;
+  /** No provider is configured: the first send opens the set-up instead. */
+  needsSetup?: boolean;
+  onOpenSettings?: () => void;
+  /** `/new` and `/clear`: a new conversation in this workspace. */
+  onNew?: () => void;
 }) {
   const { platform, sessionId } = props;
   const modelRef = useRef<SessionModel | null>(null);
@@ -139,11 +185,15 @@ export function SessionPane(props: {
   callbacks.current = props;
   const [model, setModel] = useState<SessionModel | null>(null);
   const [tab, setTab] = useState<string>('main');
+  const [resuming, setResuming] = useState(false);
+  const [resumeError, setResumeError] = useState<string | null>(null);
+  const [draft, setDraft] = useState<{ text: string } | null>(null);
 
   const makeModel = (id: string) => {
     const m = new SessionModel(platform, id, {
       onSessionsChanged: () => callbacks.current.onSessionsChanged(),
       notifyDelay: props.notifyDelay,
+      onEvent: (event) => callbacks.current.onEvent?.(id, event),
     });
     m.start();
     return m;
@@ -160,6 +210,9 @@ export function SessionPane(props: {
   useEffect(() => {
     if (props.focusTab) setTab(props.focusTab.sessionId);
   }, [props.focusTab]);
+  useEffect(() => {
+    if (model && tab !== 'main') callbacks.current.onTabSeen?.(model.sessionId, tab);
+  }, [model, tab]);
 
   const state = useModelState(model);
 
@@ -184,7 +237,21 @@ export function SessionPane(props: {
     return () => window.removeEventListener('keydown', onKey);
   }, [model]);
 
+  const composerProps = {
+    commands: SLASH_COMMANDS,
+    onCommand: (name: string) => {
+      if (name === 'new' || name === 'clear') callbacks.current.onNew?.();
+    },
+    findFiles: filesOf(platform, props.workspace),
+  };
+
   const send = async (text: string) => {
+    if (props.needsSetup) {
+      // Nothing is configured: sending would only fail after retries. Set up first; the
+      // text stays in the composer.
+      props.onOpenSettings?.();
+      throw new CommandError('setup', 'Choose a model first: the set-up opened. Your message is kept; send it once a model is chosen.');
+    }
     if (model) return model.submit(text);
     // A new conversation: the session is created with the first message.
     const title = text.trim().split('\n')[0].slice(0, 60);
@@ -213,12 +280,27 @@ export function SessionPane(props: {
             <p>Ask the agent about the files in this workspace. It can delegate pieces of work to sub-agents that run in their own tabs.</p>
           </div>
         </div>
-        <Composer running={false} onSend={send} onStop={async () => undefined} autoFocus />
+        <Composer running={false} onSend={send} onStop={async () => undefined} autoFocus {...composerProps} />
       </div>
     );
   }
 
   const main = state.transcripts[model.sessionId];
+  const interrupted = state.children.filter((c) => c.interrupted);
+  const resumeAll = async () => {
+    setResuming(true);
+    setResumeError(null);
+    const failed: string[] = [];
+    for (const c of interrupted) {
+      try {
+        await model.resumeChild(c.sessionId);
+      } catch (err) {
+        failed.push(`“${c.title}”: ${toCommandError(err).message}`);
+      }
+    }
+    setResuming(false);
+    if (failed.length) setResumeError(`Cannot resume ${failed.join('; ')}`);
+  };
   const childTab = tab === 'main' ? undefined : state.children.find((c) => c.sessionId === tab);
   const approval = state.approvals[0];
   const approvalPanel = approval ? (
@@ -246,11 +328,12 @@ export function SessionPane(props: {
             title={`${c.title} (${STATE_LABEL[c.state]})`}
             onClick={() => setTab(c.sessionId)}
           >
-            <span class="tab-icon" aria-hidden="true">
-              {STATE_ICON[c.state]}
+            <span class="tab-icon">
+              <Icon name={c.interrupted ? 'paused' : STATE_ICON[c.state]} />
             </span>
             <span class="tab-title">{c.title}</span>
-            <span class="tab-state">{STATE_LABEL[c.state]}</span>
+            <span class="tab-state">{c.interrupted ? 'interrupted' : STATE_LABEL[c.state]}</span>
+            <NeedsBadge needs={props.needs?.[c.sessionId]} testid="tab-needs" />
           </button>
         ))}
       </div>
@@ -273,7 +356,21 @@ export function SessionPane(props: {
           {main.status === 'error' && (
             <ErrorBox message={`Cannot open this session: ${main.loadError}`} onRetry={() => void model.loadTranscript(model.sessionId)} testid="load-error" />
           )}
+          {interrupted.length > 0 && (
+            <div class="notice" data-testid="interrupted-banner">
+              {interrupted.length === 1 ? `Sub-agent “${interrupted[0].title}” was` : `${interrupted.length} sub-agents were`} cut off when Bumblehive
+              stopped.
+              <button type="button" class="primary" disabled={resuming} data-testid="resume-all-interrupted" onClick={() => void resumeAll()}>
+                Resume all interrupted sub-agents
+              </button>
+              {resumeError && <ErrorBox message={resumeError} onDismiss={() => setResumeError(null)} />}
+            </div>
+          )}
           <Chat
+            key={model.sessionId}
+            onRetry={(text) => model.submit(text)}
+            onOpenSettings={props.onOpenSettings}
+            onEdit={(text) => setDraft({ text })}
             transcript={main}
             statuses={state.statuses}
             inflight={state.inflight}
@@ -290,7 +387,7 @@ export function SessionPane(props: {
             onResumeAll={() => model.steerAll()}
             onDiscard={(id) => model.discard(id)}
           />
-          <Composer running={state.running} onSend={send} onStop={() => model.cancel()} autoFocus />
+          <Composer running={state.running} onSend={send} onStop={() => model.cancel()} autoFocus draft={draft} {...composerProps} />
         </>
       )}
     </div>

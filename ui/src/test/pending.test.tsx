@@ -55,9 +55,15 @@ describe('the pending tray', () => {
     expect($(card, 'message-status')!.textContent).toBe('started');
   });
 
-  it('Discard drops the message', async () => {
+  it('Discard drops the message, and can be undone until it is sent (D22)', async () => {
     const { fake, root } = await withPending();
     await inAct(() => $(root, 'pending-discard')!.click());
+    // Not sent yet: Undo brings it back and nothing reaches the runtime.
+    expect(fake.callsOf('discard')).toEqual([]);
+    await inAct(() => $(root, 'pending-undo')!.click());
+    expect($$(root, 'pending-item').length).toBe(1);
+    await inAct(() => $(root, 'pending-discard')!.click());
+    await inAct(() => $(root, 'pending-discard-now')!.click());
     expect(fake.callsOf('discard')).toEqual([{ session_id: P, message_id: 'subagent:call-1' }]);
     expect($(root, 'pending-tray')).toBeNull();
   });
