@@ -86,6 +86,7 @@ try {
     click: (css) => page.click(css, { timeout: 10000 }),
     type: (css, text) => page.fill(css, text, { timeout: 10000 }),
     shot: (name) => page.screenshot({ path: join(out, `${name}.png`) }),
+    resize: (width, height) => page.setViewportSize({ width, height }),
   };
   for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', mock: mock ?? { requests: [] }, opened: () => opened })) {
     await runner.step(title, fn);

@@ -225,7 +225,28 @@ export function flowSteps(driver, ctx) {
         await until('the opener to get the link', () => ctx.opened(), (list) => list.includes(LINK_URL), { timeout: 15000 });
         const s = await state();
         check(s.href === before, `the app window navigated to ${s.href}`);
-        await driver.shot('09-link-opened-outside');
+        await driver.shot('10-link-opened-outside');
+      },
+    ],
+    [
+      'wide content stays in its own box: no sideways scrolling at 1920 px or at 900 × 600',
+      async () => {
+        await driver.type('[data-testid=prompt-input]', 'Wide please');
+        await driver.click('[data-testid=send-button]');
+        await waitFor('the wide answer', (s) => says(s, 'assistant', 'After the table.') && s.running === 'false');
+        const sizes = driver.resize ? [[1920, 1080], [900, 600], [1280, 800]] : [[0, 0]];
+        for (const [w, h] of sizes) {
+          if (driver.resize) await driver.resize(w, h);
+          const m = await driver.query(String.raw`
+            const chat = document.querySelector('[data-testid=chat]');
+            const table = chat.querySelector('.markdown table');
+            return { page: document.documentElement.scrollWidth, view: innerWidth, chat: chat.scrollWidth, chatBox: chat.clientWidth,
+                     table: table.clientWidth, tableScroll: table.scrollWidth };`);
+          check(m.page <= m.view, `the page scrolls sideways at ${w}px: ${JSON.stringify(m)}`);
+          check(m.chat <= m.chatBox + 1, `the chat scrolls sideways at ${w}px: ${JSON.stringify(m)}`);
+          check(m.tableScroll > m.table, `the table does not scroll in its own box: ${JSON.stringify(m)}`);
+          await driver.shot(`09-wide-${w || 'window'}`);
+        }
       },
     ],
     [
@@ -239,7 +260,7 @@ export function flowSteps(driver, ctx) {
         const kept = s.partial.at(-1);
         check(kept.includes('Sentence 1 of the slow answer.'), `the partial answer is not kept: ${kept.slice(0, 200)}`);
         check(!kept.includes('Sentence 120 '), 'the whole answer arrived: the stop came too late to test anything');
-        await driver.shot('10-stopped-keeps-partial');
+        await driver.shot('11-stopped-keeps-partial');
       },
     ],
     [
@@ -248,7 +269,7 @@ export function flowSteps(driver, ctx) {
         const from = (await state()).session;
         await driver.type('[data-testid=prompt-input]', '/ne');
         await waitFor('the slash menu', (s) => s.slash.includes('new'));
-        await driver.shot('11-slash-menu');
+        await driver.shot('12-slash-menu');
         await driver.click('[data-testid=slash-item][data-name=new]');
         await waitFor('a new conversation', (s) => s.newConversation && s.session == null);
         ctx.firstSession = from;
@@ -271,14 +292,14 @@ export function flowSteps(driver, ctx) {
           const title = await until('the window title', () => ctx.windowTitle(), (t) => t === 'Bumblehive — 1 needs you', { timeout: 10000 });
           check(title === 'Bumblehive — 1 needs you', `the window title is ${title}`);
         }
-        await driver.shot('12-approval-in-other-session');
+        await driver.shot('13-approval-in-other-session');
         await driver.click('[data-testid=inbox-button]');
-        await driver.shot('13-inbox');
+        await driver.shot('14-inbox');
         await driver.click('[data-testid=inbox-approval]');
         await waitFor('the approval in its session', (x) => x.session === second && x.approvals.length > 0);
         await driver.click('[data-testid=approval-approve]');
         await waitFor('the report and the title back to plain', (x) => says(x, 'report', 'Wrote notes.txt') && x.title === 'Bumblehive');
-        await driver.shot('14-approved-from-inbox');
+        await driver.shot('15-approved-from-inbox');
       },
     ],
   ];

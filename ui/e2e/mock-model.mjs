@@ -16,6 +16,7 @@
 //                                        write_file {path: "parent.txt"} in one batch
 //   user containing "Link please"      → a text answer with a web link (LINK_URL)
 //   user containing "Slow answer"      → 120 sentences, one chunk every 50 ms (to stop it)
+//   user containing "Wide please"      → a 600-character unbroken line and a wide table
 //   any other user message             → sub_agent {title: "Writer", task: "WRITE notes"}
 //   tool results                       → a short text answer
 // Every request body is appended to the log file as one JSON line ({at, path, body}).
@@ -77,6 +78,12 @@ export function decide(messages) {
   }
   if (last.role === 'user' && lastText.includes('Link please')) {
     return { text: `The guide is at [the guide](${LINK_URL}).` };
+  }
+  if (last.role === 'user' && lastText.includes('Wide please')) {
+    const cell = 'x'.repeat(300);
+    return {
+      text: `A long line: ${'path/'.repeat(120)}end\n\n| A | B | C |\n|---|---|---|\n| ${cell} | ${cell} | ${cell} |\n\nAfter the table.`,
+    };
   }
   if (last.role === 'user' && lastText.includes('Slow answer')) {
     const text = Array.from({ length: SLOW_SENTENCES }, (_, i) => `Sentence ${i + 1} of the slow answer.`).join(' ');

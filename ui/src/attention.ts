@@ -24,7 +24,16 @@ export interface Attention {
   seen: (rootId: string, sessionId: string) => void;
 }
 
-export function useAttention(platform: Platform, sessions: SessionInfo[], selected: string | null, focused: () => boolean = () => document.hasFocus()): Attention {
+export function useAttention(
+  platform: Platform,
+  sessions: SessionInfo[],
+  selected: string | null,
+  /** A background tree changed in a way the sessions list shows (refresh it). */
+  onListChanged?: () => void,
+  focused: () => boolean = () => document.hasFocus(),
+): Attention {
+  const listChanged = useRef(onListChanged);
+  listChanged.current = onListChanged;
   const [roots, setRoots] = useState<Record<string, RootAttention>>({});
   const rootsRef = useRef(roots);
   const feeds = useRef(new Map<string, () => void>());
@@ -76,7 +85,15 @@ export function useAttention(platform: Platform, sessions: SessionInfo[], select
       }
     }
     for (const id of wanted) {
-      if (!feeds.current.has(id)) feeds.current.set(id, platform.subscribe(id, (event) => feed(id, event)));
+      if (!feeds.current.has(id)) {
+        const onEvent = (event: WireEvent) => {
+          feed(id, event);
+          const ends = event.type === 'result' || event.type === 'error' || event.type === 'session_created';
+          const child = event.type === 'event' && event.kind === 'subagent.state' && !['running', 'waiting_for_slot'].includes(String((event.data as any)?.state));
+          if (ends || child) listChanged.current?.();
+        };
+        feeds.current.set(id, platform.subscribe(id, onEvent));
+      }
     }
   }, [watch, platform, feed]);
   useEffect(

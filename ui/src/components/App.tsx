@@ -38,6 +38,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   /** Whether a provider is configured: from the host, null when nobody can tell. */
   const [configured, setConfigured] = useState<boolean | null>(null);
   const [inbox, setInbox] = useState(false);
+  const [setupDeclined, setSetupDeclined] = useState(false);
   // Session tools the backend may not have yet: a command it does not know hides its control.
   const [tools, setTools] = useState({ rename: true, archive: true, search: true });
   const tool = <T,>(name: keyof typeof tools, run: () => Promise<T>) =>
@@ -49,7 +50,8 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
       }
       throw e;
     });
-  const attention = useAttention(platform, sessions, selected);
+  const attention = useAttention(platform, sessions, selected, () => refreshSoonRef.current());
+  const refreshSoonRef = useRef<() => void>(() => undefined);
 
   const remember = (next: UiState) => {
     uiState.current = next;
@@ -81,6 +83,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
       void loadSessions();
     }, 300);
   }, [loadSessions]);
+  refreshSoonRef.current = refreshSoon;
   useEffect(() => () => {
     if (refreshTimer.current) clearTimeout(refreshTimer.current);
   }, []);
@@ -198,12 +201,14 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
 
   const closeSettings = () => {
     if (settings === 'welcome') {
+      // "Later": the runtime's default address is used; the set-up is not forced again.
+      setSetupDeclined(true);
       setFlag(SETUP_KEY);
       setOfferSetup(false);
     }
     setSettings(null);
   };
-  const needsSetup = configured === false;
+  const needsSetup = configured === false && !setupDeclined;
 
   const transport = platform.kind === 'tauri' ? 'desktop' : platform.kind === 'web' ? 'web' : platform.kind;
 

@@ -118,7 +118,7 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
           disabled={busy}
           testid="child-delete"
           label="Delete…"
-          confirmLabel="Delete it (no report)"
+          confirmLabel={tab.state === 'done' || tab.state === 'failed' || tab.state === 'cancelled' ? 'Delete it' : 'Delete it (no report)'}
           title="Delete this sub-agent session and its history; its report will not be delivered"
           onConfirm={remove}
         />
@@ -355,6 +355,11 @@ export function SessionPane(props: {
         <>
           {main.status === 'error' && (
             <ErrorBox message={`Cannot open this session: ${main.loadError}`} onRetry={() => void model.loadTranscript(model.sessionId)} testid="load-error" />
+          )}
+          {state.paused && !state.running && main.status === 'loaded' && main.notes.length === 0 && state.pending.length === 0 && (
+            <div class="notice" data-testid="paused-notice">
+              This session is paused: its last run was stopped or failed. Send a message to go on.
+            </div>
           )}
           {interrupted.length > 0 && (
             <div class="notice" data-testid="interrupted-banner">

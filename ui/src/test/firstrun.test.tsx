@@ -31,6 +31,11 @@ describe('first run', () => {
     expect($(root, 'settings-dialog')).not.toBeNull();
     expect($(root, 'composer-error')!.textContent).toContain('Choose a model first');
     expect(($(root, 'prompt-input') as HTMLTextAreaElement).value).toBe('hello there');
+    // "Later": the default address is tried; the set-up is offered, not forced.
+    await inAct(() => $(root, 'settings-close')!.click());
+    fake.handlers.create_session = ({ workspace, title }) => info('new', { workspace, title });
+    await inAct(() => $(root, 'send-button')!.click());
+    expect(fake.callsOf('create_session')).toEqual([{ workspace: '/ws', title: 'hello there' }]);
   });
 
   it('a config that names a provider is set up, whatever this browser remembers', async () => {

@@ -111,3 +111,18 @@ describe('Stop keeps what was streamed (D2, on screen)', () => {
     expect(stopped.textContent).toContain('Stopped here.');
   });
 });
+
+describe('a paused session after a restart (D13)', () => {
+  it('says it is paused and how to go on', async () => {
+    const fake = workspacePlatform([info(P, { state: 'paused' })], { [P]: [{ role: 'user', content: 'go', id: 'm1' }] });
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    await inAct(() => fake.emit(P, snapshot(P, { paused: true })));
+    expect($(mounted.root, 'paused-notice')!.textContent).toContain('paused');
+    const item = $$(mounted.root, 'session-item')[0];
+    expect($(item, 'session-state')!.querySelector('svg')!.dataset.icon).toBe('paused');
+    // Going on clears it.
+    await inAct(() => fake.emit(P, { type: 'message_status', session_id: P, message_id: 'm2', status: 'started' }));
+    expect($(mounted.root, 'paused-notice')).toBeNull();
+  });
+});
