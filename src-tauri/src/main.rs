@@ -140,6 +140,9 @@ fn is_external_link(url: &str) -> bool {
 /// An OS notification (the UI asks only while the window is not focused).
 #[tauri::command]
 async fn notify(app: tauri::AppHandle, title: String, body: String) -> Result<(), Value> {
+    // Logged too: a desktop without a notification daemon shows nothing, and the log is
+    // then the only trace that the person was asked.
+    tracing::info!(%title, %body, "notification requested");
     app.notification()
         .builder()
         .title(title)

@@ -11,7 +11,7 @@
 // test-output/e2e-desktop/. Prints "N passed, N failed"; exits non-zero on failure.
 
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { flowSteps } from './flow.mjs';
@@ -204,8 +204,15 @@ try {
     const id = spawnSync('xdotool', ['search', '--onlyvisible', '--name', TITLE], { env }).stdout.toString().trim().split('\n')[0];
     return id ? spawnSync('xdotool', ['getwindowname', id], { env }).stdout.toString().trim() : null;
   };
+  const notifications = () => {
+    const logs = join(space.data, 'logs');
+    if (!existsSync(logs)) return [];
+    return readdirSync(logs)
+      .flatMap((f) => readFileSync(join(logs, f), 'utf8').split('\n'))
+      .filter((l) => l.includes('notification requested'));
+  };
   const opened = () => (existsSync(OPENED) ? readFileSync(OPENED, 'utf8').split('\n').filter(Boolean) : []);
-  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', mock: mock ?? { requests: [] }, timeout: 30000, opened, windowTitle })) {
+  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', mock: mock ?? { requests: [] }, timeout: 30000, opened, windowTitle, notifications })) {
     await runner.step(title, fn);
   }
 } finally {

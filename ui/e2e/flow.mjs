@@ -292,13 +292,21 @@ export function flowSteps(driver, ctx) {
           const title = await until('the window title', () => ctx.windowTitle(), (t) => t === 'Bumblehive — 1 needs you', { timeout: 10000 });
           check(title === 'Bumblehive — 1 needs you', `the window title is ${title}`);
         }
+        // The OS notification is asked for only while the window is not focused.
+        const focused = await driver.query('return document.hasFocus();');
+        if (!focused && ctx.notifications) {
+          await until('the notification request', () => ctx.notifications(), (list) => list.some((l) => l.includes('Writer')), { timeout: 10000 });
+        }
+        console.log(`    (window focused: ${focused}; notification ${focused ? 'not expected' : 'requested'})`);
         await driver.shot('13-approval-in-other-session');
         await driver.click('[data-testid=inbox-button]');
         await driver.shot('14-inbox');
         await driver.click('[data-testid=inbox-approval]');
         await waitFor('the approval in its session', (x) => x.session === second && x.approvals.length > 0);
         await driver.click('[data-testid=approval-approve]');
-        await waitFor('the report and the title back to plain', (x) => says(x, 'report', 'Wrote notes.txt') && x.title === 'Bumblehive');
+        // The inbox opened the child's tab; its report lands in Main.
+        await driver.click('[data-testid=tab-main]');
+        await waitFor('the report and the title back to plain', (x) => says(x, 'report', 'Wrote notes.txt') && x.title === 'Bumblehive' && !x.inbox);
         await driver.shot('15-approved-from-inbox');
       },
     ],

@@ -417,6 +417,11 @@ export function createWebPlatform(options: WebOptions = {}): Platform {
       globalThis.open?.(url, '_blank', 'noopener,noreferrer');
     },
     probeProviders: () => probeThroughBackend(invoke),
+    async hostInfo() {
+      // The server's app_info, once it says whether the config names a provider.
+      const info: any = await invoke('app_info', {}).catch(() => ({}));
+      return { home_dir: null, provider_configured: typeof info?.provider_configured === 'boolean' ? info.provider_configured : null };
+    },
     async checkFolder(path) {
       // The server checks a workspace when it lists its files; without that command the
       // first `create_session` checks it.

@@ -121,33 +121,31 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   useEffect(() => {
     let live = true;
     (async () => {
-      const [saved, info, initial] = await Promise.all([
+      const [saved, info, initial, cfg] = await Promise.all([
         platform.loadUiState?.().catch(() => ({})) ?? Promise.resolve({}),
         platform.hostInfo?.().catch(() => null) ?? Promise.resolve(null),
         platform.initialWorkspace().catch(() => null),
+        platform.invoke('get_config', {}).catch(() => null),
       ]);
       if (!live) return;
       uiState.current = parseUiState(saved, { recents: readRecents() });
       setRecents(uiState.current.recents);
       host.current = info;
+      if (cfg) {
+        setConfig(cfg);
+        // Driven by the config, not by this browser's memory: a config that names a
+        // provider is set up; without one the default is not presented as a choice.
+        const c = cfg as { provider_configured?: unknown };
+        const known = typeof c.provider_configured === 'boolean' ? c.provider_configured : (info?.provider_configured ?? null);
+        setConfigured(known);
+        if (known === false || (known == null && !flag(SETUP_KEY))) setOfferSetup(true);
+      }
       // The command line wins; else the last workspace (a start from the menu goes on
       // where the person was). A last workspace that is gone shows the picker and says so.
       if (initial) await openWorkspace(initial, false);
       else if (uiState.current.lastWorkspace) await openWorkspace(uiState.current.lastWorkspace);
       if (!live) return;
       setBooting(false);
-      try {
-        const cfg: any = await platform.invoke('get_config', {});
-        if (!live) return;
-        setConfig(cfg);
-        // Driven by the config, not by this browser's memory: a config that names a
-        // provider is set up; without one the default is not presented as a choice.
-        const known = typeof cfg?.provider_configured === 'boolean' ? cfg.provider_configured : (info?.provider_configured ?? null);
-        setConfigured(known);
-        if (known === false || (known == null && !flag(SETUP_KEY))) setOfferSetup(true);
-      } catch {
-        /* shown when settings open */
-      }
     })();
     return () => {
       live = false;
