@@ -1,6 +1,5 @@
-//! The one command table of SPEC §9: names, JSON arguments and JSON results, shared by the HTTP server and the desktop shell.
+//! The one command table of SPEC §9, executed: transports decode a name and JSON arguments into a typed [`Command`], this runs it, and they encode the typed result. The table itself (names, argument and result types) is `protocol::commands::command_table!`.
 
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::error::RuntimeError;
@@ -8,24 +7,7 @@ use crate::protocol::commands::*;
 use crate::service::RuntimeService;
 
 /// Every command's name, for transports that list or route them.
-pub const COMMANDS: &[&str] = &[
-    "create_session",
-    "list_sessions",
-    "get_session",
-    "delete_session",
-    "submit",
-    "cancel",
-    "resume_subagent",
-    "steer",
-    "discard",
-    "decide_approval",
-    "snapshot",
-    "get_config",
-    "update_config",
-    "probe_providers",
-    "app_info",
-    "set_api_key",
-];
+pub const COMMANDS: &[&str] = COMMAND_NAMES;
 
 /// Why a command failed, with the code and HTTP status a transport needs.
 #[derive(Debug, thiserror::Error)]
@@ -63,93 +45,109 @@ impl CommandError {
     }
 }
 
-fn args<T: DeserializeOwned>(command: &str, value: Value) -> Result<T, CommandError> {
-    let value = if value.is_null() { json!({}) } else { value };
-    serde_json::from_value(value).map_err(|err| CommandError::BadArguments {
-        command: command.to_string(),
-        message: err.to_string(),
+/// Decodes a command from its name and JSON arguments (`null` counts as `{}`).
+pub fn decode(name: &str, arguments: Value) -> Result<Command, CommandError> {
+    if !COMMAND_NAMES.contains(&name) {
+        return Err(CommandError::UnknownCommand(name.to_string()));
+    }
+    let arguments = if arguments.is_null() {
+        json!({})
+    } else {
+        arguments
+    };
+    serde_json::from_value(json!({"name": name, "args": arguments})).map_err(|err| {
+        CommandError::BadArguments {
+            command: name.to_string(),
+            message: err.to_string(),
+        }
     })
 }
 
-fn to_value<T: serde::Serialize>(value: T) -> Result<Value, CommandError> {
-    serde_json::to_value(value).map_err(|err| {
+/// Runs one command by name. Transports only decode, call this, and encode.
+pub async fn dispatch(
+    service: &RuntimeService,
+    command: &str,
+    arguments: Value,
+) -> Result<Value, CommandError> {
+    let output = execute(service, decode(command, arguments)?).await?;
+    serde_json::to_value(output).map_err(|err| {
         CommandError::Runtime(RuntimeError::InvalidArgument(format!(
             "result not serialisable: {err}"
         )))
     })
 }
 
-/// Runs one command. Transports only decode, call this, and encode.
-pub async fn dispatch(
+/// Runs one typed command; each row returns the result type the table names for it.
+pub async fn execute(
     service: &RuntimeService,
-    command: &str,
-    arguments: Value,
-) -> Result<Value, CommandError> {
-    match command {
-        "create_session" => {
-            let a: CreateSession = args(command, arguments)?;
-            to_value(service.create_session(&a.workspace, a.title)?)
+    command: Command,
+) -> Result<CommandOutput, CommandError> {
+    let done = || Empty {};
+    Ok(match command {
+        Command::CreateSession(a) => {
+            CommandOutput::CreateSession(service.create_session(&a.workspace, a.title)?)
         }
-        "list_sessions" => {
-            let a: ListSessions = args(command, arguments)?;
-            to_value(service.list_sessions(a.workspace.as_deref())?)
+        Command::ListSessions(a) => {
+            CommandOutput::ListSessions(service.list_sessions(a.workspace.as_deref())?)
         }
-        "get_session" => {
-            let a: SessionRef = args(command, arguments)?;
-            to_value(service.get_session(&a.session_id)?)
-        }
-        "delete_session" => {
-            let a: SessionRef = args(command, arguments)?;
+        Command::GetSession(a) => CommandOutput::GetSession(service.get_session(&a.session_id)?),
+        Command::DeleteSession(a) => {
             service.delete_session(&a.session_id).await?;
-            Ok(json!({}))
+            CommandOutput::DeleteSession(done())
         }
-        "submit" => {
-            let a: Submit = args(command, arguments)?;
-            let (message_id, status) = service
-                .controller(&a.session_id)?
-                .submit(a.content, a.config)?;
-            to_value(Submitted { message_id, status })
+        Command::Submit(a) => {
+            let (message_id, status) = service.submit(&a.session_id, a.content, a.config)?;
+            CommandOutput::Submit(Submitted { message_id, status })
         }
-        "cancel" => {
-            let a: SessionRef = args(command, arguments)?;
+        Command::Cancel(a) => {
             service.cancel_session(&a.session_id).await?;
-            Ok(json!({}))
+            CommandOutput::Cancel(done())
         }
-        "resume_subagent" => {
-            let a: SessionRef = args(command, arguments)?;
+        Command::ResumeSubagent(a) => {
             service.resume_subagent(&a.session_id).await?;
-            Ok(json!({}))
+            CommandOutput::ResumeSubagent(done())
         }
-        "steer" => {
-            let a: MessageRef = args(command, arguments)?;
+        Command::Steer(a) => {
             let status = service.controller(&a.session_id)?.steer(&a.message_id)?;
-            to_value(Steered { status })
+            CommandOutput::Steer(Steered { status })
         }
-        "discard" => {
-            let a: MessageRef = args(command, arguments)?;
+        Command::Discard(a) => {
             service.controller(&a.session_id)?.discard(&a.message_id)?;
-            Ok(json!({}))
+            CommandOutput::Discard(done())
         }
-        "decide_approval" => {
-            let a: DecideApproval = args(command, arguments)?;
+        Command::DecideApproval(a) => {
             service.decide_approval(a)?;
-            Ok(json!({}))
+            CommandOutput::DecideApproval(done())
         }
-        "snapshot" => {
-            let a: SessionRef = args(command, arguments)?;
-            to_value(service.controller(&a.session_id)?.snapshot())
+        Command::Snapshot(a) => {
+            CommandOutput::Snapshot(service.controller(&a.session_id)?.snapshot())
         }
-        "get_config" => Ok(service.config().redacted()),
-        "update_config" => {
-            let a: UpdateConfig = args(command, arguments)?;
-            Ok(service.update_config(&a.patch)?.redacted())
+        Command::GetConfig(_) => CommandOutput::GetConfig(service.config().redacted()),
+        Command::UpdateConfig(a) => {
+            CommandOutput::UpdateConfig(service.update_config(&a.patch)?.redacted())
         }
-        "probe_providers" => to_value(crate::probe::probe_known().await),
-        "app_info" => Ok(service.app_info()),
-        "set_api_key" => {
-            let a: SetApiKey = args(command, arguments)?;
-            Ok(service.set_api_key(&a.key, a.entry).await?.redacted())
+        Command::ProbeProviders(_) => {
+            CommandOutput::ProbeProviders(crate::probe::probe_known().await)
         }
-        other => Err(CommandError::UnknownCommand(other.to_string())),
-    }
+        Command::AppInfo(_) => CommandOutput::AppInfo(service.app_info()),
+        Command::SetApiKey(a) => {
+            CommandOutput::SetApiKey(service.set_api_key(&a.key, a.entry).await?.redacted())
+        }
+        Command::RenameSession(a) => {
+            CommandOutput::RenameSession(service.rename_session(&a.session_id, &a.title)?)
+        }
+        Command::ArchiveSession(a) => {
+            CommandOutput::ArchiveSession(service.archive_session(&a.session_id, a.archived)?)
+        }
+        Command::SearchSessions(a) => CommandOutput::SearchSessions(
+            service
+                .search_sessions(&a.query, a.workspace.as_deref())
+                .await?,
+        ),
+        Command::ListFiles(a) => CommandOutput::ListFiles(
+            service
+                .list_files(&a.workspace, a.query.as_deref(), a.limit)
+                .await?,
+        ),
+    })
 }

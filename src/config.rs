@@ -128,7 +128,12 @@ impl Config {
     pub fn patched(&self, patch: &Value) -> Result<Config, ConfigError> {
         let mut value =
             serde_json::to_value(self).map_err(|err| ConfigError::Invalid(err.to_string()))?;
-        merge_patch(&mut value, patch);
+        // A client that sends `get_config`'s answer back keeps the secrets it never saw.
+        let mut patch = patch.clone();
+        if let Some(provider) = patch.get_mut("provider").and_then(Value::as_object_mut) {
+            provider.retain(|_, v| v.as_str() != Some("<redacted>"));
+        }
+        merge_patch(&mut value, &patch);
         let config: Config =
             serde_json::from_value(value).map_err(|err| ConfigError::Invalid(err.to_string()))?;
         config.validate()?;
@@ -139,10 +144,14 @@ impl Config {
     pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
         let text = serde_json::to_string_pretty(self)
             .map_err(|err| ConfigError::Invalid(err.to_string()))?;
-        crate::store::write_atomic(path, text.as_bytes(), true).map_err(|source| ConfigError::Io {
+        let io = |source| ConfigError::Io {
             path: path.display().to_string(),
             source,
-        })
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        crate::store::write_atomic(path, text.as_bytes(), true).map_err(io)
     }
 
     /// The config as `get_config` shows it. Keys never live in the config, so there is
@@ -152,17 +161,26 @@ impl Config {
         let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
         if let Some(provider) = value.get_mut("provider").and_then(Value::as_object_mut) {
             for (key, field) in provider.iter_mut() {
-                let lower = key.to_ascii_lowercase();
-                if (lower.contains("key") && lower != "api_key_env" && lower != "api_key_keyring")
-                    || lower.contains("secret")
-                    || lower.contains("token")
-                {
+                if looks_secret(key) {
                     *field = Value::String("<redacted>".into());
                 }
             }
         }
         value
     }
+}
+
+/// Whether a provider knob's name says it holds a secret. Names that only say where a key
+/// is found, and token counts (`max_tokens`, `max_tokens_param`), are not secrets: a client
+/// that sends the block back must not write "<redacted>" into them (runtime review C11).
+fn looks_secret(key: &str) -> bool {
+    let lower = key.to_ascii_lowercase();
+    if matches!(lower.as_str(), "api_key_env" | "api_key_keyring") || lower.contains("tokens") {
+        return false;
+    }
+    ["key", "secret", "password", "token", "auth", "credential"]
+        .iter()
+        .any(|word| lower.contains(word))
 }
 
 /// RFC 7396: objects merge recursively, `null` removes a key, anything else replaces.

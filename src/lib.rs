@@ -2,13 +2,20 @@
 //!
 //! Where each rule of SPEC.md lives:
 //! - §1 nouns, §5 event shapes, §9 command arguments: [`protocol`] (no I/O).
-//! - §2 the message-order invariant: kept by [`run`]; checked by [`invariant`].
+//! - §2 the message-order invariant: kept by the run loop (`controller/run.rs`); checked
+//!   by [`invariant`].
 //! - §3 delegation: the `sub_agent` tool in [`tools`], the task registry in [`subagents`],
-//!   child creation and report delivery in [`service`].
-//! - §4 the delivery table, pending queue, safe points' inbox: [`controller`] (safe points
-//!   themselves are in [`run`]).
+//!   child creation, task ids and report delivery in [`delegation`].
+//! - §4 the session's state machine, the delivery table, the pending queue and both safe
+//!   points: [`controller`] (`SessionController::route`; the run loop calls the safe points).
 //! - §5 subscriptions and snapshots: [`controller`].
-//! - §6 busy config, shutdown, isolation: [`service`].
+//! - §6 busy config: [`runtime`] (`Shared::update_config`, with the turn context each run
+//!   resolves once); shutdown and deletion: [`service`].
+//! - Durability: [`store`] (files), [`recovery`] (start-up repair).
+//! - Bounded resources: [`registry`] (live controllers only), [`store`] (open files).
+//!
+//! Module graph (no cycle): protocol ← store, config ← providers, tools ← runtime ←
+//! controller ← registry ← delegation, recovery ← service ← commands ← server.
 //! - §7 approvals: [`approvals`].
 //! - §9 the command table: [`commands`].
 //! - §10 configuration: [`config`]; sessions on disk: [`store`]; model providers over
@@ -18,17 +25,27 @@ pub mod approvals;
 pub mod commands;
 pub mod config;
 pub mod controller;
+mod delegation;
 pub mod error;
 pub mod invariant;
+pub mod mentions;
 pub mod probe;
 pub mod protocol;
 pub mod provider;
 pub mod providers;
-mod run;
+mod recovery;
+mod registry;
+pub mod runtime;
 pub mod server;
 pub mod service;
 pub mod store;
 pub mod subagents;
 pub mod tools;
 
-pub use run::{CANCELLED_RESULT, system_prompt};
+pub use controller::{CANCELLED_RESULT, system_prompt};
+
+/// The git commit this build was made from, set by the build script when it can tell.
+pub const BUILD_COMMIT: &str = match option_env!("BUMBLEHIVE_COMMIT") {
+    Some(commit) => commit,
+    None => "unknown",
+};

@@ -2,20 +2,9 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-/// A local server that answered, with the models it lists.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ts_rs::TS)]
-#[ts(export)]
-pub struct FoundServer {
-    pub name: String,
-    /// The provider kind to configure for it (both speak the OpenAI API).
-    pub kind: String,
-    pub base_url: String,
-    /// Always true here: servers that did not answer are left out.
-    pub ok: bool,
-    pub models: Vec<String>,
-}
+pub use crate::protocol::FoundServer;
 
 /// The well-known local servers: name and OpenAI-compatible base URL.
 pub const KNOWN: &[(&str, &str)] = &[

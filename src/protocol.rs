@@ -184,6 +184,9 @@ pub struct SessionInfo {
     /// A child whose work was cut off by a crash: resume it (`resume_subagent`) or cancel it.
     #[serde(default)]
     pub interrupted: bool,
+    /// Hidden from the usual list (`archive_session`); nothing else changes.
+    #[serde(default)]
+    pub archived: bool,
 }
 
 /// A message waiting in a session's pending queue (SPEC §4).
@@ -323,6 +326,7 @@ pub mod commands {
     pub struct CreateSession {
         pub workspace: String,
         #[serde(default)]
+        #[ts(optional = nullable)]
         pub title: Option<String>,
     }
 
@@ -330,6 +334,7 @@ pub mod commands {
     #[ts(export)]
     pub struct ListSessions {
         #[serde(default)]
+        #[ts(optional = nullable)]
         pub workspace: Option<String>,
     }
 
@@ -345,6 +350,7 @@ pub mod commands {
         pub session_id: SessionId,
         pub content: String,
         #[serde(default)]
+        #[ts(optional = nullable)]
         pub config: Option<RunConfig>,
     }
 
@@ -362,9 +368,11 @@ pub mod commands {
         pub approval_id: String,
         pub approved: bool,
         #[serde(default)]
+        #[ts(optional = nullable)]
         pub remember: bool,
         /// Why the person denied, passed back to the model.
         #[serde(default)]
+        #[ts(optional = nullable)]
         pub reason: Option<String>,
     }
 
@@ -375,6 +383,7 @@ pub mod commands {
         pub key: String,
         /// The keyring entry; defaults to the provider kind.
         #[serde(default)]
+        #[ts(optional = nullable)]
         pub entry: Option<String>,
     }
 
@@ -406,6 +415,156 @@ pub mod commands {
     pub struct Steered {
         pub status: MessageStatus,
     }
+
+    /// No arguments, or no result: `{}`.
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct Empty {}
+
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct RenameSession {
+        pub session_id: SessionId,
+        pub title: String,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct ArchiveSession {
+        pub session_id: SessionId,
+        pub archived: bool,
+    }
+
+    /// Sessions whose title or messages contain `query` (case-insensitive).
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct SearchSessions {
+        pub query: String,
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub workspace: Option<String>,
+    }
+
+    /// Workspace files for an @-mention: `.gitignore` honoured, best matches first.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct ListFiles {
+        pub workspace: String,
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub query: Option<String>,
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub limit: Option<usize>,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct FileList {
+        /// Paths relative to the workspace, with `/` separators.
+        pub files: Vec<String>,
+    }
+
+    /// The one command table (SPEC §9), typed once: each command's name, its arguments
+    /// and its result. It generates [`Command`] (what transports decode), [`CommandArgs`]
+    /// and [`CommandResults`] (what the UI's adapter is typed with, through ts-rs: a
+    /// renamed field fails to compile on both sides), and [`CommandOutput`].
+    macro_rules! command_table {
+        ($($name:ident => $variant:ident($args:ty) -> $result:ty;)*) => {
+            /// A command with its arguments, as `{"name": ..., "args": {...}}`.
+            #[derive(Debug, Clone, Serialize, Deserialize)]
+            #[serde(tag = "name", content = "args", rename_all = "snake_case")]
+            pub enum Command {
+                $($variant($args),)*
+            }
+
+            impl Command {
+                pub fn name(&self) -> &'static str {
+                    match self {
+                        $(Command::$variant(_) => stringify!($name),)*
+                    }
+                }
+            }
+
+            /// Every command's name, for transports that list or route them.
+            pub const COMMAND_NAMES: &[&str] = &[$(stringify!($name),)*];
+
+            /// Each command's arguments, by name (TypeScript: `CommandArgs["submit"]`).
+            #[derive(TS)]
+            #[ts(export)]
+            #[allow(dead_code)]
+            pub struct CommandArgs {
+                $(pub $name: $args,)*
+            }
+
+            /// Each command's result, by name (TypeScript: `CommandResults["submit"]`).
+            #[derive(TS)]
+            #[ts(export)]
+            #[allow(dead_code)]
+            pub struct CommandResults {
+                $(pub $name: $result,)*
+            }
+
+            /// A command's result, of the type its row names.
+            #[derive(Debug, Clone, Serialize)]
+            #[serde(untagged)]
+            pub enum CommandOutput {
+                $($variant($result),)*
+            }
+        };
+    }
+
+    command_table! {
+        create_session => CreateSession(CreateSession) -> SessionInfo;
+        list_sessions => ListSessions(ListSessions) -> Vec<SessionInfo>;
+        get_session => GetSession(SessionRef) -> SessionWithMessages;
+        delete_session => DeleteSession(SessionRef) -> Empty;
+        submit => Submit(Submit) -> Submitted;
+        cancel => Cancel(SessionRef) -> Empty;
+        resume_subagent => ResumeSubagent(SessionRef) -> Empty;
+        steer => Steer(MessageRef) -> Steered;
+        discard => Discard(MessageRef) -> Empty;
+        decide_approval => DecideApproval(DecideApproval) -> Empty;
+        snapshot => Snapshot(SessionRef) -> Snapshot;
+        get_config => GetConfig(Empty) -> Value;
+        update_config => UpdateConfig(UpdateConfig) -> Value;
+        probe_providers => ProbeProviders(Empty) -> Vec<FoundServer>;
+        app_info => AppInfo(Empty) -> AppInfo;
+        set_api_key => SetApiKey(SetApiKey) -> Value;
+        rename_session => RenameSession(RenameSession) -> SessionInfo;
+        archive_session => ArchiveSession(ArchiveSession) -> SessionInfo;
+        search_sessions => SearchSessions(SearchSessions) -> Vec<SessionInfo>;
+        list_files => ListFiles(ListFiles) -> FileList;
+    }
+}
+
+/// A local model server that answered a probe, with the models it lists.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct FoundServer {
+    pub name: String,
+    /// The provider kind to configure for it (both speak the OpenAI API).
+    #[ts(type = "\"openai\" | \"anthropic\"")]
+    pub kind: String,
+    pub base_url: String,
+    /// Always true here: servers that did not answer are left out.
+    pub ok: bool,
+    pub models: Vec<String>,
+}
+
+/// Where things are and what this build is, for the settings page and About box.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct AppInfo {
+    pub version: String,
+    /// The git commit the binary was built from ("unknown" outside a checkout).
+    pub commit: String,
+    pub data_dir: String,
+    pub log_dir: String,
+    pub config_path: Option<String>,
+    /// Counts of what runs now in the whole app (every session and sub-agent).
+    pub active_runs: usize,
+    pub subagent_tasks: usize,
 }
 
 /// The error object of the command table: `{"error": {"code", "message"}}`.

@@ -45,6 +45,9 @@ pub struct SessionMeta {
     /// A child whose report is in its parent's ledger: nothing left to recover.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reported: bool,
+    /// Hidden from the usual list by the person.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub archived: bool,
 }
 
 /// One line of a parent's report ledger: a recorded report, or the note that it reached
@@ -53,21 +56,30 @@ pub struct SessionMeta {
 #[serde(untagged)]
 pub enum LedgerLine {
     Record(ReportRecord),
-    Delivered { delivered: String },
+    Delivered {
+        delivered: String,
+    },
+    /// The person discarded the report from the pending queue: it is never requeued.
+    Discarded {
+        discarded: String,
+    },
 }
 
-/// A parent's ledger: the reports recorded, and the task ids noted as delivered.
+/// A parent's ledger: the reports recorded, and the task ids noted as delivered or
+/// discarded (either way settled).
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
     pub records: Vec<ReportRecord>,
     pub delivered: std::collections::HashSet<String>,
+    pub discarded: std::collections::HashSet<String>,
 }
 
 impl Ledger {
+    /// Reports recorded but neither in the history nor discarded.
     pub fn undelivered(&self) -> impl Iterator<Item = &ReportRecord> {
-        self.records
-            .iter()
-            .filter(|r| !self.delivered.contains(&r.task_id))
+        self.records.iter().filter(|r| {
+            !self.delivered.contains(&r.task_id) && !self.discarded.contains(&r.task_id)
+        })
     }
 }
 
@@ -95,6 +107,7 @@ impl SessionMeta {
             state,
             usage: self.usage,
             interrupted: self.interrupted,
+            archived: self.archived,
         }
     }
 }
@@ -120,10 +133,22 @@ pub struct NewSession {
     pub state: SessionState,
 }
 
-/// Sessions on disk. Appenders stay open per session so an append costs one write.
+/// How many history files stay open at once. A run's file stays open while it runs
+/// (an append costs one write) and is closed when it ends; past this many running
+/// sessions the least recently opened is closed and reopened on its next append.
+const MAX_OPEN_WRITERS: usize = 256;
+
+/// Sessions on disk. Appenders stay open per running session so an append costs one write.
 pub struct SessionStore {
     root: PathBuf,
-    writers: Mutex<HashMap<SessionId, Arc<Mutex<File>>>>,
+    writers: Mutex<Writers>,
+}
+
+/// The open history files, with the order they were opened in (for the cap).
+#[derive(Default)]
+struct Writers {
+    open: HashMap<SessionId, (u64, Arc<Mutex<File>>)>,
+    next: u64,
 }
 
 pub fn now() -> String {
@@ -133,30 +158,53 @@ pub fn now() -> String {
 /// Writes a file so that readers see either the old or the new content, never half.
 /// `durable` also flushes it to the disk first (survives power loss, costs milliseconds);
 /// without it the rename alone survives a killed process.
+///
+/// The folder must exist: a late write for a deleted session must not bring its folder
+/// back (runtime review C9). The file is created readable by its owner only.
 pub fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent)?;
-    }
     let name = path
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
-    let mut file = File::create(&tmp)?;
-    file.write_all(bytes)?;
-    if durable {
-        file.sync_all()?;
+    let mut file = private_file(&tmp)?;
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| if durable { file.sync_all() } else { Ok(()) });
+    if let Err(err) = written.and_then(|()| fs::rename(&tmp, path)) {
+        let _ = fs::remove_file(&tmp);
+        return Err(err);
     }
-    fs::rename(&tmp, path)
+    Ok(())
+}
+
+/// Creates a new file readable and writable by its owner only (histories, metas and the
+/// config hold what the person wrote).
+fn private_file(path: &Path) -> std::io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
+}
+
+/// Creates a folder (and its parents) readable by its owner only.
+pub fn private_dir(path: &Path) -> std::io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(path)
 }
 
 impl SessionStore {
     pub fn new(data_dir: &Path) -> Result<Self, StoreError> {
         let root = data_dir.join("sessions");
-        fs::create_dir_all(&root).map_err(|err| StoreError::io(&root, err))?;
+        private_dir(data_dir).map_err(|err| StoreError::io(data_dir, err))?;
+        private_dir(&root).map_err(|err| StoreError::io(&root, err))?;
         Ok(SessionStore {
             root,
-            writers: Mutex::new(HashMap::new()),
+            writers: Mutex::new(Writers::default()),
         })
     }
 
@@ -171,7 +219,7 @@ impl SessionStore {
     pub fn create(&self, new: NewSession) -> Result<SessionMeta, StoreError> {
         let session_id = uuid::Uuid::now_v7().to_string();
         let dir = self.dir(&session_id)?;
-        fs::create_dir_all(&dir).map_err(|err| StoreError::io(&dir, err))?;
+        private_dir(&dir).map_err(|err| StoreError::io(&dir, err))?;
         let created_at = now();
         let title = new.title.unwrap_or_else(|| "New session".to_string());
         let meta = SessionMeta {
@@ -187,9 +235,10 @@ impl SessionStore {
             interrupted: false,
             task_content: new.task_content,
             reported: false,
+            archived: false,
         };
         let messages = dir.join(MESSAGES);
-        File::create(&messages).map_err(|err| StoreError::io(&messages, err))?;
+        private_file(&messages).map_err(|err| StoreError::io(&messages, err))?;
         self.write_meta(&meta)?;
         Ok(meta)
     }
@@ -231,8 +280,50 @@ impl SessionStore {
         let mut file = writer
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        file.write_all(&bytes)
-            .map_err(|err| StoreError::io(&self.root.join(id).join(MESSAGES), err))
+        if let Err(err) = file.write_all(&bytes) {
+            // A failed write may leave a torn line: close the file so the next append
+            // reopens it and cuts the tail off first (runtime review C7).
+            drop(file);
+            self.release(id);
+            return Err(StoreError::io(&self.root.join(id).join(MESSAGES), err));
+        }
+        Ok(())
+    }
+
+    /// Closes a session's history file (its run ended); the next append reopens it.
+    pub fn release(&self, id: &str) {
+        self.writers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .open
+            .remove(id);
+    }
+
+    /// Flushes every open history file (shutdown).
+    pub fn sync_open(&self) -> Result<(), StoreError> {
+        let open: Vec<(SessionId, Arc<Mutex<File>>)> = self
+            .writers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .open
+            .iter()
+            .map(|(id, (_, file))| (id.clone(), file.clone()))
+            .collect();
+        for (id, file) in open {
+            let file = file.lock().unwrap_or_else(|p| p.into_inner());
+            file.sync_data()
+                .map_err(|err| StoreError::io(&self.root.join(&id).join(MESSAGES), err))?;
+        }
+        Ok(())
+    }
+
+    /// How many history files are open now.
+    pub fn open_writers(&self) -> usize {
+        self.writers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .open
+            .len()
     }
 
     /// Flushes a session's history to stable storage (after each run step).
@@ -247,7 +338,7 @@ impl SessionStore {
 
     fn writer(&self, id: &str) -> Result<Arc<Mutex<File>>, StoreError> {
         let mut writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(writer) = writers.get(id) {
+        if let Some((_, writer)) = writers.open.get(id) {
             return Ok(writer.clone());
         }
         let dir = self.dir(id)?;
@@ -257,7 +348,20 @@ impl SessionStore {
         let path = dir.join(MESSAGES);
         let file = open_repaired(&path).map_err(|err| StoreError::io(&path, err))?;
         let writer = Arc::new(Mutex::new(file));
-        writers.insert(id.to_string(), writer.clone());
+        if writers.open.len() >= MAX_OPEN_WRITERS {
+            // Closing one costs a reopen later, never a lost line: appends hold their own Arc.
+            let oldest = writers
+                .open
+                .iter()
+                .min_by_key(|(_, (order, _))| *order)
+                .map(|(id, _)| id.clone());
+            if let Some(oldest) = oldest {
+                writers.open.remove(&oldest);
+            }
+        }
+        let order = writers.next;
+        writers.next += 1;
+        writers.open.insert(id.to_string(), (order, writer.clone()));
         Ok(writer)
     }
 
@@ -348,6 +452,15 @@ impl SessionStore {
         self.append_ledger(parent, &LedgerLine::Record(record.clone()), true)
     }
 
+    /// Notes that the person discarded a report (flushed: a discard must outlast a
+    /// restart, or recovery would bring the report back; runtime review C1).
+    pub fn mark_discarded(&self, parent: &str, task_id: &str) -> Result<(), StoreError> {
+        let line = LedgerLine::Discarded {
+            discarded: task_id.to_string(),
+        };
+        self.append_ledger(parent, &line, true)
+    }
+
     /// Notes that a report reached the parent's history (not flushed: the history line,
     /// flushed with its run step, is what counts).
     pub fn mark_delivered(&self, parent: &str, task_id: &str) -> Result<(), StoreError> {
@@ -397,6 +510,9 @@ impl SessionStore {
                 Ok(LedgerLine::Delivered { delivered }) => {
                     ledger.delivered.insert(delivered);
                 }
+                Ok(LedgerLine::Discarded { discarded }) => {
+                    ledger.discarded.insert(discarded);
+                }
                 Err(_) => {}
             }
         }
@@ -405,10 +521,7 @@ impl SessionStore {
 
     pub fn delete(&self, id: &str) -> Result<(), StoreError> {
         let dir = self.dir(id)?;
-        self.writers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        self.release(id);
         match fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -470,11 +583,11 @@ pub fn parse_history(bytes: &[u8]) -> (Vec<Message>, Option<String>, bool) {
 /// Opens a history for appending; a torn tail left by a crash is cut off first so the
 /// next line starts clean.
 fn open_repaired(path: &Path) -> std::io::Result<File> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path)?;
+    let mut options = OpenOptions::new();
+    options.read(true).append(true).create(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
     let len = file.metadata()?.len();
     if len == 0 {
         return Ok(file);

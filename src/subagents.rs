@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -11,8 +12,9 @@ use crate::protocol::{RunConfig, SessionId, SubagentInfo, SubagentState};
 
 /// What holds a runtime slot while a child runs; dropping it frees the slot.
 pub type LeaseGuard = Box<dyn Send + Sync>;
-/// Acquires a slot; may wait (all slots busy) or fail (runtime unavailable).
-pub type LeaseFn = Arc<dyn Fn() -> BoxFuture<'static, Result<LeaseGuard, String>> + Send + Sync>;
+/// Acquires a slot for a child; may wait (all slots busy) or fail (runtime unavailable).
+pub type LeaseFn =
+    Arc<dyn Fn(&ChildStart) -> BoxFuture<'static, Result<LeaseGuard, String>> + Send + Sync>;
 /// Runs a child to its end. Its first poll must start the child's run (so the child
 /// counts as active at once), and it must stop the child when the token fires.
 pub type RunnerFn =
@@ -33,6 +35,8 @@ pub struct ChildStart {
     pub config: RunConfig,
     /// Continue an interrupted child from its own history instead of starting it.
     pub resume: bool,
+    /// How deep the child is (1 for a top-level session's child): slots are per depth.
+    pub depth: usize,
 }
 
 /// How a child's run ended.
@@ -61,6 +65,8 @@ pub enum StartError {
     StoppedBeforeStartup(String),
     #[error("{0}")]
     Lease(String),
+    #[error("sub-agent {0} is already running")]
+    AlreadyRunning(String),
 }
 
 /// Told about each task's life, e.g. to show child states in the UI.
@@ -136,6 +142,11 @@ impl SubagentTasks {
         let done = CancellationToken::new();
         {
             let mut tasks = self.tasks();
+            // One task per child: a second start (two quick resumes) must not replace the
+            // first, whose report would then be lost (runtime review C10).
+            if tasks.contains_key(&start.session_id) {
+                return Err(StartError::AlreadyRunning(start.session_id.clone()));
+            }
             let order = self
                 .inner
                 .next_order
@@ -180,7 +191,7 @@ impl SubagentTasks {
         let lease = tokio::select! {
             biased;
             _ = token.cancelled() => None,
-            lease = (self.inner.lease)() => Some(lease),
+            lease = (self.inner.lease)(&start) => Some(lease),
         };
         let guard = match lease {
             None => {
@@ -205,13 +216,20 @@ impl SubagentTasks {
         observer.state(&session_id, SubagentState::Running);
         // One poll starts the child's run, so it counts as active before `start` returns
         // (the parent may finish its own run at once and must see the child working).
-        let mut running = (self.inner.runner)(start.clone(), token.clone());
+        // A panic in the child's task ends it as failed: its parent gets an error report
+        // and `cancel_all` does not wait forever (runtime review C17).
+        let mut running =
+            std::panic::AssertUnwindSafe((self.inner.runner)(start.clone(), token.clone()))
+                .catch_unwind();
         let first = futures::poll!(&mut running);
         let _ = started.send(Ok(()));
         let outcome = match first {
             std::task::Poll::Ready(outcome) => outcome,
             std::task::Poll::Pending => running.await,
         };
+        let outcome = outcome.unwrap_or_else(|_| {
+            ChildOutcome::Failed("internal error: the sub-agent stopped unexpectedly".into())
+        });
         drop(guard);
         if token.is_cancelled() {
             // Deleted or shut down: no report, the parent is not woken.

@@ -235,3 +235,89 @@ async fn crash_kill_points_across_delegated_runs() {
     println!("crash harness: kills after an event of each phase: {tally:?}");
     assert!(total >= 100, "too few kill points: {total}");
 }
+
+/// A discard and a cancel of a child that waited for a slot, then SIGKILL: after the
+/// restart the discarded report is not back (C1), the cancelled child is not
+/// "interrupted" and owes no report (C2), and nothing waits or pauses anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_a_discard_and_a_cancelled_waiting_child() {
+    let mut server = Server::start().await;
+    server
+        .ok(
+            "update_config",
+            json!({"patch": {"subagents": {"max_concurrent": 1}}}),
+        )
+        .await;
+    let (parent, mut events, children) = server.begin("keep", 2, true).await;
+    let ids: Vec<String> = children
+        .iter()
+        .map(|c| c["session_id"].as_str().unwrap().to_string())
+        .collect();
+    // Until one child holds the only slot, the other waits for it, and the parent's
+    // own write asks for approval.
+    let mut states = vec![String::new(); ids.len()];
+    let mut asked = false;
+    let of = |states: &[String], state: &str| states.iter().position(|s| s == state);
+    while of(&states, "running").is_none() || of(&states, "waiting_for_slot").is_none() || !asked {
+        let event = events.next().await;
+        asked |= event["type"] == "approval_request" && event["session_id"] == parent.as_str();
+        if event["kind"] == "subagent.state" {
+            if let Some(index) = ids.iter().position(|id| event["session_id"] == id.as_str()) {
+                states[index] = event["data"]["state"].as_str().unwrap_or("").to_string();
+            }
+        }
+    }
+    let running = of(&states, "running").unwrap();
+    let waiting = of(&states, "waiting_for_slot").unwrap();
+    server
+        .ok("cancel", json!({"session_id": ids[waiting]}))
+        .await;
+    server.ok("cancel", json!({"session_id": parent})).await;
+    server.model.open(&format!("keep-{running}"));
+    events
+        .wait("message_status", Some(&parent), Some("queued"))
+        .await;
+    let pending = server.snapshot(&parent).await["pending"].clone();
+    assert_eq!(pending.as_array().unwrap().len(), 1);
+    server
+        .ok(
+            "discard",
+            json!({"session_id": parent, "message_id": pending[0]["message_id"]}),
+        )
+        .await;
+    server.kill().await;
+    drop(events);
+    let server = server.restart().await;
+    check_all_sessions_load(&server).await;
+    let sessions = server.ok("list_sessions", json!({})).await;
+    for info in sessions.as_array().unwrap() {
+        let id = info["session_id"].as_str().unwrap();
+        assert_eq!(info["interrupted"], false, "{id} came back interrupted");
+        let snapshot = server.snapshot(id).await;
+        assert!(
+            snapshot["pending"].as_array().unwrap().is_empty(),
+            "{id}: {snapshot}"
+        );
+    }
+    let history = server.history(&parent).await;
+    assert!(
+        history
+            .iter()
+            .all(|m| !m.text().starts_with("[Background tool result]")),
+        "a report reached the parent: {history:#?}"
+    );
+    let failed = history
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some(format!("delegate-{waiting}").as_str()))
+        .unwrap();
+    assert!(
+        failed.text().contains("stopped before startup"),
+        "{}",
+        failed.text()
+    );
+    // The cancelled child cannot be resumed into a report for a call that failed.
+    let (status, _) = server
+        .post("resume_subagent", json!({"session_id": ids[waiting]}))
+        .await;
+    assert_eq!(status, 400);
+}

@@ -376,12 +376,13 @@ fn child_start(task_id: &str, title: &str) -> ChildStart {
         content: "Inspect".into(),
         config: Default::default(),
         resume: false,
+        depth: 1,
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_cancel_before_lease_does_not_leave_startup_waiting() {
-    let blocked_lease: LeaseFn = Arc::new(|| futures::future::pending().boxed());
+    let blocked_lease: LeaseFn = Arc::new(|_: &ChildStart| futures::future::pending().boxed());
     let (notify, reports) = recording_notify();
     let observer = Arc::new(RecordingObserver::default());
     let tasks = SubagentTasks::new(blocked_lease, unreachable_runner(), notify);
@@ -417,7 +418,7 @@ async fn background_cancel_before_lease_does_not_leave_startup_waiting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_startup_failure_is_one_tool_error_without_completion_notice() {
     let failed_lease: LeaseFn =
-        Arc::new(|| async { Err("runtime unavailable".to_string()) }.boxed());
+        Arc::new(|_: &ChildStart| async { Err("runtime unavailable".to_string()) }.boxed());
     let (notify, reports) = recording_notify();
     let observer = Arc::new(RecordingObserver::default());
     let tasks = SubagentTasks::new(failed_lease, unreachable_runner(), notify);

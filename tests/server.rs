@@ -371,7 +371,12 @@ impl Sse {
             .expect("the event stream ended")
     }
 
-    async fn wait(&mut self, kind: &str, session_id: Option<&str>, status: Option<&str>) -> Value {
+    pub async fn wait(
+        &mut self,
+        kind: &str,
+        session_id: Option<&str>,
+        status: Option<&str>,
+    ) -> Value {
         let wanted = async {
             loop {
                 let value = self.rx.recv().await.expect("the event stream ended");

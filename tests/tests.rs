@@ -35,8 +35,16 @@ mod paths;
 // cancelling a child that waits for a slot.
 mod controller;
 
+// One test per runtime-review finding the session core fixes (C1–C19), and the SPEC
+// assertions the review found missing (session_created fields, busy changes nothing).
+mod review;
+
 // Recovery after a crash or restart, the report ledger, interrupted children, damaged sessions.
 mod durability;
+
+// The typed command table by name: decoding errors, rename, archive, search, workspace
+// files and @-mentions.
+mod commands;
 
 // The headless server: the real binary over HTTP and SSE, and `bumblehive run`.
 mod server;

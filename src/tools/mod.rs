@@ -106,7 +106,14 @@ pub trait ApprovalGate: Send + Sync {
 /// Starts a background sub-agent for a `sub_agent` call (the service implements it).
 #[async_trait]
 pub trait Delegator: Send + Sync {
-    async fn delegate(&self, ctx: &ToolContext, title: String, task: String) -> Result<(), String>;
+    /// Starts the child and returns its task id: the call's id, or a fresh one when the
+    /// model reused a call id of an earlier child (SPEC §11).
+    async fn delegate(
+        &self,
+        ctx: &ToolContext,
+        title: String,
+        task: String,
+    ) -> Result<String, String>;
 }
 
 /// Everything a tool call may use. Cheap to clone.
@@ -153,8 +160,9 @@ impl ToolContext {
 /// A tool. Add one by implementing this and registering it in [`ToolRegistry`].
 #[async_trait]
 pub trait Tool: Send + Sync {
-    fn name(&self) -> &'static str;
-    fn description(&self) -> &'static str;
+    /// Owned by the tool: names of tools that exist only at run time (MCP) are not static.
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
     /// JSON schema of the arguments object.
     fn parameters(&self) -> Value;
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError>;
@@ -280,6 +288,12 @@ where
     }
 }
 
+tokio::task_local! {
+    /// Set by [`blocking_change`] when an approved change starts, so that a run cancelled
+    /// meanwhile waits for its result instead of recording "Cancelled by user".
+    pub(crate) static COMMITTED: Arc<AtomicBool>;
+}
+
 /// Runs a blocking change to completion even if the run is cancelled meanwhile: once the
 /// person approved it, the result must say truthfully whether it happened.
 pub(crate) async fn blocking_change<T, F>(work: F) -> Result<T, ToolError>
@@ -287,6 +301,7 @@ where
     T: Send + 'static,
     F: FnOnce() -> Result<T, ToolError> + Send + 'static,
 {
+    let _ = COMMITTED.try_with(|committed| committed.store(true, Ordering::Release));
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|err| ToolError::Failed(format!("the tool failed: {err}")))?

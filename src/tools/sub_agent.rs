@@ -55,11 +55,11 @@ Returns at once with a task id; the sub-agent's report arrives later as a user m
                 "this session cannot delegate further (subagents.max_depth)".into(),
             ));
         };
-        delegator
+        let task_id = delegator
             .delegate(ctx, args.title, args.task)
             .await
             .map_err(ToolError::Failed)?;
         // Exactly these two keys: the parent learns the id its report will carry.
-        Ok(json!({"status": "pending", "task_id": ctx.call_id}).to_string())
+        Ok(json!({"status": "pending", "task_id": task_id}).to_string())
     }
 }

@@ -2,7 +2,16 @@
 // `Platform`. Two implementations: Tauri (the desktop shell) and Web (`bumblehive serve`).
 // The rest of the UI never touches `window.__TAURI__`, `fetch` or `EventSource`.
 
+import type { CommandArgs } from './bindings/CommandArgs';
+import type { CommandResults } from './bindings/CommandResults';
 import type { Event as WireEvent } from './bindings/Event';
+import type { FoundServer } from './bindings/FoundServer';
+
+/** A command of the command table (SPEC §9). Names, arguments and results are generated
+ * from the Rust table (`protocol::commands::command_table!`), so a renamed field fails to
+ * compile here too. */
+export type CommandName = keyof CommandArgs & keyof CommandResults;
+export type { CommandArgs, CommandResults };
 
 /** Connection state of an event stream, for the "reconnecting…" banner. */
 export type StreamStatus = 'open' | 'reconnecting';
@@ -10,7 +19,7 @@ export type StreamStatus = 'open' | 'reconnecting';
 export interface Platform {
   readonly kind: 'tauri' | 'web' | 'fake';
   /** Runs a command of the command table (SPEC §9). Rejects with a `CommandError`. */
-  invoke<T = any>(command: string, args?: Record<string, unknown>): Promise<T>;
+  invoke<N extends CommandName>(command: N, args: CommandArgs[N]): Promise<CommandResults[N]>;
   /** Live events of a session (its children's included); the first event is a `snapshot`. */
   subscribe(
     sessionId: string,
@@ -53,14 +62,7 @@ export interface HostInfo {
 }
 
 /** One local model server found by `probe_providers`. */
-export interface ProbeResult {
-  name: string;
-  kind: 'openai' | 'anthropic';
-  base_url: string;
-  ok: boolean;
-  models: string[];
-  error?: string | null;
-}
+export type ProbeResult = FoundServer;
 
 /** A failed command, with the stable code of SPEC §9 (`busy`, `not_found`, …). */
 export class CommandError extends Error {
@@ -117,9 +119,8 @@ function parseEvent(data: unknown, name?: string): WireEvent | null {
  */
 async function probeThroughBackend(invoke: Platform['invoke']): Promise<ProbeResult[] | null> {
   try {
-    const result: any = await invoke('probe_providers', {});
-    const list = Array.isArray(result) ? result : result?.candidates;
-    return Array.isArray(list) ? list : [];
+    const result = await invoke('probe_providers', {});
+    return Array.isArray(result) ? result : [];
   } catch (err) {
     const error = toCommandError(err);
     if (error.code === 'unknown_command' || error.status === 404) return null;
@@ -169,7 +170,7 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
     return listening;
   };
 
-  const invoke = async (command: string, args: Record<string, unknown> = {}) => {
+  const invoke = async <N extends CommandName>(command: N, args: CommandArgs[N]): Promise<CommandResults[N]> => {
     try {
       return await tauri.core.invoke('command', { name: command, args });
     } catch (err) {
@@ -351,7 +352,7 @@ export function createWebPlatform(options: WebOptions = {}): Platform {
   const location = options.location ?? globalThis.location ?? { search: '' };
   let token = options.token ?? null;
 
-  const invoke = async (command: string, args: Record<string, unknown> = {}) => {
+  const invoke = async <N extends CommandName>(command: N, args: CommandArgs[N]): Promise<CommandResults[N]> => {
     const headers: Record<string, string> = { 'Content-Type': 'application/json' };
     if (token) headers.Authorization = `Bearer ${token}`;
     let response: Response;
@@ -384,7 +385,7 @@ export function createWebPlatform(options: WebOptions = {}): Platform {
       const error = toCommandError(body ?? `${response.status} ${response.statusText}`, response.status);
       throw error;
     }
-    return body ?? {};
+    return (body ?? {}) as CommandResults[N];
   };
 
   return {

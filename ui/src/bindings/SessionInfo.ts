@@ -13,4 +13,8 @@ task_id?: string | null, created_at: string, updated_at: string, state: SessionS
 /**
  * A child whose work was cut off by a crash: resume it (`resume_subagent`) or cancel it.
  */
-interrupted: boolean, };
+interrupted: boolean, 
+/**
+ * Hidden from the usual list (`archive_session`); nothing else changes.
+ */
+archived: boolean, };

@@ -7,4 +7,4 @@ export type SetApiKey = { key: string,
 /**
  * The keyring entry; defaults to the provider kind.
  */
-entry: string | null, };
+entry?: string | null, };

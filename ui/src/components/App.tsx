@@ -257,7 +257,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
           onSearch={
             tools.search
               ? async (query) => {
-                  const found = await tool('search', () => platform.invoke<SessionInfo[]>('search_sessions', { query, workspace }));
+                  const found = await tool('search', () => platform.invoke('search_sessions', { query, workspace }));
                   return Array.isArray(found) ? found : null;
                 }
               : undefined

@@ -5,7 +5,16 @@ import { act } from 'preact/test-utils';
 import type { Event as WireEvent } from '../bindings/Event';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { Snapshot } from '../bindings/Snapshot';
-import { CommandError, type HostInfo, type Platform, type ProbeResult, type StreamStatus } from '../platform';
+import {
+  type CommandArgs,
+  CommandError,
+  type CommandName,
+  type CommandResults,
+  type HostInfo,
+  type Platform,
+  type ProbeResult,
+  type StreamStatus,
+} from '../platform';
 
 export interface Call {
   command: string;
@@ -42,12 +51,12 @@ export class FakePlatform implements Platform {
     this.handlers = { ...handlers };
   }
 
-  invoke<T = any>(command: string, args: Record<string, unknown> = {}): Promise<T> {
-    this.calls.push({ command, args: args as Record<string, any> });
+  invoke<N extends CommandName>(command: N, args: CommandArgs[N]): Promise<CommandResults[N]> {
+    this.calls.push({ command, args: (args ?? {}) as Record<string, any> });
     const handler = this.handlers[command];
     if (!handler) return Promise.reject(new CommandError('unknown_command', `unknown command "${command}"`));
     try {
-      return Promise.resolve(handler(args as Record<string, any>) as T);
+      return Promise.resolve(handler((args ?? {}) as Record<string, any>) as CommandResults[N]);
     } catch (err) {
       return Promise.reject(err);
     }
@@ -129,6 +138,7 @@ export function info(id: string, extra: Partial<SessionInfo> = {}): SessionInfo 
     session_id: id,
     workspace: '/ws',
     title: `Session ${id}`,
+    archived: false,
     parent_session_id: null,
     created_at: '2025-01-01T00:00:00Z',
     updated_at: '2025-01-01T00:00:00Z',

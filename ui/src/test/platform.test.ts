@@ -44,9 +44,9 @@ describe('web platform', () => {
     expect(err.status).toBe(409);
     expect(err.message).toContain('busy');
     const unauthorized = createWebPlatform({ fetch: (async () => response(401, '')) as any, location: { search: '' } });
-    expect((await unauthorized.invoke('list_sessions').catch((e) => e)).code).toBe('unauthorized');
+    expect((await unauthorized.invoke('list_sessions', {}).catch((e) => e)).code).toBe('unauthorized');
     const down = createWebPlatform({ fetch: (async () => Promise.reject(new TypeError('Failed to fetch'))) as any, location: { search: '' } });
-    expect((await down.invoke('list_sessions').catch((e) => e)).code).toBe('network');
+    expect((await down.invoke('list_sessions', {}).catch((e) => e)).code).toBe('network');
   });
 
   it('streams events over SSE with ?token=, named or unnamed', () => {
@@ -101,7 +101,7 @@ describe('web platform', () => {
     const web = createWebPlatform({ fetch: (async () => response(404, { error: { code: 'unknown_command', message: 'unknown command' } })) as any, location: { search: '' } });
     expect(await web.probeProviders()).toBeNull();
     const found = [{ name: 'Ollama', kind: 'openai', base_url: 'http://127.0.0.1:11434/v1', ok: true, models: ['qwen'] }];
-    const web2 = createWebPlatform({ fetch: (async () => response(200, { candidates: found })) as any, location: { search: '' } });
+    const web2 = createWebPlatform({ fetch: (async () => response(200, found)) as any, location: { search: '' } });
     expect(await web2.probeProviders()).toEqual(found);
   });
 });

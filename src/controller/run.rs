@@ -2,19 +2,29 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::{QueuedMessage, RunOutcome, SessionController};
+use super::{QueuedMessage, RunOutcome, SessionController};
 use crate::protocol::{Message, RunConfig, ToolCall, kinds};
-use crate::provider::{ModelRequest, ModelSettings, ProviderEvent};
-use crate::tools::{ToolContext, ToolError};
+use crate::provider::{ModelRequest, ProviderEvent};
+use crate::runtime::TurnContext;
+use crate::tools::{COMMITTED, ToolContext, ToolError};
 
 /// The result text of a call that a cancel left without one.
 pub const CANCELLED_RESULT: &str = "Cancelled by user";
+
+/// The result text given to calls a crash (or a failed run) left unanswered.
+pub const INTERRUPTED_RESULT: &str = "Interrupted: Bumblehive stopped before this call finished";
+
+/// How long a cancelled batch waits for changes the person already approved and that
+/// have started: their result must say truthfully that they happened (runtime review C8).
+const COMMITTED_GRACE: Duration = Duration::from_secs(30);
 
 pub fn system_prompt(workspace: &str, is_child: bool) -> String {
     let role = if is_child {
@@ -31,19 +41,62 @@ struct Run {
     token: CancellationToken,
     workspace: String,
     config: RunConfig,
+    turn: TurnContext,
+    /// Steered messages taken at a safe point whose append failed: back to pending.
+    requeue: Vec<QueuedMessage>,
 }
 
-/// Runs one activity of a session until it ends; the controller learns the outcome.
-pub(crate) async fn run(
+/// Starts a run task. A panic inside it ends the run as failed (an `error` event, the
+/// session paused and valid) instead of leaving it "running" forever (runtime review C17).
+pub(super) fn spawn(
     ctl: Arc<SessionController>,
     first: Option<QueuedMessage>,
     token: CancellationToken,
 ) {
+    tokio::spawn(async move {
+        let guard = ctl.clone();
+        let outcome = std::panic::AssertUnwindSafe(run(ctl, first, token))
+            .catch_unwind()
+            .await;
+        if let Err(panic) = outcome {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            tracing::error!(session = %guard.session_id(), "a run panicked: {what}");
+            // The history in memory went with the task: the session is reloaded from disk
+            // and any call the panic left open is answered, so it stays valid (SPEC §2).
+            if let Err(err) = guard.repair_stored_history() {
+                tracing::error!(session = %guard.session_id(), "cannot repair the history after a panic: {err}");
+            }
+            guard.stop_run(
+                None,
+                RunOutcome::Failed(format!(
+                    "internal error: the run stopped unexpectedly ({what})"
+                )),
+                Vec::new(),
+            );
+        }
+    });
+}
+
+/// Runs one activity of a session until it ends; the controller learns the outcome.
+async fn run(ctl: Arc<SessionController>, first: Option<QueuedMessage>, token: CancellationToken) {
+    let requeue: Vec<QueuedMessage> = first.iter().cloned().collect();
     let history = match ctl.take_history() {
         Ok(history) => history,
         Err(err) => {
             let message = format!("cannot load the session's history: {err}");
-            ctl.stop_run(None, RunOutcome::Failed(message));
+            ctl.stop_run(None, RunOutcome::Failed(message), requeue);
+            return;
+        }
+    };
+    // Resolved once: a config change applies from the next run (SPEC §6).
+    let turn = match ctl.shared.resolve_turn(ctl.depth()) {
+        Ok(turn) => turn,
+        Err(err) => {
+            ctl.stop_run(Some(history), RunOutcome::Failed(err), requeue);
             return;
         }
     };
@@ -59,12 +112,32 @@ pub(crate) async fn run(
         token,
         workspace,
         config,
+        turn,
+        requeue: Vec::new(),
     };
     let outcome = run.drive(first).await;
-    let Run { ctl, history, .. } = run;
+    let Run {
+        ctl,
+        history,
+        requeue,
+        ..
+    } = run;
     // `drive` returns only for stops; a completed run was ended at its last safe point.
     if let Some(outcome) = outcome {
-        ctl.stop_run(Some(history), outcome);
+        // What the stopped run appended is flushed before the session is told it ended.
+        sync_history(&ctl).await;
+        ctl.stop_run(Some(history), outcome, requeue);
+    }
+}
+
+async fn sync_history(ctl: &SessionController) {
+    let store = ctl.shared.store.clone();
+    let id = ctl.session_id().to_string();
+    let flushed = tokio::task::spawn_blocking(move || store.sync(&id)).await;
+    match flushed {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => tracing::warn!(session = %ctl.session_id(), "fsync failed: {err}"),
+        Err(err) => tracing::warn!(session = %ctl.session_id(), "fsync task failed: {err}"),
     }
 }
 
@@ -75,9 +148,17 @@ impl Run {
         if let Err(err) = self.append_users(first.into_iter().collect()) {
             return Some(RunOutcome::Failed(err));
         }
+        let mut steps = 0;
         loop {
             if self.token.is_cancelled() {
                 return Some(RunOutcome::Cancelled);
+            }
+            steps += 1;
+            if steps > self.turn.limits.max_steps {
+                return Some(RunOutcome::Failed(format!(
+                    "the run stopped after {} model calls (the step limit)",
+                    self.turn.limits.max_steps
+                )));
             }
             let response = match self.model_call().await {
                 Ok(Some(response)) => response,
@@ -123,18 +204,22 @@ impl Run {
         }
     }
 
-    fn append_users(&mut self, messages: Vec<QueuedMessage>) -> Result<(), String> {
-        let messages: Vec<Message> = messages
-            .into_iter()
-            .map(|m| {
-                self.ctl.remember_message_id(&m.message_id);
-                Message::user(m.message_id, m.content)
-            })
-            .collect();
-        if messages.is_empty() {
+    fn append_users(&mut self, queued: Vec<QueuedMessage>) -> Result<(), String> {
+        if queued.is_empty() {
             return Ok(());
         }
-        self.append(messages.clone())?;
+        let messages: Vec<Message> = queued
+            .iter()
+            .map(|m| Message::user(m.message_id.clone(), m.content.clone()))
+            .collect();
+        if let Err(err) = self.append(messages.clone()) {
+            // Not in the history, so not consumed: they go back to pending (C7).
+            self.requeue.extend(queued);
+            return Err(err);
+        }
+        for message in &queued {
+            self.ctl.remember_message_id(&message.message_id);
+        }
         // A report in the history is delivered; note it in the ledger so recovery
         // need not read this history to know.
         for message in &messages {
@@ -175,43 +260,22 @@ impl Run {
     /// The end of a run step: flush the history to the disk (the fsync policy). On a
     /// blocking thread, since a flush can take milliseconds and must not stall other runs.
     async fn sync(&self) {
-        let store = self.ctl.shared.store.clone();
-        let id = self.ctl.session_id().to_string();
-        let flushed = tokio::task::spawn_blocking(move || store.sync(&id)).await;
-        match flushed {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => tracing::warn!(session = %self.ctl.session_id(), "fsync failed: {err}"),
-            Err(err) => {
-                tracing::warn!(session = %self.ctl.session_id(), "fsync task failed: {err}")
-            }
-        }
+        sync_history(&self.ctl).await;
     }
 
     /// One model call; `Ok(None)` when cancelled.
     async fn model_call(&self) -> Result<Option<crate::provider::ModelResponse>, String> {
-        let provider = self.ctl.shared.provider().map_err(|err| err.to_string())?;
-        let config = self.ctl.shared.config();
-        let settings = ModelSettings::from(&config.provider);
+        let provider = self.turn.provider.clone();
         let mut messages = Vec::with_capacity(self.history.len() + 1);
         messages.push(Message::system(system_prompt(
             &self.workspace,
             self.ctl.meta().parent_session_id.is_some(),
         )));
         messages.extend(self.history.iter().cloned());
-        // Tools switched off by policy are not offered; a call to one is refused anyway.
-        let policy = &config.tools.policy;
-        let tools = self
-            .ctl
-            .tools
-            .specs()
-            .iter()
-            .filter(|spec| policy.get(&spec.name) != Some(&crate::config::ToolPolicy::Deny))
-            .cloned()
-            .collect();
         let request = ModelRequest {
             messages,
-            tools,
-            settings,
+            tools: self.turn.specs.clone(),
+            settings: self.turn.settings.clone(),
         };
         let ctl = self.ctl.clone();
         let sink = move |event: ProviderEvent| match event {
@@ -244,31 +308,34 @@ impl Run {
             workspace: PathBuf::from(&self.workspace),
             call_id: String::new(),
             cancel: self.token.child_token(),
-            approvals: self.ctl.gate(),
-            delegator: self.ctl.delegator.clone(),
+            approvals: self.ctl.gate(self.turn.policy.clone()),
+            delegator: self.turn.delegator.clone(),
             run_config: self.config.clone(),
-            secret_env: self
-                .ctl
-                .shared
-                .read_config(|config| crate::tools::secret_env(&config.provider)),
+            secret_env: self.turn.secret_env.clone(),
         };
         let mut running = FuturesUnordered::new();
+        // Set by a tool once an approved change has started (see `tools::COMMITTED`).
+        let committed: Vec<Arc<AtomicBool>> = calls
+            .iter()
+            .map(|_| Arc::new(AtomicBool::new(false)))
+            .collect();
         for (index, call) in calls.iter().enumerate() {
             let ctx = ToolContext {
                 call_id: call.id.clone(),
                 ..ctx.clone()
             };
-            let tools = self.ctl.tools.clone();
+            let tools = self.turn.tools.clone();
             let ctl = self.ctl.clone();
             let call = call.clone();
-            running.push(async move {
+            let flag = committed[index].clone();
+            running.push(COMMITTED.scope(flag, async move {
                 ctl.emit_kind(
                     kinds::TOOL_CALL_STARTED,
                     json!({"call_id": call.id, "name": call.name, "arguments": call.arguments}),
                 );
                 let result = tools.call(&ctx, &call.name, call.arguments.clone()).await;
                 (index, result)
-            });
+            }));
         }
         let mut results: Vec<Option<Message>> = vec![None; calls.len()];
         let mut written = 0;
@@ -287,6 +354,20 @@ impl Run {
             // Keep whatever already finished (or finishes now that it sees the cancel).
             while let Some(Some((index, result))) = running.next().now_or_never() {
                 results[index] = Some(self.finished(&calls[index], result));
+            }
+            // An approved change that has started is waited for: "Cancelled by user" must
+            // not be recorded for a file that is changed anyway.
+            let open_commit = |results: &[Option<Message>]| {
+                (written..calls.len())
+                    .any(|i| results[i].is_none() && committed[i].load(Ordering::Acquire))
+            };
+            while open_commit(&results) {
+                match tokio::time::timeout(COMMITTED_GRACE, running.next()).await {
+                    Ok(Some((index, result))) => {
+                        results[index] = Some(self.finished(&calls[index], result));
+                    }
+                    Ok(None) | Err(_) => break,
+                }
             }
             drop(running);
             // Slots before `written` are empty because their results are already in the

@@ -1,0 +1,1025 @@
+//! The per-session controller (SPEC §4–5): the session's state machine (one `Phase`), the delivery table and both safe points as one `match` over it, the pending queue, subscriptions and snapshots.
+//!
+//! Why a locked struct and not an actor (ops in, events out): every rule here is a
+//! decision over a small state that must be atomic with the run's inbox (safe point 2
+//! tests "inbox empty → end the run" in one step) and whose answer the caller needs at
+//! once (`deliver` returns `started` / `steered` / `queued`, the seed asserts it). One
+//! mutex held for microseconds, never across an await, gives that without a round trip
+//! through a queue per call; the run task (`run`) is the only writer of the history.
+
+mod run;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use tokio::sync::{broadcast, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::RuntimeError;
+use crate::protocol::{
+    Event, Message, MessageStatus, PendingMessage, Role, RunConfig, SessionId, SessionState,
+    Snapshot, Usage, kinds,
+};
+use crate::runtime::Shared;
+use crate::store::{LoadedSession, SessionMeta};
+use crate::subagents::ChildOutcome;
+
+pub use run::{CANCELLED_RESULT, INTERRUPTED_RESULT, system_prompt};
+
+/// How many events a subscriber of a top-level session may fall behind before it is told
+/// to re-read the snapshot. The buffer is allocated up front, so it stays small per slot
+/// (an `Arc`) and smaller still for children, whose events also reach their parent's.
+const EVENT_BUFFER: usize = 4096;
+const CHILD_EVENT_BUFFER: usize = 512;
+
+/// Events travel shared: one allocation, whatever the number of subscribers and ancestors.
+type SharedEvent = Arc<Event>;
+
+/// A message handed to a session, waiting or in flight.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedMessage {
+    pub message_id: String,
+    pub content: String,
+    pub config: RunConfig,
+}
+
+impl QueuedMessage {
+    fn pending(&self) -> PendingMessage {
+        PendingMessage {
+            message_id: self.message_id.clone(),
+            content: self.content.clone(),
+            status: MessageStatus::Queued,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    Completed(String),
+    Failed(String),
+    Cancelled,
+}
+
+pub(crate) struct ActiveRun {
+    token: CancellationToken,
+    /// Messages steered into the run, consumed at the next safe point (SPEC §4).
+    inbox: Vec<QueuedMessage>,
+    done: CancellationToken,
+    waiters: Vec<oneshot::Sender<RunOutcome>>,
+}
+
+/// The life of a session. Every rule of SPEC §4 is a `match` over this.
+pub(crate) enum Phase {
+    /// The last run ended normally (or none ran): a message starts a run.
+    Idle,
+    Running(ActiveRun),
+    /// The last run was stopped or failed: reports wait in `pending`.
+    Paused,
+    /// Being deleted or deleted: nothing is delivered, nothing starts. A run still ending
+    /// is kept so that `cancel` can wait for it.
+    Deleted(Option<ActiveRun>),
+}
+
+impl Phase {
+    fn run_mut(&mut self) -> Option<&mut ActiveRun> {
+        match self {
+            Phase::Running(run) | Phase::Deleted(Some(run)) => Some(run),
+            _ => None,
+        }
+    }
+
+    fn run(&self) -> Option<&ActiveRun> {
+        match self {
+            Phase::Running(run) | Phase::Deleted(Some(run)) => Some(run),
+            _ => None,
+        }
+    }
+}
+
+/// Who hands a message to the session; only a paused session tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// The person's own message: a person who writes after pressing Stop means to go on,
+    /// so it resumes a paused session (README: a documented reading of §4's table).
+    Person,
+    /// A report or a child's task: queued while paused (SPEC §4).
+    Delivery,
+    /// `steer(message_id)`: the person takes a pending message out explicitly.
+    Steer,
+}
+
+/// What the delivery table decides for a message.
+enum Route {
+    Inbox,
+    Start,
+    Queue,
+    Refuse(RuntimeError),
+}
+
+pub(crate) struct State {
+    phase: Phase,
+    pending: Vec<QueuedMessage>,
+    /// The history, owned by the controller between runs and by the run while it works.
+    history: Option<Vec<Message>>,
+    /// Ids of every user message the session has seen, so a report is never added twice.
+    message_ids: HashSet<String>,
+    /// Task ids of every child this session delegated to, so a reused call id gets a
+    /// fresh task id (SPEC §11).
+    task_ids: HashSet<String>,
+    usage: Usage,
+    /// The stored meta, kept current and written through (atomic replace).
+    meta: SessionMeta,
+    /// Why the session must not be written (a damaged history), if so.
+    read_only: Option<String>,
+}
+
+/// What the subscriber receives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Received {
+    Event(Event),
+    /// The subscriber fell behind and missed this many events: re-read the snapshot.
+    Lagged(u64),
+}
+
+/// A live event stream of one session (its descendants' events included).
+/// Dropping it unsubscribes and cancels nothing. It keeps its controller alive, so the
+/// stream is never orphaned by eviction.
+pub struct Subscription {
+    rx: broadcast::Receiver<SharedEvent>,
+    _controller: Option<Arc<SessionController>>,
+}
+
+impl Subscription {
+    /// The next event; `None` once the session is gone.
+    pub async fn recv(&mut self) -> Option<Received> {
+        match self.rx.recv().await {
+            Ok(event) => Some(Received::Event(Arc::unwrap_or_clone(event))),
+            Err(broadcast::error::RecvError::Lagged(missed)) => Some(Received::Lagged(missed)),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+
+    /// The next event, skipping lag notices (tests and simple consumers).
+    pub async fn next_event(&mut self) -> Option<Event> {
+        loop {
+            match self.recv().await? {
+                Received::Event(event) => return Some(event),
+                Received::Lagged(_) => continue,
+            }
+        }
+    }
+}
+
+pub struct SessionController {
+    meta: SessionMeta,
+    pub(crate) shared: Arc<Shared>,
+    events: broadcast::Sender<SharedEvent>,
+    /// The parent's controller: child events reach every ancestor's subscribers (SPEC
+    /// §3), and a live child keeps its ancestors loaded.
+    parent: Option<Arc<SessionController>>,
+    /// This session's id, then its ancestors', nearest first.
+    lineage: Vec<SessionId>,
+    state: Mutex<State>,
+    this: Weak<SessionController>,
+}
+
+impl SessionController {
+    pub(crate) fn new(
+        loaded: LoadedSession,
+        pending: Vec<PendingMessage>,
+        task_ids: HashSet<String>,
+        shared: Arc<Shared>,
+        parent: Option<Arc<SessionController>>,
+    ) -> Arc<Self> {
+        let LoadedSession {
+            meta,
+            messages,
+            notice,
+            damaged,
+        } = loaded;
+        let capacity = if parent.is_some() {
+            CHILD_EVENT_BUFFER
+        } else {
+            EVENT_BUFFER
+        };
+        let (events, _) = broadcast::channel(capacity);
+        let mut lineage = vec![meta.session_id.clone()];
+        if let Some(parent) = &parent {
+            lineage.extend(parent.lineage.iter().cloned());
+        }
+        let mut task_ids = task_ids;
+        task_ids.extend(started_task_ids(&messages));
+        let state = State {
+            // "running" on disk outside recovery is a fresh child about to start.
+            phase: if meta.state == SessionState::Paused {
+                Phase::Paused
+            } else {
+                Phase::Idle
+            },
+            usage: meta.usage,
+            message_ids: messages.iter().filter_map(|m| m.id.clone()).collect(),
+            task_ids,
+            history: Some(messages),
+            pending: pending
+                .into_iter()
+                .map(|p| QueuedMessage {
+                    message_id: p.message_id,
+                    content: p.content,
+                    config: p.config,
+                })
+                .collect(),
+            meta: meta.clone(),
+            read_only: if damaged { notice } else { None },
+        };
+        Arc::new_cyclic(|this| SessionController {
+            meta,
+            shared,
+            events,
+            parent,
+            lineage,
+            state: Mutex::new(state),
+            this: this.clone(),
+        })
+    }
+
+    pub fn session_id(&self) -> &str {
+        &self.meta.session_id
+    }
+
+    pub fn meta(&self) -> &SessionMeta {
+        &self.meta
+    }
+
+    /// How many ancestors the session has (0 for a top-level session).
+    pub fn depth(&self) -> usize {
+        self.lineage.len() - 1
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends an event to this session's subscribers and its ancestors'.
+    pub(crate) fn emit(&self, event: Event) {
+        let event = Arc::new(event);
+        let mut ancestor = self.parent.as_deref();
+        while let Some(controller) = ancestor {
+            let _ = controller.events.send(event.clone());
+            ancestor = controller.parent.as_deref();
+        }
+        let _ = self.events.send(event);
+    }
+
+    pub(crate) fn emit_kind(&self, kind: &str, data: serde_json::Value) {
+        self.emit(Event::Event {
+            session_id: self.meta.session_id.clone(),
+            kind: kind.to_string(),
+            data,
+        });
+    }
+
+    fn emit_status(&self, message_id: &str, status: MessageStatus) {
+        self.emit(Event::MessageStatus {
+            session_id: self.meta.session_id.clone(),
+            message_id: message_id.to_string(),
+            status,
+        });
+    }
+
+    /// A live event stream and the authoritative snapshot, taken together (SPEC §5).
+    pub fn subscribe(&self) -> (Subscription, Snapshot) {
+        let state = self.lock();
+        // Subscribe before reading: an event raced with the snapshot is seen twice, never lost.
+        let rx = self.events.subscribe();
+        let snapshot = self.snapshot_locked(&state);
+        drop(state);
+        let subscription = Subscription {
+            rx,
+            _controller: self.this.upgrade(),
+        };
+        (subscription, snapshot)
+    }
+
+    /// What a transport forwards: the snapshot first, then live events. A consumer that
+    /// fell behind (the runtime never waits for it) gets a fresh snapshot and continues.
+    /// Ends when `stop` fires; dropping it cancels nothing.
+    pub fn feed(
+        self: &Arc<Self>,
+        stop: CancellationToken,
+    ) -> impl futures::Stream<Item = Event> + Send + 'static {
+        let (subscription, snapshot) = self.subscribe();
+        let first = Some(Event::Snapshot(snapshot));
+        futures::stream::unfold(
+            (first, subscription, self.clone(), stop),
+            |(first, mut subscription, controller, stop)| async move {
+                if let Some(first) = first {
+                    return Some((first, (None, subscription, controller, stop)));
+                }
+                let received = tokio::select! {
+                    _ = stop.cancelled() => None,
+                    received = subscription.recv() => received,
+                }?;
+                let event = match received {
+                    Received::Event(event) => event,
+                    Received::Lagged(missed) => {
+                        tracing::debug!(
+                            missed,
+                            "a subscriber fell behind; sending a fresh snapshot"
+                        );
+                        Event::Snapshot(controller.snapshot())
+                    }
+                };
+                Some((event, (None, subscription, controller, stop)))
+            },
+        )
+    }
+
+    /// Dropping the subscription is enough; this names the act.
+    pub fn unsubscribe(&self, subscription: Subscription) {
+        drop(subscription);
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let state = self.lock();
+        self.snapshot_locked(&state)
+    }
+
+    fn snapshot_locked(&self, state: &State) -> Snapshot {
+        let id = &self.meta.session_id;
+        let mut pending: Vec<PendingMessage> =
+            state.pending.iter().map(QueuedMessage::pending).collect();
+        if let Some(run) = state.phase.run() {
+            pending.extend(run.inbox.iter().map(|m| PendingMessage {
+                status: MessageStatus::Steered,
+                ..m.pending()
+            }));
+        }
+        Snapshot {
+            session_id: id.clone(),
+            running: state.phase.run().is_some(),
+            paused: matches!(state.phase, Phase::Paused),
+            pending,
+            approvals: self.shared.approvals.visible_to(id),
+            subagents: self.shared.subagents.snapshot(id),
+            usage: state.usage,
+            tree_usage: self.shared.tree_usage(id, state.usage),
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.lock().phase.run().is_some()
+    }
+
+    pub fn is_paused(&self) -> bool {
+        matches!(self.lock().phase, Phase::Paused)
+    }
+
+    pub(crate) fn is_deleted(&self) -> bool {
+        matches!(self.lock().phase, Phase::Deleted(_))
+    }
+
+    pub fn state(&self) -> SessionState {
+        match self.lock().phase {
+            Phase::Running(_) | Phase::Deleted(Some(_)) => SessionState::Running,
+            Phase::Paused => SessionState::Paused,
+            Phase::Idle | Phase::Deleted(None) => SessionState::Idle,
+        }
+    }
+
+    pub fn pending(&self) -> Vec<PendingMessage> {
+        self.lock()
+            .pending
+            .iter()
+            .map(QueuedMessage::pending)
+            .collect()
+    }
+
+    /// The delivery table of SPEC §4, in this one place.
+    fn route(&self, state: &State, origin: Origin) -> Route {
+        let writable = state.read_only.is_none();
+        let open = !self.shared.root.is_cancelled();
+        match (&state.phase, origin) {
+            (Phase::Deleted(_), _) => Route::Refuse(RuntimeError::NotFound(format!(
+                "session {} (deleted)",
+                self.meta.session_id
+            ))),
+            (Phase::Running(_), _) => Route::Inbox,
+            (Phase::Idle, _) if writable && open => Route::Start,
+            (Phase::Paused, Origin::Person | Origin::Steer) if writable && open => Route::Start,
+            // Paused, read-only or shutting down: a report waits for the person.
+            (_, Origin::Delivery) => Route::Queue,
+            (_, Origin::Person | Origin::Steer) if !writable => {
+                Route::Refuse(RuntimeError::InvalidArgument(format!(
+                    "session {} is read-only: {}",
+                    self.meta.session_id,
+                    state.read_only.as_deref().unwrap_or_default()
+                )))
+            }
+            // Shutting down: the person's message is kept for the next start.
+            (_, Origin::Person) => Route::Queue,
+            (_, Origin::Steer) => Route::Refuse(RuntimeError::Unavailable(
+                "the runtime is shutting down".into(),
+            )),
+        }
+    }
+
+    /// Applies the table's decision; emits the `message_status` event.
+    fn deliver_locked(
+        &self,
+        state: &mut State,
+        message: QueuedMessage,
+        origin: Origin,
+    ) -> Result<MessageStatus, RuntimeError> {
+        let id = message.message_id.clone();
+        let status = match self.route(state, origin) {
+            Route::Refuse(err) => return Err(err),
+            Route::Inbox => {
+                if let Some(run) = state.phase.run_mut() {
+                    run.inbox.push(message);
+                }
+                MessageStatus::Steered
+            }
+            Route::Queue => {
+                state.pending.push(message);
+                self.save_pending(state);
+                MessageStatus::Queued
+            }
+            Route::Start => {
+                self.start_run_locked(state, Some(message));
+                MessageStatus::Started
+            }
+        };
+        self.emit_status(&id, status);
+        Ok(status)
+    }
+
+    /// The person's message.
+    pub fn submit(
+        &self,
+        content: String,
+        config: Option<RunConfig>,
+    ) -> Result<(String, MessageStatus), RuntimeError> {
+        if content.trim().is_empty() {
+            return Err(RuntimeError::InvalidArgument(
+                "content must not be empty".into(),
+            ));
+        }
+        let message = QueuedMessage {
+            message_id: format!("msg-{}", uuid::Uuid::now_v7().simple()),
+            content,
+            config: config.unwrap_or_default(),
+        };
+        let id = message.message_id.clone();
+        let mut state = self.lock();
+        let status = self.deliver_locked(&mut state, message, Origin::Person)?;
+        Ok((id, status))
+    }
+
+    /// Hands a message (a report) to the session. `None` when it was already delivered,
+    /// is waiting, or is in the run's inbox (a report is never added twice), or when the
+    /// session is deleted.
+    pub fn deliver(&self, message: QueuedMessage) -> Option<MessageStatus> {
+        let mut state = self.lock();
+        let id = &message.message_id;
+        let in_inbox = state
+            .phase
+            .run()
+            .is_some_and(|run| run.inbox.iter().any(|m| &m.message_id == id));
+        if state.message_ids.contains(id)
+            || state.pending.iter().any(|m| &m.message_id == id)
+            || in_inbox
+        {
+            tracing::warn!(session = %self.meta.session_id, message = %id, "dropping a duplicate delivery");
+            return None;
+        }
+        match self.deliver_locked(&mut state, message, Origin::Delivery) {
+            Ok(status) => Some(status),
+            Err(err) => {
+                tracing::info!(session = %self.meta.session_id, "not delivered: {err}");
+                None
+            }
+        }
+    }
+
+    fn pending_index(&self, state: &State, message_id: &str) -> Result<usize, RuntimeError> {
+        state
+            .pending
+            .iter()
+            .position(|m| m.message_id == message_id)
+            .ok_or_else(|| {
+                RuntimeError::NotFound(format!(
+                    "pending message {message_id} in session {}",
+                    self.meta.session_id
+                ))
+            })
+    }
+
+    /// `steer(message_id)`: a pending message goes into the running run's inbox, or starts
+    /// a run (and clears paused).
+    pub fn steer(&self, message_id: &str) -> Result<MessageStatus, RuntimeError> {
+        let mut state = self.lock();
+        let index = self.pending_index(&state, message_id)?;
+        if let Route::Refuse(err) = self.route(&state, Origin::Steer) {
+            return Err(err);
+        }
+        let message = state.pending.remove(index);
+        self.save_pending(&state);
+        self.deliver_locked(&mut state, message, Origin::Steer)
+    }
+
+    /// Drops a pending message. A report's discard is recorded in the ledger first, so
+    /// recovery never brings it back (runtime review C1).
+    pub fn discard(&self, message_id: &str) -> Result<(), RuntimeError> {
+        let mut state = self.lock();
+        let index = self.pending_index(&state, message_id)?;
+        if let Some(task_id) = report_task_id(message_id) {
+            self.shared
+                .store
+                .mark_discarded(&self.meta.session_id, task_id)?;
+        }
+        state.pending.remove(index);
+        state.message_ids.insert(message_id.to_string());
+        self.save_pending(&state);
+        drop(state);
+        self.emit_kind(
+            kinds::MESSAGE_DISCARDED,
+            serde_json::json!({"message_id": message_id}),
+        );
+        Ok(())
+    }
+
+    /// Stops the current run and waits until it has written its synthetic results and
+    /// put unconsumed steered messages back to pending. Children are not stopped.
+    pub async fn cancel(&self) {
+        let done = {
+            let state = self.lock();
+            let Some(run) = state.phase.run() else {
+                return;
+            };
+            run.token.cancel();
+            run.done.clone()
+        };
+        done.cancelled().await;
+    }
+
+    /// Marks the session deleted: from now on nothing is delivered, nothing starts, and
+    /// it cannot delegate. Its run (if any) is cancelled; await [`Self::cancel`] for it.
+    pub(crate) fn mark_deleted(&self) {
+        let mut state = self.lock();
+        let phase = std::mem::replace(&mut state.phase, Phase::Deleted(None));
+        state.phase = match phase {
+            Phase::Running(run) | Phase::Deleted(Some(run)) => {
+                run.token.cancel();
+                Phase::Deleted(Some(run))
+            }
+            _ => Phase::Deleted(None),
+        };
+        state.pending.clear();
+    }
+
+    /// Starts a run with `message` on an idle session and returns how it ends.
+    /// Used for children, whose first message starts their only run.
+    pub(crate) fn start_watched(&self, message: QueuedMessage) -> oneshot::Receiver<RunOutcome> {
+        let (tx, rx) = oneshot::channel();
+        let mut state = self.lock();
+        let id = message.message_id.clone();
+        let status = self.deliver_locked(&mut state, message, Origin::Delivery);
+        match (status, state.phase.run_mut()) {
+            (Ok(MessageStatus::Started), Some(run)) => run.waiters.push(tx),
+            _ => {
+                tracing::warn!(session = %self.meta.session_id, message = %id, "child could not start a run");
+                let _ = tx.send(RunOutcome::Cancelled);
+            }
+        }
+        rx
+    }
+
+    /// Resumes an interrupted child from its own history: a run with no new message.
+    pub(crate) fn start_resumed(&self) -> oneshot::Receiver<RunOutcome> {
+        let (tx, rx) = oneshot::channel();
+        let mut state = self.lock();
+        let startable = matches!(state.phase, Phase::Idle | Phase::Paused)
+            && state.read_only.is_none()
+            && !self.shared.root.is_cancelled();
+        if !startable {
+            let _ = tx.send(RunOutcome::Cancelled);
+            return rx;
+        }
+        self.start_run_locked(&mut state, None);
+        if let Some(run) = state.phase.run_mut() {
+            run.waiters.push(tx);
+        }
+        rx
+    }
+
+    /// Starts a run; without a first message it continues from the history (resuming an
+    /// interrupted child).
+    fn start_run_locked(&self, state: &mut State, first: Option<QueuedMessage>) {
+        let Some(this) = self.this.upgrade() else {
+            return;
+        };
+        let token = self.shared.root.child_token();
+        // A session found "running" on disk at the next start was cut off by a crash;
+        // recovery repairs it.
+        self.update_meta(state, |meta| meta.state = SessionState::Running);
+        let done = CancellationToken::new();
+        state.phase = Phase::Running(ActiveRun {
+            token: token.clone(),
+            inbox: Vec::new(),
+            done,
+            waiters: Vec::new(),
+        });
+        self.shared.run_started();
+        run::spawn(this, first, token);
+    }
+
+    /// Safe point 2: a final answer ends the run only if nothing was steered in meanwhile.
+    /// Returns the steered messages to append when the run must go on.
+    pub(crate) fn finish_or_take_inbox(
+        &self,
+        answer: &str,
+        history: &mut Vec<Message>,
+    ) -> Option<Vec<QueuedMessage>> {
+        let mut state = self.lock();
+        let inbox = match state.phase.run_mut() {
+            None => return None,
+            Some(run) => std::mem::take(&mut run.inbox),
+        };
+        if !inbox.is_empty() {
+            return Some(inbox);
+        }
+        let outcome = RunOutcome::Completed(answer.to_string());
+        self.end_run_locked(
+            &mut state,
+            Some(std::mem::take(history)),
+            outcome,
+            Vec::new(),
+        );
+        None
+    }
+
+    /// Safe point 1: messages steered in while the batch ran.
+    pub(crate) fn take_inbox(&self) -> Vec<QueuedMessage> {
+        let mut state = self.lock();
+        state
+            .phase
+            .run_mut()
+            .map(|run| std::mem::take(&mut run.inbox))
+            .unwrap_or_default()
+    }
+
+    /// Ends a run that was cancelled or failed: `requeue` (steered messages the run took
+    /// but could not save) and unconsumed steered messages go back to pending in order,
+    /// approvals are denied, the session is paused (SPEC §4).
+    pub(crate) fn stop_run(
+        &self,
+        history: Option<Vec<Message>>,
+        outcome: RunOutcome,
+        requeue: Vec<QueuedMessage>,
+    ) {
+        self.shared.approvals.deny_session(&self.meta.session_id);
+        let mut state = self.lock();
+        self.end_run_locked(&mut state, history, outcome, requeue);
+    }
+
+    fn end_run_locked(
+        &self,
+        state: &mut State,
+        history: Option<Vec<Message>>,
+        outcome: RunOutcome,
+        requeue: Vec<QueuedMessage>,
+    ) {
+        let phase = std::mem::replace(&mut state.phase, Phase::Idle);
+        let (run, deleted) = match phase {
+            Phase::Running(run) => (run, false),
+            Phase::Deleted(Some(run)) => (run, true),
+            other => {
+                state.phase = other;
+                return;
+            }
+        };
+        // A history that failed to load stays unloaded, so the next run reads it again.
+        state.history = history;
+        let stopped = !matches!(outcome, RunOutcome::Completed(_));
+        let mut returned = requeue;
+        returned.extend(run.inbox.iter().cloned());
+        if deleted {
+            state.phase = Phase::Deleted(None);
+        } else {
+            if stopped {
+                // Unconsumed steered messages go back to pending, in order (SPEC §4).
+                state.pending.extend(returned.iter().cloned());
+                state.phase = Phase::Paused;
+                self.save_pending(state);
+            }
+            // The stored state is settled before anyone hears the run ended: whoever acts
+            // on the event (a restart, a list) must not find the session still "running".
+            let usage = state.usage;
+            let paused = stopped;
+            self.update_meta(state, |meta| {
+                meta.usage = usage;
+                meta.state = if paused {
+                    SessionState::Paused
+                } else {
+                    SessionState::Idle
+                };
+                meta.updated_at = crate::store::now();
+            });
+        }
+        // The history file stays closed between runs: open files are bounded by what runs.
+        self.shared.store.release(&self.meta.session_id);
+        self.shared.run_ended();
+        let id = self.meta.session_id.clone();
+        match &outcome {
+            RunOutcome::Completed(answer) => self.emit(Event::Result {
+                session_id: id,
+                content: answer.clone(),
+            }),
+            RunOutcome::Failed(message) => {
+                for message in &returned {
+                    self.emit_status(&message.message_id, MessageStatus::Queued);
+                }
+                self.emit(Event::Error {
+                    session_id: id,
+                    message: message.clone(),
+                });
+            }
+            RunOutcome::Cancelled => {
+                for message in &returned {
+                    self.emit_status(&message.message_id, MessageStatus::Queued);
+                }
+                self.emit_kind(kinds::RUN_CANCELLED, serde_json::Value::Null);
+            }
+        }
+        for waiter in run.waiters {
+            let _ = waiter.send(outcome.clone());
+        }
+        run.done.cancel();
+    }
+
+    /// Takes the history for a run (loading it from disk the first time). Calls that an
+    /// earlier run left unanswered (a failed write, a panic) get a synthetic result first,
+    /// so the request is valid again (SPEC §2, runtime review C7).
+    pub(crate) fn take_history(&self) -> Result<Vec<Message>, RuntimeError> {
+        let cached = self.lock().history.take();
+        let mut history = match cached {
+            Some(history) => history,
+            None => self.shared.store.load(&self.meta.session_id)?.messages,
+        };
+        let unanswered = unanswered_calls(&history);
+        if !unanswered.is_empty() {
+            let results: Vec<Message> = unanswered
+                .iter()
+                .map(|id| Message::tool(id, INTERRUPTED_RESULT))
+                .collect();
+            self.shared.store.append(&self.meta.session_id, &results)?;
+            history.extend(results);
+        }
+        Ok(history)
+    }
+
+    /// Answers, on disk, the calls the stored history leaves open (after a panic lost the
+    /// run's copy of it).
+    pub(crate) fn repair_stored_history(&self) -> Result<(), RuntimeError> {
+        let history = self.shared.store.load(&self.meta.session_id)?.messages;
+        let results: Vec<Message> = unanswered_calls(&history)
+            .iter()
+            .map(|id| Message::tool(id, INTERRUPTED_RESULT))
+            .collect();
+        if !results.is_empty() {
+            self.shared.store.append(&self.meta.session_id, &results)?;
+        }
+        Ok(())
+    }
+
+    /// Decides an approval asked by this session or by one of its descendants.
+    pub fn decide_approval(&self, approval_id: &str, approved: bool) -> Result<(), RuntimeError> {
+        self.decide_approval_with(approval_id, approved, false, None)
+    }
+
+    pub fn decide_approval_with(
+        &self,
+        approval_id: &str,
+        approved: bool,
+        remember: bool,
+        reason: Option<String>,
+    ) -> Result<(), RuntimeError> {
+        if self.shared.approvals.decide(
+            &self.meta.session_id,
+            approval_id,
+            approved,
+            remember,
+            reason,
+        ) {
+            Ok(())
+        } else {
+            Err(RuntimeError::NotFound(format!(
+                "approval {approval_id} in session {}",
+                self.meta.session_id
+            )))
+        }
+    }
+
+    /// The approval gate of this session's tools, with the run's policy snapshot.
+    pub(crate) fn gate(
+        &self,
+        policy: Arc<std::collections::BTreeMap<String, crate::config::ToolPolicy>>,
+    ) -> Arc<dyn crate::tools::ApprovalGate> {
+        let this = self.this.clone();
+        Arc::new(crate::approvals::SessionGate {
+            book: self.shared.approvals.clone(),
+            session_id: self.meta.session_id.clone(),
+            parent_session_id: self.meta.parent_session_id.clone(),
+            title: self
+                .meta
+                .parent_session_id
+                .as_ref()
+                .map(|_| self.meta.title.clone()),
+            lineage: self.lineage.clone(),
+            policy: Box::new(move |tool| policy.get(tool).copied()),
+            emit: Arc::new(move |event| {
+                if let Some(ctl) = this.upgrade() {
+                    ctl.emit(event);
+                }
+            }),
+        })
+    }
+
+    fn remember_message_id(&self, id: &str) {
+        self.lock().message_ids.insert(id.to_string());
+    }
+
+    /// The task id for a `sub_agent` call: the call's id (the seed's `delegate-0`), or a
+    /// fresh one when an earlier child of this session already has that id. `None` when
+    /// the session is deleted (it must not delegate).
+    pub(crate) fn allocate_task_id(&self, call_id: &str) -> Option<String> {
+        let mut state = self.lock();
+        if matches!(state.phase, Phase::Deleted(_)) {
+            return None;
+        }
+        let mut task_id = call_id.to_string();
+        while state.task_ids.contains(&task_id) {
+            task_id = format!(
+                "{call_id}-{}",
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            );
+        }
+        state.task_ids.insert(task_id.clone());
+        Some(task_id)
+    }
+
+    fn add_usage(&self, usage: Usage) {
+        self.lock().usage.add(usage);
+        self.shared.add_tree_usage(&self.lineage, usage);
+    }
+
+    /// Changes the stored meta and writes it through (atomic replace; rare: run start/end).
+    fn update_meta(&self, state: &mut State, change: impl FnOnce(&mut SessionMeta)) {
+        if matches!(state.phase, Phase::Deleted(_)) {
+            return;
+        }
+        change(&mut state.meta);
+        if let Err(err) = self.shared.store.write_meta(&state.meta) {
+            tracing::warn!(session = %self.meta.session_id, "cannot save session meta: {err}");
+        }
+    }
+
+    /// The pending queue survives restarts (SPEC §4, durability).
+    fn save_pending(&self, state: &State) {
+        if matches!(state.phase, Phase::Deleted(_)) {
+            return;
+        }
+        let pending: Vec<PendingMessage> =
+            state.pending.iter().map(QueuedMessage::pending).collect();
+        if let Err(err) = self
+            .shared
+            .store
+            .write_pending(&self.meta.session_id, &pending)
+        {
+            tracing::warn!(session = %self.meta.session_id, "cannot save the pending queue: {err}");
+        }
+    }
+
+    /// A child's report is in its parent's ledger.
+    pub(crate) fn mark_reported(&self) {
+        let mut state = self.lock();
+        self.update_meta(&mut state, |meta| meta.reported = true);
+    }
+
+    /// A child that never started (cancelled while it waited for a slot, or its lease
+    /// failed) owes no report: settle its meta so recovery does not call it interrupted
+    /// (runtime review C2).
+    pub(crate) fn settle_unstarted(&self) {
+        let mut state = self.lock();
+        self.update_meta(&mut state, |meta| {
+            meta.state = SessionState::Idle;
+            meta.reported = true;
+            meta.interrupted = false;
+        });
+    }
+
+    /// Changes what the person may change of the meta (title, archived), written through.
+    pub(crate) fn edit_meta(&self, change: impl FnOnce(&mut SessionMeta)) -> SessionMeta {
+        let mut state = self.lock();
+        self.update_meta(&mut state, |meta| {
+            change(meta);
+            meta.updated_at = crate::store::now();
+        });
+        state.meta.clone()
+    }
+
+    /// The stored meta as it is now (interrupted, reported, state …).
+    pub fn current_meta(&self) -> SessionMeta {
+        self.lock().meta.clone()
+    }
+
+    /// Clears `interrupted` and says whether it was set: a compare-and-set under the
+    /// lock, so two quick resumes or cancels cannot both act (runtime review C10).
+    pub(crate) fn take_interrupted(&self) -> bool {
+        let mut state = self.lock();
+        if !state.meta.interrupted || matches!(state.phase, Phase::Deleted(_)) {
+            return false;
+        }
+        self.update_meta(&mut state, |meta| meta.interrupted = false);
+        true
+    }
+
+    pub(crate) fn set_interrupted(&self, interrupted: bool) {
+        let mut state = self.lock();
+        self.update_meta(&mut state, |meta| meta.interrupted = interrupted);
+    }
+
+    /// Waits for a resumed child's run, like [`Self::run_child`].
+    pub(crate) async fn resume_child(&self, token: CancellationToken) -> ChildOutcome {
+        let outcome = self.start_resumed();
+        self.child_outcome(outcome, token).await
+    }
+
+    /// Waits for a child's run and maps it to the task registry's outcome; a cancelled
+    /// task stops the child's run.
+    pub(crate) async fn run_child(
+        &self,
+        message: QueuedMessage,
+        token: CancellationToken,
+    ) -> ChildOutcome {
+        let outcome = self.start_watched(message);
+        self.child_outcome(outcome, token).await
+    }
+
+    async fn child_outcome(
+        &self,
+        outcome: oneshot::Receiver<RunOutcome>,
+        token: CancellationToken,
+    ) -> ChildOutcome {
+        tokio::select! {
+            outcome = outcome => match outcome {
+                Ok(RunOutcome::Completed(answer)) => ChildOutcome::Completed(answer),
+                Ok(RunOutcome::Failed(message)) => ChildOutcome::Failed(message),
+                Ok(RunOutcome::Cancelled) | Err(_) => ChildOutcome::Stopped,
+            },
+            _ = token.cancelled() => {
+                self.cancel().await;
+                ChildOutcome::Stopped
+            }
+        }
+    }
+}
+
+/// The task id of a report's message id (`subagent:<task_id>`).
+fn report_task_id(message_id: &str) -> Option<&str> {
+    message_id.strip_prefix("subagent:")
+}
+
+/// Task ids this history's `sub_agent` calls were given (their pending results).
+fn started_task_ids(messages: &[Message]) -> impl Iterator<Item = String> + '_ {
+    messages
+        .iter()
+        .filter(|m| m.role == Role::Tool && m.text().starts_with("{\"status\":\"pending\""))
+        .filter_map(|m| {
+            serde_json::from_str::<serde_json::Value>(m.text())
+                .ok()?
+                .get("task_id")?
+                .as_str()
+                .map(str::to_string)
+        })
+}
+
+/// Ids of the calls of the last assistant message that have no result yet.
+pub(crate) fn unanswered_calls(messages: &[Message]) -> Vec<String> {
+    let Some(index) = messages.iter().rposition(|m| m.role == Role::Assistant) else {
+        return Vec::new();
+    };
+    let answered: HashSet<&str> = messages[index + 1..]
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .filter_map(|m| m.tool_call_id.as_deref())
+        .collect();
+    messages[index]
+        .tool_calls
+        .iter()
+        .filter(|c| !answered.contains(c.id.as_str()))
+        .map(|c| c.id.clone())
+        .collect()
+}

@@ -1,0 +1,229 @@
+//! Delegation as the runtime wires it (SPEC §3): the `sub_agent` tool's back end (child sessions, task ids), the task registry's lease, runner and report hand-over, and the observer that shows each child's state to its parent's subscribers.
+
+use std::sync::{Arc, Weak};
+
+use async_trait::async_trait;
+use futures::FutureExt;
+
+use crate::controller::{QueuedMessage, SessionController};
+use crate::protocol::{Event, SessionState, SubagentState, kinds, report_message_id, report_text};
+use crate::registry::Registry;
+use crate::store::{NewSession, ReportRecord};
+use crate::subagents::{
+    ChildOutcome, ChildStart, LeaseFn, LeaseGuard, NotifyFn, Report, RunnerFn, SubagentObserver,
+};
+use crate::tools::{Delegator, ToolContext};
+
+/// A slot of the child's depth (one pool per depth: a child waiting for its own child
+/// never holds the slot that child needs; runtime review C6).
+pub(crate) fn lease_fn(registry: Weak<Registry>) -> LeaseFn {
+    Arc::new(move |start: &ChildStart| {
+        let registry = registry.clone();
+        let depth = start.depth;
+        async move {
+            let registry = registry
+                .upgrade()
+                .ok_or_else(|| "runtime unavailable".to_string())?;
+            let slots = registry.shared.slots(depth);
+            let permit = slots
+                .acquire_owned()
+                .await
+                .map_err(|_| "runtime unavailable".to_string())?;
+            Ok(Box::new(permit) as LeaseGuard)
+        }
+        .boxed()
+    })
+}
+
+pub(crate) fn runner_fn(registry: Weak<Registry>) -> RunnerFn {
+    Arc::new(move |start: ChildStart, token| {
+        let registry = registry.clone();
+        async move {
+            let Some(registry) = registry.upgrade() else {
+                return ChildOutcome::Failed("runtime unavailable".into());
+            };
+            let child = match registry.controller(&start.session_id) {
+                Ok(child) => child,
+                Err(err) => return ChildOutcome::Failed(err.to_string()),
+            };
+            if start.resume {
+                return child.resume_child(token).await;
+            }
+            let mut config = start.config.clone();
+            config.runtime.workspace = Some(start.workspace.clone());
+            let message = QueuedMessage {
+                message_id: format!("task:{}", start.task_id),
+                content: start.content,
+                config,
+            };
+            child.run_child(message, token).await
+        }
+        .boxed()
+    })
+}
+
+pub(crate) fn notify_fn(registry: Weak<Registry>) -> NotifyFn {
+    Arc::new(move |report| {
+        let registry = registry.clone();
+        async move {
+            if let Some(registry) = registry.upgrade() {
+                deliver_report(&registry, report).await;
+            }
+        }
+        .boxed()
+    })
+}
+
+/// A finished child's report is recorded in its parent's ledger (flushed), then goes to
+/// the parent through the delivery table. A child deleted meanwhile reports nothing.
+pub(crate) async fn deliver_report(registry: &Registry, report: Report) {
+    let parent = match registry.controller(&report.parent_session_id) {
+        Ok(parent) => parent,
+        Err(err) => {
+            tracing::warn!(task = %report.task_id, "dropping a report: parent gone: {err}");
+            return;
+        }
+    };
+    let record = ReportRecord {
+        task_id: report.task_id.clone(),
+        child_session_id: report.session_id.clone(),
+        message_id: report_message_id(&report.task_id),
+        content: report_text(&report.task_id, &report.outcome),
+        config: report.config,
+    };
+    // The flush takes milliseconds on a disk: off the async threads, so a burst of
+    // finishing children does not stall every other run.
+    let store = registry.shared.store.clone();
+    let parent_id = parent.session_id().to_string();
+    let line = record.clone();
+    let recorded =
+        tokio::task::spawn_blocking(move || store.record_report(&parent_id, &line)).await;
+    let child = registry.controller(&report.session_id).ok();
+    // Deleting the child while its report was being recorded cancels the report
+    // (SPEC §3; runtime review C9): the delete marks the child first, then waits for us.
+    if child.as_ref().is_none_or(|child| child.is_deleted()) {
+        tracing::info!(task = %report.task_id, "the sub-agent was deleted: its report is dropped");
+        return;
+    }
+    match recorded {
+        Ok(Ok(())) => {
+            if let Some(child) = &child {
+                child.mark_reported();
+            }
+        }
+        Ok(Err(err)) => {
+            tracing::error!(task = %report.task_id, "cannot record a report: {err}")
+        }
+        Err(err) => {
+            tracing::error!(task = %report.task_id, "cannot record a report: {err}")
+        }
+    }
+    parent.deliver(QueuedMessage {
+        message_id: record.message_id,
+        content: record.content,
+        config: record.config,
+    });
+}
+
+/// Tells the parent's subscribers how each child is doing.
+pub(crate) struct EventObserver {
+    pub(crate) child: Weak<SessionController>,
+    pub(crate) task_id: String,
+}
+
+impl SubagentObserver for EventObserver {
+    fn state(&self, _session_id: &str, state: SubagentState) {
+        if let Some(child) = self.child.upgrade() {
+            child.emit_kind(
+                kinds::SUBAGENT_STATE,
+                serde_json::json!({"task_id": self.task_id, "state": state}),
+            );
+        }
+    }
+
+    fn error(&self, session_id: &str, message: &str) {
+        tracing::warn!(session = %session_id, task = %self.task_id, "sub-agent failed: {message}");
+    }
+}
+
+/// The runtime side of the `sub_agent` tool.
+pub(crate) struct ServiceDelegator {
+    pub(crate) registry: Weak<Registry>,
+}
+
+#[async_trait]
+impl Delegator for ServiceDelegator {
+    async fn delegate(
+        &self,
+        ctx: &ToolContext,
+        title: String,
+        task: String,
+    ) -> Result<String, String> {
+        let registry = self
+            .registry
+            .upgrade()
+            .ok_or_else(|| "runtime unavailable".to_string())?;
+        let parent = registry
+            .controller(&ctx.session_id)
+            .map_err(|err| err.to_string())?;
+        let task_id = parent
+            .allocate_task_id(&ctx.call_id)
+            .ok_or_else(|| "the session is being deleted".to_string())?;
+        let workspace = ctx.workspace.display().to_string();
+        let content = format!("You are the sub-agent \"{title}\".\nTask:\n{task}");
+        let meta = registry
+            .shared
+            .store
+            .create(NewSession {
+                workspace: workspace.clone(),
+                title: Some(title.clone()),
+                parent_session_id: Some(parent.session_id().to_string()),
+                task_id: Some(task_id.clone()),
+                task_content: Some(content.clone()),
+                // "running" until its run ends: a crash before then leaves it interrupted.
+                state: SessionState::Running,
+            })
+            .map_err(|err| err.to_string())?;
+        let child = registry
+            .controller(&meta.session_id)
+            .map_err(|err| err.to_string())?;
+        child.emit(Event::SessionCreated {
+            session_id: meta.session_id.clone(),
+            parent_session_id: Some(parent.session_id().to_string()),
+            task_id: Some(task_id.clone()),
+            title: title.clone(),
+        });
+        let start = ChildStart {
+            task_id: task_id.clone(),
+            session_id: meta.session_id.clone(),
+            parent_session_id: parent.session_id().to_string(),
+            title: title.clone(),
+            workspace,
+            content,
+            config: ctx.run_config.clone(),
+            resume: false,
+            depth: child.depth(),
+        };
+        let observer = Arc::new(EventObserver {
+            child: Arc::downgrade(&child),
+            task_id: task_id.clone(),
+        });
+        let subagents = registry.shared.subagents.clone();
+        let started = tokio::select! {
+            biased;
+            started = subagents.start(start, observer) => started.map_err(|err| err.to_string()),
+            _ = ctx.cancel.cancelled() => {
+                subagents.cancel(&meta.session_id).await;
+                Err("the parent's run was stopped before the sub-agent started".into())
+            }
+        };
+        match started {
+            Ok(()) => Ok(task_id),
+            Err(err) => {
+                // It never ran and owes no report (runtime review C2).
+                child.settle_unstarted();
+                Err(err)
+            }
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Start-up recovery (durability): repairs what a crash left behind before any controller exists.
+//!
+//! - a run found "running" gets synthetic results for its unanswered calls and is paused;
+//! - a child that was working is marked interrupted (resume or cancel it);
+//! - a child that finished but whose report was never recorded gets it recorded;
+//! - recorded reports that never reached their parent's history (and were not discarded,
+//!   and whose child still exists) go to its pending queue.
+
+use std::collections::HashMap;
+
+use crate::controller::{INTERRUPTED_RESULT, unanswered_calls};
+use crate::error::RuntimeError;
+use crate::protocol::{RunConfig, SessionId, SessionState, report_message_id, report_text};
+use crate::store::{ReportRecord, SessionMeta, SessionStore};
+
+/// Counts of what start-up recovery repaired.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryStats {
+    pub interrupted_runs: usize,
+    pub interrupted_children: usize,
+    pub recorded_reports: usize,
+    pub requeued_reports: usize,
+}
+
+/// The final answer, if the history ends with one.
+fn final_answer(messages: &[crate::protocol::Message]) -> Option<String> {
+    let last = messages.last()?;
+    (last.role == crate::protocol::Role::Assistant && last.tool_calls.is_empty())
+        .then(|| last.text().to_string())
+}
+
+/// Repairs what a crash left behind (issue: durability). Runs once, at start:
+/// - a run found "running" gets synthetic results for its unanswered calls and is paused;
+/// - a child that was working is marked interrupted (resume or cancel it);
+/// - a child that finished but whose report was never recorded gets it recorded;
+/// - recorded reports that never reached their parent's history go to its pending queue.
+pub(crate) fn recover(
+    store: &SessionStore,
+) -> Result<(RecoveryStats, Vec<SessionMeta>), RuntimeError> {
+    let mut stats = RecoveryStats::default();
+    let mut metas = store.list(None)?;
+    for meta in metas
+        .iter_mut()
+        .filter(|m| m.state == SessionState::Running)
+    {
+        let loaded = store.load(&meta.session_id)?;
+        let unanswered = unanswered_calls(&loaded.messages);
+        if !unanswered.is_empty() && !loaded.damaged {
+            let results: Vec<_> = unanswered
+                .iter()
+                .map(|id| crate::protocol::Message::tool(id, INTERRUPTED_RESULT))
+                .collect();
+            store.append(&meta.session_id, &results)?;
+            store.sync(&meta.session_id)?;
+        }
+        let finished_child = meta.task_id.is_some()
+            && !meta.reported
+            && final_answer(&loaded.messages).is_some()
+            && unanswered.is_empty();
+        if meta.task_id.is_some() && !meta.reported && !finished_child {
+            meta.interrupted = true;
+            stats.interrupted_children += 1;
+        }
+        meta.state = SessionState::Paused;
+        store.write_meta(meta)?;
+        stats.interrupted_runs += 1;
+    }
+    let mut ledgers: HashMap<SessionId, crate::store::Ledger> = HashMap::new();
+    for meta in metas.iter_mut() {
+        let (Some(task_id), Some(parent)) = (meta.task_id.clone(), meta.parent_session_id.clone())
+        else {
+            continue;
+        };
+        if meta.reported || meta.interrupted || !store.exists(&parent) {
+            continue;
+        }
+        let ledger = match ledgers.get(&parent) {
+            Some(ledger) => ledger,
+            None => ledgers
+                .entry(parent.clone())
+                .or_insert(store.ledger(&parent)?),
+        };
+        if !ledger.records.iter().any(|r| r.task_id == task_id) {
+            let history = store.load(&meta.session_id)?.messages;
+            let Some(answer) = final_answer(&history) else {
+                meta.interrupted = true;
+                store.write_meta(meta)?;
+                stats.interrupted_children += 1;
+                continue;
+            };
+            let record = ReportRecord {
+                task_id: task_id.clone(),
+                child_session_id: meta.session_id.clone(),
+                message_id: report_message_id(&task_id),
+                content: report_text(&task_id, &Ok(answer)),
+                config: RunConfig::default(),
+            };
+            store.record_report(&parent, &record)?;
+            ledgers
+                .entry(parent.clone())
+                .or_default()
+                .records
+                .push(record);
+            stats.recorded_reports += 1;
+        }
+        meta.reported = true;
+        store.write_meta(meta)?;
+    }
+    for meta in metas.iter_mut() {
+        let id = meta.session_id.clone();
+        let ledger = match ledgers.remove(&id) {
+            Some(ledger) => ledger,
+            None if store.has_ledger(&id) => store.ledger(&id)?,
+            None => continue,
+        };
+        if ledger.undelivered().next().is_none() {
+            continue;
+        }
+        let history_ids: std::collections::HashSet<String> = store
+            .load(&id)?
+            .messages
+            .into_iter()
+            .filter_map(|m| m.id)
+            .collect();
+        let mut pending = store.read_pending(&id).unwrap_or_default();
+        let mut added = false;
+        for record in ledger.undelivered() {
+            if history_ids.contains(&record.message_id)
+                || pending.iter().any(|p| p.message_id == record.message_id)
+            {
+                continue;
+            }
+            pending.push(crate::protocol::PendingMessage {
+                message_id: record.message_id.clone(),
+                content: record.content.clone(),
+                status: crate::protocol::MessageStatus::Queued,
+                config: record.config.clone(),
+            });
+            added = true;
+            stats.requeued_reports += 1;
+        }
+        if added {
+            store.write_pending(&id, &pending)?;
+            // Queued reports wait for the person after a crash: nothing starts by itself.
+            meta.state = SessionState::Paused;
+            store.write_meta(meta)?;
+        }
+    }
+    if stats != RecoveryStats::default() {
+        tracing::warn!(?stats, "recovered from an unclean stop");
+    }
+    Ok((stats, metas))
+}

@@ -1,0 +1,321 @@
+//! The shared runtime context every session controller works in: store, config snapshot, provider cache, approvals, sub-agent tasks, slots, run counting and the turn-context resolver.
+//!
+//! It knows nothing of controllers: the controller depends on it, the registry and the
+//! service build on both, so the module graph has no cycle.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use tokio::sync::{Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::approvals::ApprovalBook;
+use crate::config::{Config, ProviderConfig, ToolPolicy};
+use crate::protocol::{SessionId, Usage};
+use crate::provider::{ModelProvider, ModelSettings, ProviderError, ProviderFactory, ToolSpec};
+use crate::store::SessionStore;
+use crate::subagents::SubagentTasks;
+use crate::tools::{Delegator, ToolRegistry};
+
+/// What a turn runs with, resolved once when the run starts and fixed for that run
+/// (a config change applies from the next run). Profiles, MCP tools and the context
+/// builder plug in here: everything a run needs from the config is in this value.
+#[derive(Clone)]
+pub struct TurnContext {
+    pub provider: Arc<dyn ModelProvider>,
+    pub settings: ModelSettings,
+    /// The tools the run may call (already narrowed for children and by depth).
+    pub tools: ToolRegistry,
+    /// What the model is offered: `tools` minus those switched off by policy.
+    pub specs: Vec<ToolSpec>,
+    /// `tools.policy` as it was when the run started.
+    pub policy: Arc<std::collections::BTreeMap<String, ToolPolicy>>,
+    pub delegator: Option<Arc<dyn Delegator>>,
+    /// Variables that hold secrets; commands do not get them.
+    pub secret_env: Vec<String>,
+    pub limits: Limits,
+}
+
+/// Bounds of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// How many model calls a run may make before it stops with an error.
+    pub max_steps: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_steps: 500 }
+    }
+}
+
+/// What the controllers share: store, config, provider, approvals, tasks, run count.
+pub struct Shared {
+    pub(crate) store: Arc<SessionStore>,
+    pub(crate) data_dir: PathBuf,
+    config: RwLock<Config>,
+    pub(crate) config_path: Option<PathBuf>,
+    provider_factory: ProviderFactory,
+    /// The provider built for a provider block, rebuilt when the block changes. Looked up
+    /// with a copy of the block, never while the config lock is held (runtime review C3).
+    provider: Mutex<Option<(ProviderConfig, Arc<dyn ModelProvider>)>>,
+    pub(crate) approvals: Arc<ApprovalBook>,
+    pub(crate) subagents: SubagentTasks,
+    pub(crate) root: CancellationToken,
+    active_runs: watch::Sender<usize>,
+    /// Child slots, one pool per delegation depth: a child blocked in `sub_agent` holds a
+    /// slot of its own depth only, so grandchildren never wait on it (runtime review C6).
+    slots: Mutex<Vec<Arc<Semaphore>>>,
+    /// Starting a run takes this for reading and a config change for writing, so a run
+    /// never starts between the busy check and the change (SPEC §6, runtime review C3).
+    run_gate: RwLock<()>,
+    /// Serialises config changes (the file is saved outside `config`'s lock).
+    update_lock: Mutex<()>,
+    /// Tokens of each session's whole tree, kept as usage is added.
+    tree_usage: Mutex<HashMap<SessionId, Usage>>,
+    /// The tools of top-level sessions.
+    pub(crate) tools: ToolRegistry,
+    /// The `sub_agent` tool's back end; set once the registry exists.
+    pub(crate) delegator: OnceLock<Arc<dyn Delegator>>,
+}
+
+/// What a [`Shared`] is built from.
+pub(crate) struct SharedParts {
+    pub store: Arc<SessionStore>,
+    pub data_dir: PathBuf,
+    pub config: Config,
+    pub config_path: Option<PathBuf>,
+    pub provider_factory: ProviderFactory,
+    pub subagents: SubagentTasks,
+    pub root: CancellationToken,
+    pub tools: ToolRegistry,
+}
+
+impl Shared {
+    pub(crate) fn new(parts: SharedParts) -> Self {
+        let SharedParts {
+            store,
+            data_dir,
+            config,
+            config_path,
+            provider_factory,
+            subagents,
+            root,
+            tools,
+        } = parts;
+        Shared {
+            store,
+            data_dir,
+            config: RwLock::new(config),
+            config_path,
+            provider_factory,
+            provider: Mutex::new(None),
+            approvals: Arc::new(ApprovalBook::default()),
+            subagents,
+            root,
+            active_runs: watch::channel(0).0,
+            slots: Mutex::new(Vec::new()),
+            run_gate: RwLock::new(()),
+            update_lock: Mutex::new(()),
+            tree_usage: Mutex::new(HashMap::new()),
+            tools,
+            delegator: OnceLock::new(),
+        }
+    }
+
+    pub fn config(&self) -> Config {
+        self.read_config(Config::clone)
+    }
+
+    /// Reads part of the config without copying all of it.
+    pub(crate) fn read_config<T>(&self, read: impl FnOnce(&Config) -> T) -> T {
+        read(&self.config.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The provider for a provider block, built once per block. The block is a copy, so
+    /// no config lock is held here.
+    pub(crate) fn provider_for(
+        &self,
+        block: &ProviderConfig,
+    ) -> Result<Arc<dyn ModelProvider>, ProviderError> {
+        {
+            let cached = self.provider.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((config, provider)) = cached.as_ref() {
+                if config == block {
+                    return Ok(provider.clone());
+                }
+            }
+        }
+        // Built outside the lock: building may read a keyring or the environment.
+        let provider = (self.provider_factory)(block)?;
+        *self.provider.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((block.clone(), provider.clone()));
+        Ok(provider)
+    }
+
+    /// Resolves what a run of a session at `depth` works with, from one copy of the
+    /// config. `depth` is 0 for a top-level session.
+    pub(crate) fn resolve_turn(&self, depth: usize) -> Result<TurnContext, String> {
+        let config = self.config();
+        let provider = self
+            .provider_for(&config.provider)
+            .map_err(|err| err.to_string())?;
+        let mut tools = self.tools.clone();
+        if depth > 0 {
+            if let Some(allowed) = &config.subagents.tools {
+                tools = tools.filtered(|name| allowed.iter().any(|a| a == name));
+            }
+        }
+        // A session at the depth limit is not offered the tool at all.
+        let delegator = if depth < config.subagents.max_depth {
+            self.delegator.get().cloned()
+        } else {
+            None
+        };
+        if delegator.is_none() {
+            tools = tools.filtered(|name| name != "sub_agent");
+        }
+        let policy = config.tools.policy.clone();
+        // Tools switched off by policy are not offered; a call to one is refused anyway.
+        let specs = tools
+            .specs()
+            .iter()
+            .filter(|spec| policy.get(&spec.name) != Some(&ToolPolicy::Deny))
+            .cloned()
+            .collect();
+        Ok(TurnContext {
+            provider,
+            settings: ModelSettings::from(&config.provider),
+            tools,
+            specs,
+            policy: Arc::new(policy),
+            delegator,
+            secret_env: crate::tools::secret_env(&config.provider),
+            limits: Limits::default(),
+        })
+    }
+
+    /// Applies a change to the config unless anything runs. The file is written before
+    /// the change is visible, outside the config lock, and no run can start meanwhile.
+    pub(crate) fn update_config(
+        &self,
+        change: impl FnOnce(&Config) -> Result<Config, crate::error::RuntimeError>,
+        busy: impl Fn() -> Option<String>,
+    ) -> Result<Config, crate::error::RuntimeError> {
+        let _update = self.update_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _no_new_runs = self.run_gate.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(why) = busy() {
+            return Err(crate::error::RuntimeError::Busy(why));
+        }
+        let next = change(&self.config())?;
+        if let Some(path) = &self.config_path {
+            next.save(path)?;
+        }
+        let slots_changed =
+            next.subagents.max_concurrent != self.read_config(|c| c.subagents.max_concurrent);
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
+        if slots_changed {
+            // No child runs (the busy check), so the old pools hold no permit.
+            self.slots.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+        Ok(next)
+    }
+
+    /// Counts a run as started; waits while a config change is being applied.
+    pub(crate) fn run_started(&self) {
+        let _gate = self.run_gate.read().unwrap_or_else(|p| p.into_inner());
+        self.active_runs.send_modify(|count| *count += 1);
+    }
+
+    pub(crate) fn run_ended(&self) {
+        self.active_runs
+            .send_modify(|count| *count = count.saturating_sub(1));
+    }
+
+    pub(crate) fn active_runs(&self) -> usize {
+        *self.active_runs.borrow()
+    }
+
+    pub(crate) fn watch_runs(&self) -> watch::Receiver<usize> {
+        self.active_runs.subscribe()
+    }
+
+    /// The slot pool of children at `depth` (1 for a top-level session's children).
+    pub(crate) fn slots(&self, depth: usize) -> Arc<Semaphore> {
+        let mut pools = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let max = self.read_config(|c| c.subagents.max_concurrent);
+        while pools.len() < depth.max(1) {
+            pools.push(Arc::new(Semaphore::new(max)));
+        }
+        pools[depth.max(1) - 1].clone()
+    }
+
+    pub(crate) fn tree_usage(&self, session_id: &str, own: Usage) -> Usage {
+        self.tree_usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(session_id)
+            .copied()
+            .unwrap_or(own)
+    }
+
+    pub(crate) fn add_tree_usage(&self, lineage: &[SessionId], usage: Usage) {
+        let mut tree = self.tree_usage.lock().unwrap_or_else(|p| p.into_inner());
+        for id in lineage {
+            tree.entry(id.clone()).or_default().add(usage);
+        }
+    }
+
+    pub(crate) fn forget_tree_usage(&self, session_id: &str) {
+        self.tree_usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(session_id);
+    }
+
+    /// Tokens of every stored tree, summed once at start; runs add to it as they go.
+    pub(crate) fn sum_tree_usage(&self, metas: &[crate::store::SessionMeta]) {
+        let parents: HashMap<&str, Option<&str>> = metas
+            .iter()
+            .map(|m| (m.session_id.as_str(), m.parent_session_id.as_deref()))
+            .collect();
+        let mut tree = self.tree_usage.lock().unwrap_or_else(|p| p.into_inner());
+        for meta in metas {
+            let mut id = Some(meta.session_id.as_str());
+            // Bounded by the number of sessions, so a corrupt parent cycle cannot loop.
+            for _ in 0..=metas.len() {
+                let Some(current) = id else { break };
+                tree.entry(current.to_string()).or_default().add(meta.usage);
+                id = parents.get(current).copied().flatten();
+            }
+        }
+    }
+}
+
+/// Raises the soft limit of open files to the hard limit, once per process: a desktop
+/// session with many sub-agents must not die with EMFILE at the usual 1,024.
+pub fn raise_open_file_limit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        #[cfg(unix)]
+        // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+        unsafe {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0
+                && limit.rlim_cur < limit.rlim_max
+            {
+                let wanted = libc::rlimit {
+                    rlim_cur: limit.rlim_max.min(1 << 20),
+                    rlim_max: limit.rlim_max,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) != 0 {
+                    tracing::debug!("cannot raise the open-file limit");
+                }
+            }
+        }
+    });
+}
