@@ -61,6 +61,10 @@ return {
   })),
   inbox: !!document.querySelector('[data-testid=inbox-button]'),
   slash: all('[data-testid=slash-item]').map((e) => e.getAttribute('data-name')),
+  mentions: all('[data-testid=mention-item]').map((e) => e.getAttribute('data-name')),
+  promptText: document.querySelector('[data-testid=prompt-input]')?.value ?? null,
+  titles: all('[data-testid=session-item]').map((e) => text(e.querySelector('.session-title'))),
+  renameInput: !!document.querySelector('[data-testid=session-rename-input]'),
   newConversation: !!document.querySelector('.welcome'),
 };`;
 
@@ -264,12 +268,45 @@ export function flowSteps(driver, ctx) {
       },
     ],
     [
+      'an @-mention offers workspace files and the file goes to the model with the message',
+      async () => {
+        await driver.type('[data-testid=prompt-input]', 'Mention check @note');
+        await waitFor('notes.txt offered', (s) => s.mentions.includes('notes.txt'));
+        await driver.shot('12-mention-menu');
+        await driver.click('[data-testid=mention-item][data-name="notes.txt"]');
+        await waitFor('the mention in the message', (s) => s.promptText === 'Mention check @notes.txt ');
+        await driver.click('[data-testid=send-button]');
+        await waitFor('the answer', (s) => says(s, 'assistant', 'Mention seen:') && s.running === 'false');
+        check((await state()).messages.some((m) => m.text.includes('Mention seen: yes')), 'the model did not get the content of notes.txt');
+      },
+    ],
+    [
+      'rename and search: a new title, then a session found by words of its messages',
+      async () => {
+        const s0 = await state();
+        await driver.click(`[data-testid=session-item][data-session-id="${s0.session}"] [data-testid=session-rename]`);
+        await waitFor('the title field', (s) => s.renameInput);
+        await driver.type('[data-testid=session-rename-input]', 'Renamed in the e2e');
+        // Leaving the field saves the title.
+        await driver.click('[data-testid=session-search]');
+        await waitFor('the new title in the list', (s) => !s.renameInput && s.titles.includes('Renamed in the e2e'));
+        // Words only in an answer: the title filter alone would hide the session.
+        await driver.type('[data-testid=session-search]', 'guide is at');
+        await waitFor('the session found by what its answer says', (x) => x.titles[0] === 'Renamed in the e2e');
+        await driver.shot('13-search');
+        await driver.type('[data-testid=session-search]', 'zebra nothing');
+        await waitFor('no session for words nobody wrote', (x) => x.titles.length === 0);
+        await driver.click('[data-testid=session-search-clear]');
+        await waitFor('the whole list again', (x) => x.titles.includes('Renamed in the e2e') && x.titles.length > 1);
+      },
+    ],
+    [
       'a slash command: /new starts a new conversation',
       async () => {
         const from = (await state()).session;
         await driver.type('[data-testid=prompt-input]', '/ne');
         await waitFor('the slash menu', (s) => s.slash.includes('new'));
-        await driver.shot('12-slash-menu');
+        await driver.shot('14-slash-menu');
         await driver.click('[data-testid=slash-item][data-name=new]');
         await waitFor('a new conversation', (s) => s.newConversation && s.session == null);
         ctx.firstSession = from;
@@ -298,16 +335,16 @@ export function flowSteps(driver, ctx) {
           await until('the notification request', () => ctx.notifications(), (list) => list.some((l) => l.includes('Writer')), { timeout: 10000 });
         }
         console.log(`    (window focused: ${focused}; notification ${focused ? 'not expected' : 'requested'})`);
-        await driver.shot('13-approval-in-other-session');
+        await driver.shot('15-approval-in-other-session');
         await driver.click('[data-testid=inbox-button]');
-        await driver.shot('14-inbox');
+        await driver.shot('16-inbox');
         await driver.click('[data-testid=inbox-approval]');
         await waitFor('the approval in its session', (x) => x.session === second && x.approvals.length > 0);
         await driver.click('[data-testid=approval-approve]');
         // The inbox opened the child's tab; its report lands in Main.
         await driver.click('[data-testid=tab-main]');
         await waitFor('the report and the title back to plain', (x) => says(x, 'report', 'Wrote notes.txt') && x.title === 'Bumblehive' && !x.inbox);
-        await driver.shot('15-approved-from-inbox');
+        await driver.shot('17-approved-from-inbox');
       },
     ],
   ];

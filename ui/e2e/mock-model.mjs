@@ -17,6 +17,7 @@
 //   user containing "Link please"      → a text answer with a web link (LINK_URL)
 //   user containing "Slow answer"      → 120 sentences, one chunk every 50 ms (to stop it)
 //   user containing "Wide please"      → a 600-character unbroken line and a wide table
+//   user containing "Mention check"    → says whether notes.txt's content came with it
 //   any other user message             → sub_agent {title: "Writer", task: "WRITE notes"}
 //   tool results                       → a short text answer
 // Every request body is appended to the log file as one JSON line ({at, path, body}).
@@ -78,6 +79,9 @@ export function decide(messages) {
   }
   if (last.role === 'user' && lastText.includes('Link please')) {
     return { text: `The guide is at [the guide](${LINK_URL}).` };
+  }
+  if (last.role === 'user' && lastText.includes('Mention check')) {
+    return { text: `Mention seen: ${lastText.includes(NOTES_CONTENT.trim()) ? 'yes' : 'no'}.` };
   }
   if (last.role === 'user' && lastText.includes('Wide please')) {
     const cell = 'x'.repeat(300);

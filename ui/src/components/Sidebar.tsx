@@ -240,6 +240,7 @@ export function Sidebar(props: {
           </button>
         </div>
       )}
+      <div class="session-search-row">
       <input
         type="search"
         class="session-search"
@@ -248,7 +249,14 @@ export function Sidebar(props: {
         data-testid="session-search"
         value={query}
         onInput={(e) => setQuery((e.target as HTMLInputElement).value)}
+        onKeyDown={(e) => e.key === 'Escape' && setQuery('')}
       />
+      {query && (
+        <button type="button" class="quiet icon-button" data-testid="session-search-clear" aria-label="Clear the search" onClick={() => setQuery('')}>
+          <Icon name="close" />
+        </button>
+      )}
+      </div>
       {toolError && (
         <div class="error-box small" role="alert" data-testid="session-tool-error">
           {toolError}

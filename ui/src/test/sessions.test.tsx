@@ -48,7 +48,8 @@ describe('session tools', () => {
     await waitForSearch(fake, 2);
     expect(fake.callsOf('search_sessions').at(-1)).toEqual({ query: 'tokens', workspace: '/ws' });
     expect(titles(root)).toEqual(['Refactor auth']);
-    await inAct(() => typeInto($(root, 'session-search')!, ''));
+    await inAct(() => $(root, 'session-search-clear')!.click());
+    expect(($(root, 'session-search') as HTMLInputElement).value).toBe('');
 
     await inAct(() => $$(root, 'session-archive')[1].click());
     await settle(80);
