@@ -488,7 +488,25 @@ export class SessionModel {
     this.options.onSessionsChanged?.();
   }
 
+  /**
+   * A report means its child finished, whatever state events said or missed (a child's
+   * last state event can be lost when its controller goes first): its tab says so.
+   */
+  private reportArrived(messageId: string, content: string | null | undefined): void {
+    const taskId = reportTaskId(messageId);
+    if (!taskId) return;
+    const failed = content != null && reportBody(content).startsWith('Error:');
+    const stale = this.state.children.some((c) => c.taskId === taskId && (c.state === 'running' || c.state === 'waiting_for_slot'));
+    if (!stale) return;
+    this.set({
+      children: this.state.children.map((c) =>
+        c.taskId === taskId && (c.state === 'running' || c.state === 'waiting_for_slot') ? { ...c, state: failed ? 'failed' : 'done' } : c,
+      ),
+    });
+  }
+
   private onStatus(sessionId: string, messageId: string, status: MessageStatus): void {
+    if (sessionId === this.sessionId) this.reportArrived(messageId, this.state.pending.find((p) => p.message_id === messageId)?.content);
     if (sessionId !== this.sessionId) {
       if (status !== 'queued') this.patchTranscript(sessionId, () => ({ running: true }));
       return;
@@ -544,6 +562,7 @@ export class SessionModel {
           retry: null,
         }));
         if (message.role === 'user' && message.id) {
+          this.reportArrived(message.id, message.content);
           this.appended.add(message.id);
           if (own) this.set({ inflight: this.state.inflight.filter((m) => m.messageId !== message.id) });
         }
@@ -786,7 +805,7 @@ export interface RootAttention {
   running: boolean;
   approvals: ApprovalInfo[];
   /** Sub-agents of the tree by session id. */
-  children: Record<string, { state: SubagentState; title: string; parent: string | null }>;
+  children: Record<string, { state: SubagentState; title: string; parent: string | null; taskId?: string | null }>;
   /** Queued reports waiting in the root's tray (the root is paused). */
   waitingReports: string[];
   /** Sessions of the tree whose run failed and which the person has not looked at since. */
@@ -819,7 +838,7 @@ export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record
       const snap = event as unknown as Snapshot;
       if (snap.session_id !== root.rootId) break;
       const children = { ...root.children };
-      for (const s of snap.subagents) children[s.session_id] = { state: s.state, title: s.title, parent: s.parent_session_id };
+      for (const s of snap.subagents) children[s.session_id] = { state: s.state, title: s.title, parent: s.parent_session_id, taskId: s.task_id };
       next = {
         ...root,
         running: snap.running,
@@ -833,7 +852,7 @@ export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record
       if (event.session_id !== root.rootId) {
         next = {
           ...root,
-          children: { ...root.children, [event.session_id]: { state: 'waiting_for_slot', title: event.title, parent: event.parent_session_id } },
+          children: { ...root.children, [event.session_id]: { state: 'waiting_for_slot', title: event.title, parent: event.parent_session_id, taskId: event.task_id } },
         };
       }
       break;
@@ -852,6 +871,7 @@ export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record
       if (event.session_id !== root.rootId) break;
       if (event.status === 'started' && !root.running) next = { ...root, running: true };
       if (!reportTaskId(event.message_id)) break;
+      next = reported(next, reportTaskId(event.message_id)!, false, alerts, titles);
       const waiting = next.waitingReports.filter((id) => id !== event.message_id);
       next = { ...next, waitingReports: event.status === 'queued' ? [...waiting, event.message_id] : waiting };
       break;
@@ -861,7 +881,10 @@ export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record
       if (event.kind === 'subagent.state' && event.session_id !== root.rootId) {
         const state = data.state as SubagentState;
         const known = root.children[event.session_id];
-        const children = { ...root.children, [event.session_id]: { state, title: known?.title ?? titles[event.session_id] ?? '', parent: known?.parent ?? null } };
+        const children = {
+          ...root.children,
+          [event.session_id]: { state, title: known?.title ?? titles[event.session_id] ?? '', parent: known?.parent ?? null, taskId: known?.taskId ?? data.task_id ?? null },
+        };
         next = { ...root, children, failed: state === 'failed' ? withFailed(root.failed, event.session_id) : root.failed };
         if (state === 'failed') alerts.push({ kind: 'failed', rootId: root.rootId, sessionId: event.session_id, text: `Sub-agent “${name(event.session_id)}” failed` });
         const busy = Object.values(children).some((c) => c.state === 'running' || c.state === 'waiting_for_slot');
@@ -869,6 +892,10 @@ export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record
         if ((state === 'done' || state === 'failed') && wasBusy && !busy) {
           alerts.push({ kind: 'reports', rootId: root.rootId, sessionId: root.rootId, text: `Every sub-agent of “${titles[root.rootId] ?? 'a session'}” has reported` });
         }
+      } else if (event.kind === 'message.appended' && event.session_id === root.rootId) {
+        const m = data.message as Message | undefined;
+        const taskId = m?.role === 'user' ? reportTaskId(m.id) : null;
+        if (taskId) next = reported(root, taskId, reportBody(m?.content ?? '').startsWith('Error:'), alerts, titles);
       } else if (event.kind === 'run.cancelled' && event.session_id === root.rootId) {
         next = { ...root, running: false };
       }
@@ -883,6 +910,19 @@ export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record
       break;
   }
   return { root: next, alerts };
+}
+
+/**
+ * A report of a task arrived: its child finished even if its last state event was lost.
+ * Announces "every sub-agent has reported" when that was the last one working.
+ */
+function reported(root: RootAttention, taskId: string, failed: boolean, alerts: Alert[], titles: Record<string, string>): RootAttention {
+  const entry = Object.entries(root.children).find(([, c]) => c.taskId === taskId);
+  if (!entry || (entry[1].state !== 'running' && entry[1].state !== 'waiting_for_slot')) return root;
+  const children = { ...root.children, [entry[0]]: { ...entry[1], state: (failed ? 'failed' : 'done') as SubagentState } };
+  const busy = Object.values(children).some((c) => c.state === 'running' || c.state === 'waiting_for_slot');
+  if (!busy) alerts.push({ kind: 'reports', rootId: root.rootId, sessionId: root.rootId, text: `Every sub-agent of “${titles[root.rootId] ?? 'a session'}” has reported` });
+  return { ...root, children, failed: failed ? withFailed(root.failed, entry[0]) : root.failed };
 }
 
 /** The person looked at a session: its failure no longer asks for attention. */

@@ -41,17 +41,25 @@ export function ContextMenu({ platform }: { platform: Platform }) {
       if (e.type === 'mousedown' && box.current?.contains(e.target as Node)) return;
       setMenu(null);
     };
+    // The desktop window is not a web page: reloading it (F5, Ctrl+R) would only drop the
+    // person's place (D16). A browser tab keeps its reload.
+    const onKey = (e: KeyboardEvent) => {
+      if (platform.kind !== 'tauri') return;
+      if (e.key === 'F5' || ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === 'r')) e.preventDefault();
+    };
+    document.addEventListener('keydown', onKey);
     document.addEventListener('contextmenu', onMenu);
     document.addEventListener('mousedown', close);
     document.addEventListener('keydown', close);
     window.addEventListener('blur', close);
     return () => {
+      document.removeEventListener('keydown', onKey);
       document.removeEventListener('contextmenu', onMenu);
       document.removeEventListener('mousedown', close);
       document.removeEventListener('keydown', close);
       window.removeEventListener('blur', close);
     };
-  }, []);
+  }, [platform]);
 
   if (!menu) return null;
   const run = (fn: () => void) => () => {

@@ -92,3 +92,16 @@ describe('attention across sessions (pure)', () => {
     expect(rootsToWatch(sessions, null, 2)).toEqual(['r3', 'r1']);
   });
 });
+
+describe('a report without its state event', () => {
+  it('still marks the child finished in the tree and in the tab', async () => {
+    const { root, alerts } = fold(
+      emptyRoot('p'),
+      snapshot('p', { subagents: [{ task_id: 't1', session_id: 'c1', parent_session_id: 'p', title: 'Alpha', state: 'running' }] }),
+      { type: 'message_status', session_id: 'p', message_id: 'subagent:t1', status: 'steered' },
+    );
+    expect(root.children.c1.state).toBe('done');
+    expect(summarize([root]).running).toBe(0);
+    expect(alerts.map((a) => a.kind)).toEqual(['reports']);
+  });
+});

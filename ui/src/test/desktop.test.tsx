@@ -61,6 +61,25 @@ describe('links and the context menu', () => {
   });
 });
 
+describe('no reload in the desktop window (D16)', () => {
+  it('F5 and Ctrl+R do nothing in the desktop app; a browser tab keeps them', async () => {
+    const fake = workspacePlatform([info('p')]);
+    Object.defineProperty(fake, 'kind', { value: 'tauri' });
+    const root = await open(fake);
+    for (const init of [{ key: 'F5' }, { key: 'r', ctrlKey: true }]) {
+      const e = new KeyboardEvent('keydown', { bubbles: true, cancelable: true, ...init });
+      $(root, 'chat')!.dispatchEvent(e);
+      expect(e.defaultPrevented).toBe(true);
+    }
+    unmount?.();
+    const web = workspacePlatform([info('p')]);
+    const again = await open(web);
+    const e = new KeyboardEvent('keydown', { bubbles: true, cancelable: true, key: 'F5' });
+    $(again, 'chat')!.dispatchEvent(e);
+    expect(e.defaultPrevented).toBe(false);
+  });
+});
+
 describe('quitting while work runs (D12)', () => {
   it('guards the close while anything runs, asks, and quits only when confirmed', async () => {
     const fake = workspacePlatform([info('p')]);

@@ -46,6 +46,25 @@ describe('delegated cards and reports (D11)', () => {
   });
 });
 
+describe('a report whose child never said it was done', () => {
+  it('the tab and the card say reported, not running', async () => {
+    const fake = workspacePlatform([info(P)]);
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    await inAct(() =>
+      fake.emit(
+        P,
+        snapshot(P, { running: true, subagents: [{ task_id: 'call_1', session_id: 'c1', parent_session_id: P, title: 'Alpha', state: 'running' }] }),
+        appended(P, { role: 'assistant', content: null, tool_calls: [delegation('call_1', 'Alpha')] }),
+        appended(P, pending('call_1')),
+        appended(P, { role: 'user', content: '[Background tool result]\nTask ID: call_1\n\nAll done', id: 'subagent:call_1' }),
+      ),
+    );
+    expect($$(mounted.root, 'child-tab')[0].dataset.state).toBe('done');
+    expect($(mounted.root, 'tool-card')!.querySelector('.tool-state')!.textContent).toBe('sub-agent reported');
+  });
+});
+
 describe('interrupted and failed children (D12, D14)', () => {
   it('Main offers one "Resume all interrupted sub-agents" that resumes each', async () => {
     const fake = workspacePlatform([
