@@ -147,7 +147,12 @@ export function Sidebar(props: {
                 ref={(el) => el?.focus()}
                 onInput={(e) => setEditing({ id: s.session_id, title: (e.target as HTMLInputElement).value })}
                 onKeyDown={(e) => e.key === 'Escape' && setEditing(null)}
-                onBlur={() => void rename(s, editing.title)}
+                onBlur={(e) => {
+                  // Leaving the field saves a new title; an emptied field stays open (a
+                  // title cannot be empty, and WebDriver's clear blurs the field).
+                  const value = (e.target as HTMLInputElement).value;
+                  if (value.trim()) void rename(s, value);
+                }}
               />
             </form>
           ) : (

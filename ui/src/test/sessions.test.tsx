@@ -76,3 +76,4 @@ describe('session tools', () => {
     expect(($(root, 'session-search') as HTMLInputElement).placeholder).toBe('Search titles');
   });
 });
+
