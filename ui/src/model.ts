@@ -531,6 +531,8 @@ export class SessionModel {
     } else {
       pending = pending.filter((p) => p.message_id !== messageId);
       if (!this.appended.has(messageId)) inflight = [...inflight, { messageId, content: known, status }];
+      // A report the runtime steered in by itself: the snapshot has its text (D19).
+      if (known == null && reportTaskId(messageId) && !this.appended.has(messageId)) void this.refreshSnapshot();
       patch.running = true;
       if (status === 'started') patch.paused = false;
     }
