@@ -344,6 +344,20 @@ export class SessionModel {
     }
   }
 
+  /** Reads the text of an in-flight report from the snapshot (only that text is taken). */
+  private async fillReportText(messageId: string): Promise<void> {
+    try {
+      const args: SessionRef = { session_id: this.sessionId };
+      const snapshot: Snapshot = await this.platform.invoke('snapshot', args);
+      const text = snapshot.pending.find((p) => p.message_id === messageId)?.content;
+      if (this.disposed || text == null) return;
+      if (!this.state.inflight.some((m) => m.messageId === messageId && m.content == null)) return;
+      this.set({ inflight: this.state.inflight.map((m) => (m.messageId === messageId && m.content == null ? { ...m, content: text } : m)) });
+    } catch {
+      /* the card says the text comes with the history */
+    }
+  }
+
   /** Adds tabs for children that the sessions list knows (finished ones are not in the snapshot). */
   mergeChildren(sessions: SessionInfo[]): void {
     const mine = new Set([this.sessionId, ...this.state.children.map((c) => c.sessionId)]);
@@ -532,7 +546,7 @@ export class SessionModel {
       pending = pending.filter((p) => p.message_id !== messageId);
       if (!this.appended.has(messageId)) inflight = [...inflight, { messageId, content: known, status }];
       // A report the runtime steered in by itself: the snapshot has its text (D19).
-      if (known == null && reportTaskId(messageId) && !this.appended.has(messageId)) void this.refreshSnapshot();
+      if (known == null && reportTaskId(messageId) && !this.appended.has(messageId)) void this.fillReportText(messageId);
       patch.running = true;
       if (status === 'started') patch.paused = false;
     }
