@@ -286,7 +286,12 @@ export function flowSteps(driver, ctx) {
         const s0 = await state();
         await driver.click(`[data-testid=session-item][data-session-id="${s0.session}"] [data-testid=session-rename]`);
         await waitFor('the title field', (s) => s.renameInput);
-        await driver.type('[data-testid=session-rename-input]', 'Renamed in the e2e');
+        // Set as a person's typing would (WebKit's WebDriver clear does not reach Preact).
+        await driver.query(String.raw`
+          const el = document.querySelector('[data-testid=session-rename-input]');
+          el.value = 'Renamed in the e2e';
+          el.dispatchEvent(new Event('input', { bubbles: true }));
+          return true;`);
         // Leaving the field saves the title.
         await driver.click('[data-testid=session-search]');
         await waitFor('the new title in the list', (s) => !s.renameInput && s.titles.includes('Renamed in the e2e'));
