@@ -114,10 +114,10 @@ struct Noop;
 
 #[async_trait]
 impl bumblehive::tools::Tool for Noop {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "noop"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Does nothing."
     }
     fn parameters(&self) -> serde_json::Value {
@@ -399,8 +399,74 @@ async fn streaming(base: &Path, label: &str, chunks: usize) {
     server.abort();
 }
 
+/// The soak model: a session whose prompt says DELEGATE starts one child first; every
+/// other request (children included) is answered at once.
+struct SoakModel;
+
+#[async_trait]
+impl ModelProvider for SoakModel {
+    async fn generate(
+        &self,
+        request: ModelRequest,
+        _sink: ProviderSink<'_>,
+    ) -> Result<ModelResponse, ProviderError> {
+        let last = request.messages.last().expect("a request has messages");
+        if last.role == Role::User && last.text() == "DELEGATE" {
+            return Ok(ModelResponse::tool_calls(vec![ToolCall {
+                id: "delegate-0".into(),
+                name: "sub_agent".into(),
+                arguments: json!({"title": "child", "task": "answer"}),
+            }]));
+        }
+        Ok(ModelResponse::text("done"))
+    }
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// Soak: touches `sessions` sessions through the service, one short run each (one in ten
+/// delegates a child), and reports open files, RSS and loaded controllers as it goes.
+async fn soak(base: &Path, label: &str, sessions: usize, checkpoints: &[usize]) {
+    let dir = scratch(base, "soak");
+    let workspace = dir.join("ws");
+    std::fs::create_dir_all(&workspace).expect("ws");
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.join("data"),
+        config_path: None,
+        config: Some(Config::default()),
+        provider_factory: fixed_provider(Arc::new(SoakModel)),
+        tools: None,
+    })
+    .expect("service");
+    let ws = workspace.to_str().expect("utf8").to_string();
+    let started = Instant::now();
+    for n in 1..=sessions {
+        let info = service.create_session(&ws, None).expect("session");
+        let ctl = service.controller(&info.session_id).expect("controller");
+        let prompt = if n % 10 == 0 { "DELEGATE" } else { "hello" };
+        ctl.submit(prompt.into(), None).expect("submit");
+        drop(ctl);
+        service.wait_idle().await;
+        if checkpoints.contains(&n) {
+            println!(
+                "soak [{label}]: {n} sessions touched: open fds {}, RSS {} MiB, loaded controllers {}, {:.1} s",
+                open_fds(),
+                rss_kib("VmRSS:") / 1024,
+                service.live_controllers(),
+                started.elapsed().as_secs_f64(),
+            );
+        }
+    }
+    service.shutdown().await;
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // `cargo bench --bench runtime -- soak` runs only the benches whose name has "soak".
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with("--"));
+    let wanted = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
     let runtime = tokio::runtime::Runtime::new().expect("tokio");
     let disk = tempfile::Builder::new()
         .prefix("bumblehive-bench-")
@@ -439,19 +505,31 @@ fn main() {
             fan_out(disk.path(), "disk", 8, 4, 2).await;
             scale(disk.path(), "disk", 100, 50).await;
             streaming(disk.path(), "disk", 100).await;
+            soak(disk.path(), "disk", 200, &[50, 100, 200]).await;
             return;
         }
-        if let Some(memory) = &memory {
-            per_turn(memory.path(), "tmpfs", "noop", 200, 5).await;
-            per_turn(memory.path(), "tmpfs", "read_file", 200, 5).await;
+        if wanted("per-turn") {
+            if let Some(memory) = &memory {
+                per_turn(memory.path(), "tmpfs", "noop", 200, 5).await;
+                per_turn(memory.path(), "tmpfs", "read_file", 200, 5).await;
+            }
+            per_turn(disk.path(), "disk", "noop", 50, 5).await;
+            per_turn(disk.path(), "disk", "read_file", 50, 5).await;
         }
-        per_turn(disk.path(), "disk", "noop", 50, 5).await;
-        per_turn(disk.path(), "disk", "read_file", 50, 5).await;
-        if let Some(memory) = &memory {
-            fan_out(memory.path(), "tmpfs", 1000, 64, 20).await;
+        if wanted("fan-out") {
+            if let Some(memory) = &memory {
+                fan_out(memory.path(), "tmpfs", 1000, 64, 20).await;
+            }
+            fan_out(disk.path(), "disk", 1000, 64, 20).await;
         }
-        fan_out(disk.path(), "disk", 1000, 64, 20).await;
-        scale(disk.path(), "disk", 10_000, 10_000).await;
-        streaming(disk.path(), "disk", 100_000).await;
+        if wanted("scale") {
+            scale(disk.path(), "disk", 10_000, 10_000).await;
+        }
+        if wanted("streaming") {
+            streaming(disk.path(), "disk", 100_000).await;
+        }
+        if wanted("soak") {
+            soak(disk.path(), "disk", 10_000, &[1_000, 5_000, 10_000]).await;
+        }
     });
 }

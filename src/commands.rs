@@ -77,6 +77,17 @@ pub async fn dispatch(
     })
 }
 
+/// Runs blocking service work on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    service: &RuntimeService,
+    work: impl FnOnce(&RuntimeService) -> Result<T, RuntimeError> + Send + 'static,
+) -> Result<T, RuntimeError> {
+    let service = service.clone();
+    tokio::task::spawn_blocking(move || work(&service))
+        .await
+        .map_err(|err| RuntimeError::Unavailable(format!("the command failed: {err}")))?
+}
+
 /// Runs one typed command; each row returns the result type the table names for it.
 pub async fn execute(
     service: &RuntimeService,
@@ -87,10 +98,14 @@ pub async fn execute(
         Command::CreateSession(a) => {
             CommandOutput::CreateSession(service.create_session(&a.workspace, a.title)?)
         }
-        Command::ListSessions(a) => {
-            CommandOutput::ListSessions(service.list_sessions(a.workspace.as_deref())?)
-        }
-        Command::GetSession(a) => CommandOutput::GetSession(service.get_session(&a.session_id)?),
+        // Both read files that grow with use (every meta, a whole history): off the async
+        // threads, so a long list or a long session never stalls running sessions (C16).
+        Command::ListSessions(a) => CommandOutput::ListSessions(
+            blocking(service, move |s| s.list_sessions(a.workspace.as_deref())).await?,
+        ),
+        Command::GetSession(a) => CommandOutput::GetSession(
+            blocking(service, move |s| s.get_session(&a.session_id)).await?,
+        ),
         Command::DeleteSession(a) => {
             service.delete_session(&a.session_id).await?;
             CommandOutput::DeleteSession(done())
@@ -143,6 +158,12 @@ pub async fn execute(
             service
                 .search_sessions(&a.query, a.workspace.as_deref())
                 .await?,
+        ),
+        Command::SetModel(a) => {
+            CommandOutput::SetModel(service.set_model(&a.session_id, a.provider, a.model)?)
+        }
+        Command::ListAgents(a) => CommandOutput::ListAgents(
+            blocking(service, move |s| Ok(s.list_agents(&a.workspace))).await?,
         ),
         Command::ListFiles(a) => CommandOutput::ListFiles(
             service

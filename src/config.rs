@@ -10,10 +10,20 @@ use crate::error::ConfigError;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Config {
+    /// The single unnamed provider (named `default`), as configs have always had it.
     pub provider: ProviderConfig,
+    /// Named providers (SPEC §11): several model servers at once.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub providers: std::collections::BTreeMap<String, ProviderConfig>,
+    /// The provider top-level sessions use; `default` (the `provider` block) when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_provider: Option<String>,
     pub subagents: SubagentConfig,
     pub tools: ToolsConfig,
 }
+
+/// The name of the lone `provider` block.
+pub const DEFAULT_PROVIDER: &str = "default";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -29,6 +39,10 @@ pub struct ProviderConfig {
     pub temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// How many requests this server takes at once (a local server's parallel slots):
+    /// children wait for a slot of their own server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrent: Option<usize>,
     /// Extra knobs for providers (timeouts, retries); kept as given.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
@@ -43,6 +57,7 @@ impl Default for ProviderConfig {
             api_key_env: None,
             temperature: None,
             max_tokens: None,
+            max_concurrent: None,
             extra: serde_json::Map::new(),
         }
     }
@@ -109,7 +124,47 @@ impl Config {
         Ok(config)
     }
 
+    /// The provider block a name refers to (`None`: the default provider), with its name.
+    pub fn provider_named(
+        &self,
+        name: Option<&str>,
+    ) -> Result<(&str, &ProviderConfig), ConfigError> {
+        let name = name
+            .or(self.default_provider.as_deref())
+            .unwrap_or(DEFAULT_PROVIDER);
+        if let Some((name, block)) = self.providers.get_key_value(name) {
+            return Ok((name.as_str(), block));
+        }
+        if name == DEFAULT_PROVIDER {
+            return Ok((DEFAULT_PROVIDER, &self.provider));
+        }
+        let mut known: Vec<&str> = self.providers.keys().map(String::as_str).collect();
+        if !self.providers.contains_key(DEFAULT_PROVIDER) {
+            known.insert(0, DEFAULT_PROVIDER);
+        }
+        Err(ConfigError::Invalid(format!(
+            "no provider named {name:?}; configured: {}",
+            known.join(", ")
+        )))
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(name) = &self.default_provider {
+            self.provider_named(Some(name))?;
+        }
+        for (name, block) in &self.providers {
+            if !matches!(block.kind.as_str(), "openai" | "anthropic") {
+                return Err(ConfigError::Invalid(format!(
+                    "providers.{name}.kind must be \"openai\" or \"anthropic\", not {:?}",
+                    block.kind
+                )));
+            }
+            if block.max_concurrent == Some(0) {
+                return Err(ConfigError::Invalid(format!(
+                    "providers.{name}.max_concurrent must be at least 1"
+                )));
+            }
+        }
         if self.subagents.max_concurrent == 0 {
             return Err(ConfigError::Invalid(
                 "subagents.max_concurrent must be at least 1".into(),
@@ -130,8 +185,16 @@ impl Config {
             serde_json::to_value(self).map_err(|err| ConfigError::Invalid(err.to_string()))?;
         // A client that sends `get_config`'s answer back keeps the secrets it never saw.
         let mut patch = patch.clone();
-        if let Some(provider) = patch.get_mut("provider").and_then(Value::as_object_mut) {
-            provider.retain(|_, v| v.as_str() != Some("<redacted>"));
+        let keep_secrets = |block: &mut Value| {
+            if let Some(block) = block.as_object_mut() {
+                block.retain(|_, v| v.as_str() != Some("<redacted>"));
+            }
+        };
+        if let Some(provider) = patch.get_mut("provider") {
+            keep_secrets(provider);
+        }
+        if let Some(providers) = patch.get_mut("providers").and_then(Value::as_object_mut) {
+            providers.values_mut().for_each(keep_secrets);
         }
         merge_patch(&mut value, &patch);
         let config: Config =
@@ -159,12 +222,20 @@ impl Config {
     /// `api_key_env` and `api_key_keyring` only name where a key is found, so they show.
     pub fn redacted(&self) -> Value {
         let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
-        if let Some(provider) = value.get_mut("provider").and_then(Value::as_object_mut) {
-            for (key, field) in provider.iter_mut() {
-                if looks_secret(key) {
-                    *field = Value::String("<redacted>".into());
+        let redact = |block: &mut Value| {
+            if let Some(block) = block.as_object_mut() {
+                for (key, field) in block.iter_mut() {
+                    if looks_secret(key) {
+                        *field = Value::String("<redacted>".into());
+                    }
                 }
             }
+        };
+        if let Some(provider) = value.get_mut("provider") {
+            redact(provider);
+        }
+        if let Some(providers) = value.get_mut("providers").and_then(Value::as_object_mut) {
+            providers.values_mut().for_each(redact);
         }
         value
     }

@@ -6,30 +6,42 @@ use async_trait::async_trait;
 use futures::FutureExt;
 
 use crate::controller::{QueuedMessage, SessionController};
-use crate::protocol::{Event, SessionState, SubagentState, kinds, report_message_id, report_text};
+use crate::protocol::{
+    Event, Progress, SessionState, SubagentState, report_message_id, report_text,
+};
 use crate::registry::Registry;
 use crate::store::{NewSession, ReportRecord};
 use crate::subagents::{
     ChildOutcome, ChildStart, LeaseFn, LeaseGuard, NotifyFn, Report, RunnerFn, SubagentObserver,
 };
-use crate::tools::{Delegator, ToolContext};
+use crate::tools::{Delegation, Delegator, ToolContext};
 
 /// A slot of the child's depth (one pool per depth: a child waiting for its own child
 /// never holds the slot that child needs; runtime review C6).
+/// Then, when the child's model server says how many requests it takes, a slot of that
+/// server too: children wait for their own server, not behind another's.
 pub(crate) fn lease_fn(registry: Weak<Registry>) -> LeaseFn {
     Arc::new(move |start: &ChildStart| {
         let registry = registry.clone();
         let depth = start.depth;
+        let session_id = start.session_id.clone();
+        let workspace = start.workspace.clone();
         async move {
-            let registry = registry
-                .upgrade()
-                .ok_or_else(|| "runtime unavailable".to_string())?;
-            let slots = registry.shared.slots(depth);
-            let permit = slots
+            let unavailable = || "runtime unavailable".to_string();
+            let registry = registry.upgrade().ok_or_else(unavailable)?;
+            let shared = &registry.shared;
+            let depth_slot = shared
+                .slots(depth)
                 .acquire_owned()
                 .await
-                .map_err(|_| "runtime unavailable".to_string())?;
-            Ok(Box::new(permit) as LeaseGuard)
+                .map_err(|_| unavailable())?;
+            let agent = shared.store.meta(&session_id).ok().and_then(|m| m.agent);
+            let provider = shared.provider_of(std::path::Path::new(&workspace), agent.as_deref());
+            let server_slot = match shared.provider_slots(&provider) {
+                Some(pool) => Some(pool.acquire_owned().await.map_err(|_| unavailable())?),
+                None => None,
+            };
+            Ok(Box::new((depth_slot, server_slot)) as LeaseGuard)
         }
         .boxed()
     })
@@ -134,10 +146,10 @@ pub(crate) struct EventObserver {
 impl SubagentObserver for EventObserver {
     fn state(&self, _session_id: &str, state: SubagentState) {
         if let Some(child) = self.child.upgrade() {
-            child.emit_kind(
-                kinds::SUBAGENT_STATE,
-                serde_json::json!({"task_id": self.task_id, "state": state}),
-            );
+            child.emit_progress(Progress::SubagentState {
+                task_id: self.task_id.clone(),
+                state,
+            });
         }
     }
 
@@ -153,16 +165,21 @@ pub(crate) struct ServiceDelegator {
 
 #[async_trait]
 impl Delegator for ServiceDelegator {
-    async fn delegate(
-        &self,
-        ctx: &ToolContext,
-        title: String,
-        task: String,
-    ) -> Result<String, String> {
+    async fn delegate(&self, ctx: &ToolContext, request: Delegation) -> Result<String, String> {
         let registry = self
             .registry
             .upgrade()
             .ok_or_else(|| "runtime unavailable".to_string())?;
+        if let Some(agent) = &request.agent {
+            let profiles = registry.shared.profiles(&ctx.workspace);
+            if profiles.get(agent).is_none() {
+                return Err(format!(
+                    "no agent profile named {agent:?}; available: {}",
+                    profiles.names().join(", ")
+                ));
+            }
+        }
+        let Delegation { title, task, .. } = request.clone();
         let parent = registry
             .controller(&ctx.session_id)
             .map_err(|err| err.to_string())?;
@@ -182,6 +199,7 @@ impl Delegator for ServiceDelegator {
                 task_content: Some(content.clone()),
                 // "running" until its run ends: a crash before then leaves it interrupted.
                 state: SessionState::Running,
+                agent: request.agent.clone(),
             })
             .map_err(|err| err.to_string())?;
         let child = registry

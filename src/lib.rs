@@ -30,6 +30,7 @@ pub mod error;
 pub mod invariant;
 pub mod mentions;
 pub mod probe;
+pub mod profiles;
 pub mod protocol;
 pub mod provider;
 pub mod providers;

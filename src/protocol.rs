@@ -68,6 +68,11 @@ pub struct Message {
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// An answer cut short by Stop: what had streamed is kept (and sent to the model
+    /// next time), marked so the UI can say so. Never sent to providers as a field.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[ts(optional = nullable)]
+    pub stopped: bool,
 }
 
 impl Message {
@@ -79,6 +84,7 @@ impl Message {
             tool_call_id: None,
             id: None,
             usage: None,
+            stopped: false,
         }
     }
 
@@ -187,6 +193,17 @@ pub struct SessionInfo {
     /// Hidden from the usual list (`archive_session`); nothing else changes.
     #[serde(default)]
     pub archived: bool,
+    /// A child's profile (`explore`, `review`, a file's name …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub agent: Option<String>,
+    /// The provider and model chosen for this session (`set_model`); unset: the defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub model: Option<String>,
 }
 
 /// A message waiting in a session's pending queue (SPEC §4).
@@ -301,6 +318,62 @@ impl Event {
             | Event::Error { session_id, .. } => session_id,
             Event::ApprovalRequest(info) => &info.session_id,
             Event::Snapshot(snapshot) => &snapshot.session_id,
+        }
+    }
+}
+
+/// What each kind of `Event::Event` carries, typed: the runtime builds its progress
+/// events from this, and the UI reads `data` by `kind` through the generated type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+#[serde(tag = "kind", content = "data")]
+pub enum Progress {
+    #[serde(rename = "content.delta")]
+    ContentDelta { text: String },
+    #[serde(rename = "tool.call.started")]
+    ToolCallStarted {
+        call_id: String,
+        name: String,
+        arguments: Value,
+    },
+    #[serde(rename = "tool.call.finished")]
+    ToolCallFinished {
+        call_id: String,
+        name: String,
+        result: String,
+        is_error: bool,
+    },
+    #[serde(rename = "message.appended")]
+    MessageAppended { message: Message },
+    #[serde(rename = "run.cancelled")]
+    RunCancelled {},
+    #[serde(rename = "message.discarded")]
+    MessageDiscarded { message_id: String },
+    #[serde(rename = "subagent.state")]
+    SubagentState {
+        task_id: String,
+        state: SubagentState,
+    },
+    #[serde(rename = "provider.retry")]
+    ProviderRetry {
+        attempt: u32,
+        delay_ms: u64,
+        reason: String,
+    },
+}
+
+impl Progress {
+    /// The `kind` and `data` of the wire's `event` object.
+    pub fn into_parts(self) -> (String, Value) {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(mut object)) => {
+                let kind = object
+                    .remove("kind")
+                    .and_then(|k| k.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                (kind, object.remove("data").unwrap_or(Value::Null))
+            }
+            _ => (String::new(), Value::Null),
         }
     }
 }
@@ -458,6 +531,27 @@ pub mod commands {
         pub limit: Option<usize>,
     }
 
+    /// The provider and model a session's next turns use (the composer's model picker);
+    /// `null` clears the choice.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct SetModel {
+        pub session_id: SessionId,
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub provider: Option<String>,
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub model: Option<String>,
+    }
+
+    /// The profiles a workspace's sessions can delegate to.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct ListAgents {
+        pub workspace: String,
+    }
+
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
     #[ts(export)]
     pub struct FileList {
@@ -535,6 +629,60 @@ pub mod commands {
         archive_session => ArchiveSession(ArchiveSession) -> SessionInfo;
         search_sessions => SearchSessions(SearchSessions) -> Vec<SessionInfo>;
         list_files => ListFiles(ListFiles) -> FileList;
+        set_model => SetModel(SetModel) -> SessionInfo;
+        list_agents => ListAgents(ListAgents) -> Profiles;
+    }
+}
+
+/// One profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct Profile {
+    pub name: String,
+    pub description: String,
+    /// A provider name from the config (`providers`); `None`: the parent's.
+    pub provider: Option<String>,
+    /// A model for that provider; `None`: the provider's own.
+    pub model: Option<String>,
+    /// Only these tools, when set.
+    pub tools: Option<Vec<String>>,
+    pub disallowed_tools: Vec<String>,
+    /// How many model calls one run may make.
+    pub max_turns: Option<usize>,
+    /// The profile's instructions (the file's body).
+    pub instructions: String,
+    /// Where it was read from (`built-in` for the built-in ones).
+    pub source: String,
+    /// Fields that were ignored or mapped, to show the person.
+    pub notices: Vec<String>,
+}
+
+impl Profile {
+    /// Whether the profile lets its agent use `tool`.
+    pub fn allows(&self, tool: &str) -> bool {
+        self.tools
+            .as_ref()
+            .is_none_or(|allowed| allowed.iter().any(|t| t == tool))
+            && !self.disallowed_tools.iter().any(|t| t == tool)
+    }
+}
+
+/// Every profile one workspace sees, and what could not be read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct Profiles {
+    pub profiles: Vec<Profile>,
+    /// `path:line: message` for each file that could not be read.
+    pub errors: Vec<String>,
+}
+
+impl Profiles {
+    pub fn get(&self, name: &str) -> Option<&Profile> {
+        self.profiles.iter().find(|p| p.name == name)
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.profiles.iter().map(|p| p.name.as_str()).collect()
     }
 }
 
@@ -618,6 +766,38 @@ mod tests {
         let value = serde_json::to_value(&created).unwrap_or_default();
         assert_eq!(value["type"], "session_created");
         assert!(value.get("background").is_none());
+    }
+
+    #[test]
+    fn progress_kinds_are_the_named_kinds_and_round_trip() {
+        let cases = [
+            (
+                Progress::ContentDelta { text: "t".into() },
+                kinds::CONTENT_DELTA,
+            ),
+            (Progress::RunCancelled {}, kinds::RUN_CANCELLED),
+            (
+                Progress::MessageDiscarded {
+                    message_id: "m".into(),
+                },
+                kinds::MESSAGE_DISCARDED,
+            ),
+            (
+                Progress::SubagentState {
+                    task_id: "t".into(),
+                    state: SubagentState::Running,
+                },
+                kinds::SUBAGENT_STATE,
+            ),
+        ];
+        for (progress, kind) in cases {
+            let (got, data) = progress.clone().into_parts();
+            assert_eq!(got, kind);
+            let back: Progress =
+                serde_json::from_value(serde_json::json!({"kind": got, "data": data}))
+                    .unwrap_or(Progress::RunCancelled {});
+            assert_eq!(back, progress);
+        }
     }
 
     #[test]

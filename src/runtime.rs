@@ -4,7 +4,7 @@
 //! service build on both, so the module graph has no cycle.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use tokio::sync::{Semaphore, watch};
@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::approvals::ApprovalBook;
 use crate::config::{Config, ProviderConfig, ToolPolicy};
-use crate::protocol::{SessionId, Usage};
+use crate::protocol::{Profiles, SessionId, Usage};
 use crate::provider::{ModelProvider, ModelSettings, ProviderError, ProviderFactory, ToolSpec};
 use crate::store::SessionStore;
 use crate::subagents::SubagentTasks;
@@ -35,6 +35,23 @@ pub struct TurnContext {
     /// Variables that hold secrets; commands do not get them.
     pub secret_env: Vec<String>,
     pub limits: Limits,
+    /// The profile's instructions (a child's agent), added to the system prompt.
+    pub instructions: String,
+    /// The provider's name and the model, for the UI and usage.
+    pub provider_name: String,
+}
+
+/// What a run asks for when it resolves its turn context.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TurnRequest<'a> {
+    /// 0 for a top-level session.
+    pub depth: usize,
+    pub workspace: &'a Path,
+    /// The child's profile.
+    pub agent: Option<&'a str>,
+    /// The session's chosen provider and model (the model picker).
+    pub provider: Option<&'a str>,
+    pub model: Option<&'a str>,
 }
 
 /// Bounds of one run.
@@ -50,6 +67,9 @@ impl Default for Limits {
     }
 }
 
+/// A built provider and the block it was built from.
+type CachedProvider = (ProviderConfig, Arc<dyn ModelProvider>);
+
 /// What the controllers share: store, config, provider, approvals, tasks, run count.
 pub struct Shared {
     pub(crate) store: Arc<SessionStore>,
@@ -59,7 +79,9 @@ pub struct Shared {
     provider_factory: ProviderFactory,
     /// The provider built for a provider block, rebuilt when the block changes. Looked up
     /// with a copy of the block, never while the config lock is held (runtime review C3).
-    provider: Mutex<Option<(ProviderConfig, Arc<dyn ModelProvider>)>>,
+    providers: Mutex<HashMap<String, CachedProvider>>,
+    /// Child slots of each model server with a `max_concurrent` (its parallel slots).
+    provider_slots: Mutex<HashMap<String, (usize, Arc<Semaphore>)>>,
     pub(crate) approvals: Arc<ApprovalBook>,
     pub(crate) subagents: SubagentTasks,
     pub(crate) root: CancellationToken,
@@ -110,7 +132,8 @@ impl Shared {
             config: RwLock::new(config),
             config_path,
             provider_factory,
-            provider: Mutex::new(None),
+            providers: Mutex::new(HashMap::new()),
+            provider_slots: Mutex::new(HashMap::new()),
             approvals: Arc::new(ApprovalBook::default()),
             subagents,
             root,
@@ -137,11 +160,12 @@ impl Shared {
     /// no config lock is held here.
     pub(crate) fn provider_for(
         &self,
+        name: &str,
         block: &ProviderConfig,
     ) -> Result<Arc<dyn ModelProvider>, ProviderError> {
         {
-            let cached = self.provider.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((config, provider)) = cached.as_ref() {
+            let cached = self.providers.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((config, provider)) = cached.get(name) {
                 if config == block {
                     return Ok(provider.clone());
                 }
@@ -149,18 +173,71 @@ impl Shared {
         }
         // Built outside the lock: building may read a keyring or the environment.
         let provider = (self.provider_factory)(block)?;
-        *self.provider.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((block.clone(), provider.clone()));
+        self.providers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), (block.clone(), provider.clone()));
         Ok(provider)
     }
 
-    /// Resolves what a run of a session at `depth` works with, from one copy of the
-    /// config. `depth` is 0 for a top-level session.
-    pub(crate) fn resolve_turn(&self, depth: usize) -> Result<TurnContext, String> {
+    /// Where the person's own agent profiles live: `agents/` beside the config file.
+    fn user_dir(&self) -> Option<PathBuf> {
+        match &self.config_path {
+            Some(path) => path.parent().map(Path::to_path_buf),
+            None => dirs::config_dir().map(|d| d.join("bumblehive")),
+        }
+    }
+
+    /// The agent profiles a workspace's sessions can use (read each time: a few small
+    /// folders; edits apply from the next run).
+    pub(crate) fn profiles(&self, workspace: &Path) -> Profiles {
+        crate::profiles::load(workspace, self.user_dir().as_deref())
+    }
+
+    /// The provider a child with `agent` runs on (for its slots).
+    pub(crate) fn provider_of(&self, workspace: &Path, agent: Option<&str>) -> String {
+        let profile_provider = agent.and_then(|name| {
+            self.profiles(workspace)
+                .get(name)
+                .and_then(|p| p.provider.clone())
+        });
         let config = self.config();
-        let provider = self
-            .provider_for(&config.provider)
+        config
+            .provider_named(profile_provider.as_deref())
+            .map(|(name, _)| name.to_string())
+            .unwrap_or_else(|_| crate::config::DEFAULT_PROVIDER.to_string())
+    }
+
+    /// Resolves what a run works with, from one copy of the config.
+    pub(crate) fn resolve_turn(&self, request: TurnRequest<'_>) -> Result<TurnContext, String> {
+        let config = self.config();
+        let profiles = self.profiles(request.workspace);
+        let profile = match request.agent {
+            None => None,
+            Some(name) => Some(profiles.get(name).cloned().ok_or_else(|| {
+                format!(
+                    "no agent profile named {name:?}; available: {}",
+                    profiles.names().join(", ")
+                )
+            })?),
+        };
+        let wanted = request
+            .provider
+            .or(profile.as_ref().and_then(|p| p.provider.as_deref()));
+        let (provider_name, block) = config
+            .provider_named(wanted)
             .map_err(|err| err.to_string())?;
+        let mut block = block.clone();
+        if let Some(model) = request
+            .model
+            .or(profile.as_ref().and_then(|p| p.model.as_deref()))
+        {
+            block.model = model.to_string();
+        }
+        let provider = self
+            .provider_for(provider_name, &block)
+            .map_err(|err| err.to_string())?;
+        let depth = request.depth;
         let mut tools = self.tools.clone();
         if depth > 0 {
             if let Some(allowed) = &config.subagents.tools {
@@ -176,6 +253,9 @@ impl Shared {
         if delegator.is_none() {
             tools = tools.filtered(|name| name != "sub_agent");
         }
+        if let Some(profile) = &profile {
+            tools = tools.filtered(|name| profile.allows(name));
+        }
         let policy = config.tools.policy.clone();
         // Tools switched off by policy are not offered; a call to one is refused anyway.
         let specs = tools
@@ -183,16 +263,28 @@ impl Shared {
             .iter()
             .filter(|spec| policy.get(&spec.name) != Some(&ToolPolicy::Deny))
             .cloned()
+            .map(|mut spec| {
+                if spec.name == "sub_agent" {
+                    spec.description.push_str(&agents_note(&profiles));
+                }
+                spec
+            })
             .collect();
+        let mut limits = Limits::default();
+        if let Some(turns) = profile.as_ref().and_then(|p| p.max_turns) {
+            limits.max_steps = turns;
+        }
         Ok(TurnContext {
             provider,
-            settings: ModelSettings::from(&config.provider),
+            settings: ModelSettings::from(&block),
             tools,
             specs,
             policy: Arc::new(policy),
             delegator,
-            secret_env: crate::tools::secret_env(&config.provider),
-            limits: Limits::default(),
+            secret_env: crate::tools::secret_env(&block),
+            limits,
+            instructions: profile.map(|p| p.instructions).unwrap_or_default(),
+            provider_name: provider_name.to_string(),
         })
     }
 
@@ -251,6 +343,30 @@ impl Shared {
         pools[depth.max(1) - 1].clone()
     }
 
+    /// The child slots of a model server that says how many requests it takes, one kept
+    /// for top-level sessions so a parent never waits behind its own children.
+    pub(crate) fn provider_slots(&self, name: &str) -> Option<Arc<Semaphore>> {
+        let max = self.read_config(|config| {
+            config
+                .provider_named(Some(name))
+                .ok()
+                .and_then(|(_, block)| block.max_concurrent)
+        })?;
+        let children = if max > 1 { max - 1 } else { 1 };
+        let mut pools = self
+            .provider_slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let entry = pools
+            .entry(name.to_string())
+            .or_insert_with(|| (children, Arc::new(Semaphore::new(children))));
+        if entry.0 != children {
+            // Changed while idle (the busy rule): no permit is out.
+            *entry = (children, Arc::new(Semaphore::new(children)));
+        }
+        Some(entry.1.clone())
+    }
+
     pub(crate) fn tree_usage(&self, session_id: &str, own: Usage) -> Usage {
         self.tree_usage
             .lock()
@@ -291,6 +407,15 @@ impl Shared {
             }
         }
     }
+}
+
+/// What the `sub_agent` tool's description adds: the profiles and what each is for.
+fn agents_note(profiles: &Profiles) -> String {
+    let mut note = String::from("\nProfiles for `agent`:");
+    for profile in &profiles.profiles {
+        note.push_str(&format!("\n- {}: {}", profile.name, profile.description));
+    }
+    note
 }
 
 /// Raises the soft limit of open files to the hard limit, once per process: a desktop

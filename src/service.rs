@@ -147,6 +147,32 @@ impl RuntimeService {
         Ok(meta.info(controller.state()))
     }
 
+    /// The provider and model a session's next turns use (the model picker); `None`
+    /// clears either. An unknown provider is refused.
+    pub fn set_model(
+        &self,
+        session_id: &str,
+        provider: Option<String>,
+        model: Option<String>,
+    ) -> Result<SessionInfo, RuntimeError> {
+        if let Some(name) = &provider {
+            self.config().provider_named(Some(name))?;
+        }
+        let controller = self.controller(session_id)?;
+        let model = model.filter(|m| !m.trim().is_empty());
+        let meta = controller.edit_meta(|meta| {
+            meta.provider = provider;
+            meta.model = model;
+        });
+        Ok(meta.info(controller.state()))
+    }
+
+    /// The agent profiles of a workspace (built-in, the person's, the workspace's, and
+    /// Claude Code's and Codex's files), with the files that could not be read.
+    pub fn list_agents(&self, workspace: &str) -> crate::protocol::Profiles {
+        self.shared().profiles(Path::new(workspace))
+    }
+
     /// Archives a session (hidden from the usual list) or brings it back.
     pub fn archive_session(
         &self,

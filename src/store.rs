@@ -48,6 +48,14 @@ pub struct SessionMeta {
     /// Hidden from the usual list by the person.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub archived: bool,
+    /// The profile a child runs with (SPEC §11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The provider and model the person chose for this session's next turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// One line of a parent's report ledger: a recorded report, or the note that it reached
@@ -108,6 +116,9 @@ impl SessionMeta {
             usage: self.usage,
             interrupted: self.interrupted,
             archived: self.archived,
+            agent: self.agent.clone(),
+            provider: self.provider.clone(),
+            model: self.model.clone(),
         }
     }
 }
@@ -131,6 +142,7 @@ pub struct NewSession {
     pub task_id: Option<String>,
     pub task_content: Option<String>,
     pub state: SessionState,
+    pub agent: Option<String>,
 }
 
 /// How many history files stay open at once. A run's file stays open while it runs
@@ -236,6 +248,9 @@ impl SessionStore {
             task_content: new.task_content,
             reported: false,
             archived: false,
+            agent: new.agent,
+            provider: None,
+            model: None,
         };
         let messages = dir.join(MESSAGES);
         private_file(&messages).map_err(|err| StoreError::io(&messages, err))?;

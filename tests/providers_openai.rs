@@ -1067,6 +1067,7 @@ pub fn wire_history(body: &Value) -> Vec<Message> {
                 tool_call_id: m["tool_call_id"].as_str().map(str::to_string),
                 id: None,
                 usage: None,
+                stopped: false,
             }
         })
         .collect()
@@ -1276,4 +1277,59 @@ fn openai_mock_checks_tool_outputs_against_calls() {
     assert!(mock_llm::tool_output_problems(&good).is_empty());
     let orphan = json!({"messages": [{"role": "tool", "tool_call_id": "zz", "content": "ok"}]});
     assert_eq!(mock_llm::tool_output_problems(&orphan).len(), 1);
+}
+
+/// Stop mid-stream keeps what had streamed: saved as the assistant's stopped answer
+/// (marked `stopped`), valid history, and sent to the model with the next message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_mid_stream_keeps_the_partial_answer_for_the_next_request() {
+    let mock = MockLlm::start().await;
+    let fx = Fixture::new(openai_config(&mock));
+    let (response, stream) = MockResponse::live();
+    mock.push(response);
+    mock.push_sse(openai::text_answer(&["carrying on"], (3, 2)));
+    let (controller, mut events) = fx.session();
+    let id = controller.session_id().to_string();
+    controller.submit("hello".into(), None).unwrap();
+    stream.send(openai::data(&openai::role()));
+    stream.send(openai::data(&openai::text("Half an ")));
+    stream.send(openai::data(&openai::text("answer")));
+    loop {
+        let event = tokio::time::timeout(WAIT, events.next_event())
+            .await
+            .expect("no delta")
+            .unwrap();
+        if let Event::Event { kind, data, .. } = &event {
+            if kind == "content.delta" && data["text"] == "answer" {
+                break;
+            }
+        }
+    }
+    controller.cancel().await;
+    let history = fx.history(&id);
+    let last = history.last().unwrap();
+    assert_eq!(last.role, Role::Assistant);
+    assert_eq!(last.text(), "Half an answer");
+    assert!(last.stopped);
+    assert!(last.tool_calls.is_empty());
+    crate::support::assert_message_order(&history);
+    controller.submit("go on".into(), None).unwrap();
+    loop {
+        let event = tokio::time::timeout(WAIT, events.next_event())
+            .await
+            .expect("no result")
+            .unwrap();
+        if matches!(event, Event::Result { .. }) {
+            break;
+        }
+    }
+    let second = &mock.bodies()[1];
+    let messages = second["messages"].as_array().unwrap();
+    let n = messages.len();
+    assert_eq!(messages[n - 2]["role"], "assistant");
+    assert_eq!(messages[n - 2]["content"], "Half an answer");
+    assert!(messages[n - 2].get("stopped").is_none());
+    assert_eq!(messages[n - 1]["content"], "go on");
+    drop(stream);
+    fx.shutdown().await;
 }

@@ -46,6 +46,10 @@ mod durability;
 // files and @-mentions.
 mod commands;
 
+// Agent profiles (ours, Claude Code's, Codex's), named providers, a child on its
+// profile's server with its tools, slots per server.
+mod profiles;
+
 // The headless server: the real binary over HTTP and SSE, and `bumblehive run`.
 mod server;
 

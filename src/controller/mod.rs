@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::RuntimeError;
 use crate::protocol::{
-    Event, Message, MessageStatus, PendingMessage, Role, RunConfig, SessionId, SessionState,
-    Snapshot, Usage, kinds,
+    Event, Message, MessageStatus, PendingMessage, Progress, Role, RunConfig, SessionId,
+    SessionState, Snapshot, Usage,
 };
 use crate::runtime::Shared;
 use crate::store::{LoadedSession, SessionMeta};
@@ -272,10 +272,12 @@ impl SessionController {
         let _ = self.events.send(event);
     }
 
-    pub(crate) fn emit_kind(&self, kind: &str, data: serde_json::Value) {
+    /// Sends a progress event (typed by kind; see [`Progress`]).
+    pub(crate) fn emit_progress(&self, progress: Progress) {
+        let (kind, data) = progress.into_parts();
         self.emit(Event::Event {
             session_id: self.meta.session_id.clone(),
-            kind: kind.to_string(),
+            kind,
             data,
         });
     }
@@ -543,10 +545,9 @@ impl SessionController {
         state.message_ids.insert(message_id.to_string());
         self.save_pending(&state);
         drop(state);
-        self.emit_kind(
-            kinds::MESSAGE_DISCARDED,
-            serde_json::json!({"message_id": message_id}),
-        );
+        self.emit_progress(Progress::MessageDiscarded {
+            message_id: message_id.to_string(),
+        });
         Ok(())
     }
 
@@ -750,7 +751,7 @@ impl SessionController {
                 for message in &returned {
                     self.emit_status(&message.message_id, MessageStatus::Queued);
                 }
-                self.emit_kind(kinds::RUN_CANCELLED, serde_json::Value::Null);
+                self.emit_progress(Progress::RunCancelled {});
             }
         }
         for waiter in run.waiters {

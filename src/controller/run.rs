@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{QueuedMessage, RunOutcome, SessionController};
-use crate::protocol::{Message, RunConfig, ToolCall, kinds};
+use crate::protocol::{Message, Progress, RunConfig, ToolCall};
 use crate::provider::{ModelRequest, ProviderEvent};
 use crate::runtime::TurnContext;
 use crate::tools::{COMMITTED, ToolContext, ToolError};
@@ -92,20 +91,28 @@ async fn run(ctl: Arc<SessionController>, first: Option<QueuedMessage>, token: C
             return;
         }
     };
-    // Resolved once: a config change applies from the next run (SPEC §6).
-    let turn = match ctl.shared.resolve_turn(ctl.depth()) {
-        Ok(turn) => turn,
-        Err(err) => {
-            ctl.stop_run(Some(history), RunOutcome::Failed(err), requeue);
-            return;
-        }
-    };
     let config = first.as_ref().map(|m| m.config.clone()).unwrap_or_default();
     let workspace = config
         .runtime
         .workspace
         .clone()
         .unwrap_or_else(|| ctl.meta().workspace.clone());
+    // Resolved once: a config change applies from the next run (SPEC §6).
+    let meta = ctl.current_meta();
+    let request = crate::runtime::TurnRequest {
+        depth: ctl.depth(),
+        workspace: std::path::Path::new(&workspace),
+        agent: meta.agent.as_deref(),
+        provider: meta.provider.as_deref(),
+        model: meta.model.as_deref(),
+    };
+    let turn = match ctl.shared.resolve_turn(request) {
+        Ok(turn) => turn,
+        Err(err) => {
+            ctl.stop_run(Some(history), RunOutcome::Failed(err), requeue);
+            return;
+        }
+    };
     let mut run = Run {
         ctl,
         history,
@@ -161,8 +168,19 @@ impl Run {
                 )));
             }
             let response = match self.model_call().await {
-                Ok(Some(response)) => response,
-                Ok(None) => return Some(RunOutcome::Cancelled),
+                Ok(Ok(response)) => response,
+                Ok(Err(partial)) => {
+                    // Stop keeps what had streamed, as the assistant's stopped answer; calls
+                    // whose arguments were still streaming are dropped (SPEC §2 holds).
+                    if !partial.trim().is_empty() {
+                        let mut stopped = Message::assistant(Some(partial), Vec::new());
+                        stopped.stopped = true;
+                        if let Err(err) = self.append(vec![stopped]) {
+                            return Some(RunOutcome::Failed(err));
+                        }
+                    }
+                    return Some(RunOutcome::Cancelled);
+                }
                 Err(err) => return Some(RunOutcome::Failed(err)),
             };
             let calls = response.tool_calls.clone();
@@ -250,8 +268,9 @@ impl Run {
             .append(&id, &messages)
             .map_err(|err| format!("cannot save the session: {err}"))?;
         for message in &messages {
-            self.ctl
-                .emit_kind(kinds::MESSAGE_APPENDED, json!({ "message": message }));
+            self.ctl.emit_progress(Progress::MessageAppended {
+                message: message.clone(),
+            });
         }
         self.history.extend(messages);
         Ok(())
@@ -263,14 +282,17 @@ impl Run {
         sync_history(&self.ctl).await;
     }
 
-    /// One model call; `Ok(None)` when cancelled.
-    async fn model_call(&self) -> Result<Option<crate::provider::ModelResponse>, String> {
+    /// One model call; `Ok(Err(text streamed so far))` when cancelled.
+    async fn model_call(&self) -> Result<Result<crate::provider::ModelResponse, String>, String> {
         let provider = self.turn.provider.clone();
         let mut messages = Vec::with_capacity(self.history.len() + 1);
-        messages.push(Message::system(system_prompt(
-            &self.workspace,
-            self.ctl.meta().parent_session_id.is_some(),
-        )));
+        let mut system =
+            system_prompt(&self.workspace, self.ctl.meta().parent_session_id.is_some());
+        if !self.turn.instructions.is_empty() {
+            system.push_str("\n\nYour instructions as this agent:\n");
+            system.push_str(&self.turn.instructions);
+        }
+        messages.push(Message::system(system));
         messages.extend(self.history.iter().cloned());
         let request = ModelRequest {
             messages,
@@ -278,24 +300,36 @@ impl Run {
             settings: self.turn.settings.clone(),
         };
         let ctl = self.ctl.clone();
+        let streamed = Arc::new(std::sync::Mutex::new(String::new()));
+        let partial = streamed.clone();
         let sink = move |event: ProviderEvent| match event {
             ProviderEvent::ContentDelta(text) => {
-                ctl.emit_kind(kinds::CONTENT_DELTA, json!({ "text": text }))
+                partial
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push_str(&text);
+                ctl.emit_progress(Progress::ContentDelta { text })
             }
             ProviderEvent::Retry {
                 attempt,
                 delay_ms,
                 reason,
-            } => ctl.emit_kind(
-                kinds::PROVIDER_RETRY,
-                json!({"attempt": attempt, "delay_ms": delay_ms, "reason": reason}),
-            ),
+            } => ctl.emit_progress(Progress::ProviderRetry {
+                attempt,
+                delay_ms,
+                reason,
+            }),
         };
-        tokio::select! {
+        let cancelled = tokio::select! {
             biased;
-            _ = self.token.cancelled() => Ok(None),
-            response = provider.generate(request, &sink) => response.map(Some).map_err(|err| err.to_string()),
-        }
+            _ = self.token.cancelled() => true,
+            response = provider.generate(request, &sink) => {
+                return response.map(Ok).map_err(|err| err.to_string());
+            }
+        };
+        debug_assert!(cancelled);
+        let text = std::mem::take(&mut *streamed.lock().unwrap_or_else(|p| p.into_inner()));
+        Ok(Err(text))
     }
 
     /// Runs a batch concurrently and appends its results in call order as soon as each
@@ -329,10 +363,11 @@ impl Run {
             let call = call.clone();
             let flag = committed[index].clone();
             running.push(COMMITTED.scope(flag, async move {
-                ctl.emit_kind(
-                    kinds::TOOL_CALL_STARTED,
-                    json!({"call_id": call.id, "name": call.name, "arguments": call.arguments}),
-                );
+                ctl.emit_progress(Progress::ToolCallStarted {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                });
                 let result = tools.call(&ctx, &call.name, call.arguments.clone()).await;
                 (index, result)
             }));
@@ -375,10 +410,12 @@ impl Run {
             for (index, slot) in results.iter_mut().enumerate().skip(written) {
                 if slot.is_none() {
                     let call = &calls[index];
-                    self.ctl.emit_kind(
-                        kinds::TOOL_CALL_FINISHED,
-                        json!({"call_id": call.id, "name": call.name, "result": CANCELLED_RESULT, "is_error": true}),
-                    );
+                    self.ctl.emit_progress(Progress::ToolCallFinished {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        result: CANCELLED_RESULT.into(),
+                        is_error: true,
+                    });
                     *slot = Some(Message::tool(&call.id, CANCELLED_RESULT));
                 }
             }
@@ -392,10 +429,12 @@ impl Run {
             Ok(text) => (text, false),
             Err(err) => (format!("Error: {err}"), true),
         };
-        self.ctl.emit_kind(
-            kinds::TOOL_CALL_FINISHED,
-            json!({"call_id": call.id, "name": call.name, "result": text, "is_error": is_error}),
-        );
+        self.ctl.emit_progress(Progress::ToolCallFinished {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            result: text.clone(),
+            is_error,
+        });
         Message::tool(&call.id, text)
     }
 

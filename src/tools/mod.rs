@@ -108,12 +108,16 @@ pub trait ApprovalGate: Send + Sync {
 pub trait Delegator: Send + Sync {
     /// Starts the child and returns its task id: the call's id, or a fresh one when the
     /// model reused a call id of an earlier child (SPEC §11).
-    async fn delegate(
-        &self,
-        ctx: &ToolContext,
-        title: String,
-        task: String,
-    ) -> Result<String, String>;
+    async fn delegate(&self, ctx: &ToolContext, request: Delegation) -> Result<String, String>;
+}
+
+/// What a `sub_agent` call asks for.
+#[derive(Debug, Clone)]
+pub struct Delegation {
+    pub title: String,
+    pub task: String,
+    /// A profile name; `None` for `general`.
+    pub agent: Option<String>,
 }
 
 /// Everything a tool call may use. Cheap to clone.

@@ -12,6 +12,9 @@ pub struct SubAgent;
 struct SubAgentArgs {
     title: String,
     task: String,
+    /// A profile name (SPEC §11); the runtime lists them in the description it sends.
+    #[serde(default)]
+    agent: Option<String>,
 }
 
 #[async_trait]
@@ -31,7 +34,8 @@ Returns at once with a task id; the sub-agent's report arrives later as a user m
             "type": "object",
             "properties": {
                 "title": {"type": "string", "description": "A short name for the sub-agent's tab"},
-                "task": {"type": "string", "description": "What the sub-agent must do, self-contained"}
+                "task": {"type": "string", "description": "What the sub-agent must do, self-contained"},
+                "agent": {"type": "string", "description": "The profile the sub-agent runs with (see the list in this tool's description); general when omitted"}
             },
             "required": ["title", "task"]
         })
@@ -56,7 +60,14 @@ Returns at once with a task id; the sub-agent's report arrives later as a user m
             ));
         };
         let task_id = delegator
-            .delegate(ctx, args.title, args.task)
+            .delegate(
+                ctx,
+                crate::tools::Delegation {
+                    title: args.title,
+                    task: args.task,
+                    agent: args.agent.filter(|a| !a.trim().is_empty()),
+                },
+            )
             .await
             .map_err(ToolError::Failed)?;
         // Exactly these two keys: the parent learns the id its report will carry.

@@ -3,6 +3,7 @@ import type { ArchiveSession } from "./ArchiveSession";
 import type { CreateSession } from "./CreateSession";
 import type { DecideApproval } from "./DecideApproval";
 import type { Empty } from "./Empty";
+import type { ListAgents } from "./ListAgents";
 import type { ListFiles } from "./ListFiles";
 import type { ListSessions } from "./ListSessions";
 import type { MessageRef } from "./MessageRef";
@@ -10,10 +11,11 @@ import type { RenameSession } from "./RenameSession";
 import type { SearchSessions } from "./SearchSessions";
 import type { SessionRef } from "./SessionRef";
 import type { SetApiKey } from "./SetApiKey";
+import type { SetModel } from "./SetModel";
 import type { Submit } from "./Submit";
 import type { UpdateConfig } from "./UpdateConfig";
 
 /**
  * Each command's arguments, by name (TypeScript: `CommandArgs["submit"]`).
  */
-export type CommandArgs = { create_session: CreateSession, list_sessions: ListSessions, get_session: SessionRef, delete_session: SessionRef, submit: Submit, cancel: SessionRef, resume_subagent: SessionRef, steer: MessageRef, discard: MessageRef, decide_approval: DecideApproval, snapshot: SessionRef, get_config: Empty, update_config: UpdateConfig, probe_providers: Empty, app_info: Empty, set_api_key: SetApiKey, rename_session: RenameSession, archive_session: ArchiveSession, search_sessions: SearchSessions, list_files: ListFiles, };
+export type CommandArgs = { create_session: CreateSession, list_sessions: ListSessions, get_session: SessionRef, delete_session: SessionRef, submit: Submit, cancel: SessionRef, resume_subagent: SessionRef, steer: MessageRef, discard: MessageRef, decide_approval: DecideApproval, snapshot: SessionRef, get_config: Empty, update_config: UpdateConfig, probe_providers: Empty, app_info: Empty, set_api_key: SetApiKey, rename_session: RenameSession, archive_session: ArchiveSession, search_sessions: SearchSessions, list_files: ListFiles, set_model: SetModel, list_agents: ListAgents, };

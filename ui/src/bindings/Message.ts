@@ -7,4 +7,9 @@ import type { Usage } from "./Usage";
  * A message in the OpenAI chat shape, plus two optional fields the runtime needs:
  * `id` (reports are `subagent:<task_id>`) and `usage` for assistant messages.
  */
-export type Message = { role: Role, content: string | null, tool_calls?: Array<ToolCall>, tool_call_id?: string | null, id?: string | null, usage?: Usage | null, };
+export type Message = { role: Role, content: string | null, tool_calls?: Array<ToolCall>, tool_call_id?: string | null, id?: string | null, usage?: Usage | null, 
+/**
+ * An answer cut short by Stop: what had streamed is kept (and sent to the model
+ * next time), marked so the UI can say so. Never sent to providers as a field.
+ */
+stopped?: boolean, };

@@ -17,4 +17,12 @@ interrupted: boolean,
 /**
  * Hidden from the usual list (`archive_session`); nothing else changes.
  */
-archived: boolean, };
+archived: boolean, 
+/**
+ * A child's profile (`explore`, `review`, a file's name …).
+ */
+agent?: string | null, 
+/**
+ * The provider and model chosen for this session (`set_model`); unset: the defaults.
+ */
+provider?: string | null, model?: string | null, };

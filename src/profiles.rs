@@ -1,0 +1,406 @@
+//! Agent profiles (SPEC §11): named sub-agents with their own instructions, provider or model, and tools, read from Markdown files with YAML frontmatter (ours and Claude Code's) and from Codex's TOML roles, plus the built-in `general`, `explore` and `review`.
+//!
+//! Files people already have are read as they are: fields that mean the same are mapped,
+//! the rest are ignored with a notice, and a broken file is reported with its path and
+//! line while the others still load. Nothing here fails a run.
+
+use std::path::{Path, PathBuf};
+
+/// The tools that only read (the `explore` and `review` profiles).
+pub const READ_ONLY_TOOLS: &[&str] = &["read_file", "list_dir", "glob", "grep"];
+
+pub use crate::protocol::{Profile, Profiles};
+
+/// The built-in profiles.
+pub fn built_in() -> Vec<Profile> {
+    let profile =
+        |name: &str, description: &str, tools: Option<&[&str]>, instructions: &str| Profile {
+            name: name.into(),
+            description: description.into(),
+            provider: None,
+            model: None,
+            tools: tools.map(|t| t.iter().map(|s| s.to_string()).collect()),
+            disallowed_tools: Vec::new(),
+            max_turns: None,
+            instructions: instructions.into(),
+            source: "built-in".into(),
+            notices: Vec::new(),
+        };
+    vec![
+        profile(
+            "general",
+            "A general-purpose agent with every tool.",
+            None,
+            "",
+        ),
+        profile(
+            "explore",
+            "Reads and searches the workspace to answer a question; changes nothing.",
+            Some(READ_ONLY_TOOLS),
+            "Explore the workspace with the read-only tools to answer the task. Cite file paths and line numbers. Change nothing.",
+        ),
+        profile(
+            "review",
+            "Reviews code for defects, risks and unclear parts; changes nothing.",
+            Some(READ_ONLY_TOOLS),
+            "You are a careful code reviewer. Read the code the task names, then report concrete defects (with file and line), risks and unclear parts, most important first. Do not change anything; say what you would change and why.",
+        ),
+    ]
+}
+
+/// The profiles for a workspace: `<workspace>/.bumblehive/agents/*.md`, then
+/// `.claude/agents/*.md` and `.codex/agents/*.toml` of the workspace, then the user's
+/// `<user_dir>/agents/*.md`, then the built-ins. A name found earlier wins.
+pub fn load(workspace: &Path, user_dir: Option<&Path>) -> Profiles {
+    let mut found = Profiles::default();
+    let mut sources: Vec<(PathBuf, Format)> = vec![
+        (workspace.join(".bumblehive/agents"), Format::Ours),
+        (workspace.join(".claude/agents"), Format::Claude),
+        (workspace.join(".codex/agents"), Format::Codex),
+    ];
+    if let Some(user) = user_dir {
+        sources.push((user.join("agents"), Format::Ours));
+    }
+    for (dir, format) in sources {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for path in paths {
+            let wanted = match format {
+                Format::Codex => "toml",
+                Format::Ours | Format::Claude => "md",
+            };
+            if path.extension().and_then(|e| e.to_str()) != Some(wanted) {
+                continue;
+            }
+            match read_profile(&path, format) {
+                Ok(profile) => {
+                    if found.get(&profile.name).is_none() {
+                        found.profiles.push(profile);
+                    }
+                }
+                Err(err) => found.errors.push(err),
+            }
+        }
+    }
+    for profile in built_in() {
+        if found.get(&profile.name).is_none() {
+            found.profiles.push(profile);
+        }
+    }
+    found
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Ours,
+    Claude,
+    Codex,
+}
+
+fn read_profile(path: &Path, format: Format) -> Result<Profile, String> {
+    let at = |line: usize, message: &str| format!("{}:{line}: {message}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|err| at(0, &err.to_string()))?;
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("agent")
+        .to_string();
+    let mut profile = Profile {
+        name: stem,
+        description: String::new(),
+        provider: None,
+        model: None,
+        tools: None,
+        disallowed_tools: Vec::new(),
+        max_turns: None,
+        instructions: String::new(),
+        source: path.display().to_string(),
+        notices: Vec::new(),
+    };
+    match format {
+        Format::Codex => read_codex(&text, &mut profile).map_err(|(line, m)| at(line, &m))?,
+        Format::Ours | Format::Claude => {
+            read_markdown(&text, format, &mut profile).map_err(|(line, m)| at(line, &m))?
+        }
+    }
+    if profile.name.trim().is_empty() {
+        return Err(at(1, "the profile has no name"));
+    }
+    Ok(profile)
+}
+
+/// A frontmatter value: a scalar, or a list (`[a, b]`, `- a` lines, or `a, b` for the
+/// tool lists Claude Code writes).
+#[derive(Debug, Clone, PartialEq)]
+enum Value {
+    Scalar(String),
+    List(Vec<String>),
+}
+
+impl Value {
+    fn list(&self) -> Vec<String> {
+        match self {
+            Value::List(items) => items.clone(),
+            Value::Scalar(text) => text
+                .split(',')
+                .map(|s| unquote(s.trim()))
+                .filter(|s| !s.is_empty())
+                .collect(),
+        }
+    }
+
+    fn scalar(&self) -> String {
+        match self {
+            Value::Scalar(text) => text.clone(),
+            Value::List(items) => items.join(", "),
+        }
+    }
+}
+
+fn unquote(text: &str) -> String {
+    let t = text.trim();
+    if t.len() >= 2
+        && ((t.starts_with('"') && t.ends_with('"')) || (t.starts_with('\'') && t.ends_with('\'')))
+    {
+        t[1..t.len() - 1].to_string()
+    } else {
+        t.to_string()
+    }
+}
+
+/// Parses `---\nkey: value\n…\n---\nbody`. Only what profiles use: scalars, inline and
+/// block lists, and `|` / `>` blocks for long descriptions.
+/// Frontmatter fields (line, key, value), or where and why it does not parse.
+type Fields = Vec<(usize, String, Value)>;
+type ParseError = (usize, String);
+
+fn frontmatter(text: &str) -> Result<(Fields, String), ParseError> {
+    let mut lines = text.lines().enumerate();
+    match lines.next() {
+        Some((_, first)) if first.trim() == "---" => {}
+        _ => return Ok((Vec::new(), text.to_string())),
+    }
+    let mut fields: Vec<(usize, String, Value)> = Vec::new();
+    let mut body_start = None;
+    let mut block: Option<(usize, String, Vec<String>, bool)> = None;
+    let all: Vec<(usize, &str)> = lines.collect();
+    let mut i = 0;
+    while i < all.len() {
+        let (index, line) = all[i];
+        let number = index + 1;
+        if line.trim() == "---" {
+            body_start = Some(index + 1);
+            break;
+        }
+        if let Some((_, _, items, literal)) = block.as_mut() {
+            if line.starts_with(' ') || line.starts_with('\t') || line.trim().is_empty() {
+                let item = line.trim();
+                if *literal {
+                    items.push(item.to_string());
+                } else if let Some(rest) = item.strip_prefix("- ") {
+                    items.push(unquote(rest));
+                } else if item == "-" || item.is_empty() {
+                } else {
+                    return Err((number, format!("expected a list item, got {item:?}")));
+                }
+                i += 1;
+                continue;
+            }
+            if let Some((line_no, key, items, literal)) = block.take() {
+                let value = if literal {
+                    Value::Scalar(items.join("\n").trim().to_string())
+                } else {
+                    Value::List(items)
+                };
+                fields.push((line_no, key, value));
+            }
+        }
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            i += 1;
+            continue;
+        }
+        let Some((key, rest)) = line.split_once(':') else {
+            return Err((
+                number,
+                format!("expected `key: value`, got {:?}", line.trim()),
+            ));
+        };
+        let key = key.trim().to_string();
+        let rest = rest.trim();
+        if rest.is_empty() {
+            block = Some((number, key, Vec::new(), false));
+        } else if rest == "|" || rest == ">" || rest == "|-" || rest == ">-" {
+            block = Some((number, key, Vec::new(), true));
+        } else if let Some(inner) = rest.strip_prefix('[') {
+            let inner = inner.strip_suffix(']').ok_or((
+                number,
+                "a list that opens with [ must close with ]".to_string(),
+            ))?;
+            let items = inner
+                .split(',')
+                .map(unquote)
+                .filter(|s| !s.is_empty())
+                .collect();
+            fields.push((number, key, Value::List(items)));
+        } else {
+            fields.push((number, key, Value::Scalar(unquote(rest))));
+        }
+        i += 1;
+    }
+    if let Some((line_no, key, items, literal)) = block.take() {
+        let value = if literal {
+            Value::Scalar(items.join("\n").trim().to_string())
+        } else {
+            Value::List(items)
+        };
+        fields.push((line_no, key, value));
+    }
+    let Some(start) = body_start else {
+        return Err((1, "the frontmatter that opens with --- never closes".into()));
+    };
+    let body = text.lines().skip(start).collect::<Vec<_>>().join("\n");
+    Ok((fields, body.trim().to_string()))
+}
+
+/// Claude Code's tool names, as ours.
+fn claude_tool(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "Read" => "read_file",
+        "Write" => "write_file",
+        "Edit" | "MultiEdit" => "edit_file",
+        "Bash" => "run_command",
+        "Grep" => "grep",
+        "Glob" => "glob",
+        "LS" => "list_dir",
+        "Task" => "sub_agent",
+        _ => return None,
+    })
+}
+
+/// Claude Code's model aliases, as model ids.
+fn claude_model(alias: &str) -> Option<String> {
+    match alias {
+        "inherit" | "" => None,
+        "sonnet" => Some("claude-sonnet-4-5".into()),
+        "opus" => Some("claude-opus-4-1".into()),
+        "haiku" => Some("claude-haiku-4-5".into()),
+        other => Some(other.to_string()),
+    }
+}
+
+fn read_markdown(text: &str, format: Format, profile: &mut Profile) -> Result<(), (usize, String)> {
+    let (fields, body) = frontmatter(text)?;
+    profile.instructions = body;
+    for (line, key, value) in fields {
+        match key.as_str() {
+            "name" => profile.name = value.scalar(),
+            "description" => profile.description = value.scalar(),
+            "provider" => profile.provider = Some(value.scalar()),
+            "model" => {
+                profile.model = if format == Format::Claude {
+                    claude_model(&value.scalar())
+                } else {
+                    Some(value.scalar()).filter(|m| !m.is_empty() && m != "inherit")
+                }
+            }
+            "tools" | "disallowed_tools" | "disallowedTools" => {
+                let mut names = Vec::new();
+                for tool in value.list() {
+                    match (format, claude_tool(&tool)) {
+                        (Format::Claude, Some(ours)) => names.push(ours.to_string()),
+                        (Format::Claude, None) if !tool.contains('_') => profile.notices.push(
+                            format!("line {line}: tool {tool:?} has no counterpart here; ignored"),
+                        ),
+                        _ => names.push(tool),
+                    }
+                }
+                if key == "tools" {
+                    profile.tools = Some(names);
+                } else {
+                    profile.disallowed_tools = names;
+                }
+            }
+            "max_turns" | "maxTurns" => match value.scalar().parse() {
+                Ok(turns) => profile.max_turns = Some(turns),
+                Err(_) => {
+                    return Err((
+                        line,
+                        format!("max_turns must be a number, got {:?}", value.scalar()),
+                    ));
+                }
+            },
+            other => profile.notices.push(format!(
+                "line {line}: field {other:?} is not used here; ignored"
+            )),
+        }
+    }
+    Ok(())
+}
+
+fn read_codex(text: &str, profile: &mut Profile) -> Result<(), (usize, String)> {
+    let table: toml::Table = text.parse().map_err(|err: toml::de::Error| {
+        let line = err.span().map_or(1, |span| {
+            text[..span.start.min(text.len())].lines().count().max(1)
+        });
+        (line, err.message().to_string())
+    })?;
+    for (key, value) in table {
+        let text = value.as_str().map(str::to_string);
+        match (key.as_str(), text) {
+            ("name", Some(v)) => profile.name = v,
+            ("description", Some(v)) => profile.description = v,
+            ("developer_instructions" | "instructions", Some(v)) => profile.instructions = v,
+            ("model", Some(v)) => profile.model = Some(v),
+            (other, _) => profile
+                .notices
+                .push(format!("field {other:?} is not used here; ignored")),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frontmatter_lists_and_blocks() {
+        let text = "---\nname: a\ntools: [read_file, \"grep\"]\ndisallowed_tools:\n  - run_command\ndescription: |\n  two\n  lines\n---\nBody here.\n";
+        let mut p = read_profile_text(text, Format::Ours).unwrap();
+        assert_eq!(p.name, "a");
+        assert_eq!(p.tools, Some(vec!["read_file".into(), "grep".into()]));
+        assert_eq!(p.disallowed_tools, vec!["run_command".to_string()]);
+        assert_eq!(p.description, "two\nlines");
+        assert_eq!(p.instructions, "Body here.");
+        p.tools = None;
+        assert!(!p.allows("run_command") && p.allows("write_file"));
+    }
+
+    #[test]
+    fn broken_frontmatter_names_the_line() {
+        let err = read_profile_text("---\nname: a\nnot a field\n---\n", Format::Ours).unwrap_err();
+        assert_eq!(err.0, 3);
+        let err = read_profile_text("---\nname: a\n", Format::Ours).unwrap_err();
+        assert!(err.1.contains("never closes"));
+    }
+
+    fn read_profile_text(text: &str, format: Format) -> Result<Profile, (usize, String)> {
+        let mut profile = Profile {
+            name: String::new(),
+            description: String::new(),
+            provider: None,
+            model: None,
+            tools: None,
+            disallowed_tools: Vec::new(),
+            max_turns: None,
+            instructions: String::new(),
+            source: "test".into(),
+            notices: Vec::new(),
+        };
+        read_markdown(text, format, &mut profile)?;
+        Ok(profile)
+    }
+}

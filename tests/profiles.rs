@@ -1,0 +1,335 @@
+//! Agent profiles and several model servers: profiles from our folder, Claude Code's and Codex's files and the person's own, a child on its profile's server with its tools, and slots per server.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bumblehive::commands::dispatch;
+use bumblehive::config::ProviderConfig;
+use bumblehive::protocol::{Role, ToolCall};
+use bumblehive::provider::{
+    ModelProvider, ModelRequest, ModelResponse, ProviderError, ProviderFactory, ProviderSink,
+};
+use bumblehive::service::{RuntimeService, ServiceOptions};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::support::{WAIT, assert_message_order, is_report};
+
+/// A model server: answers by a function of the request, records every request, and
+/// counts how many requests it holds at once (with a small latency, like a real one).
+struct Server {
+    respond: Box<dyn Fn(&ModelRequest) -> ModelResponse + Send + Sync>,
+    requests: watch::Sender<Vec<ModelRequest>>,
+    in_flight: AtomicUsize,
+    most: AtomicUsize,
+    latency: Duration,
+}
+
+impl Server {
+    fn new(
+        latency: Duration,
+        respond: impl Fn(&ModelRequest) -> ModelResponse + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Arc::new(Server {
+            respond: Box::new(respond),
+            requests: watch::channel(Vec::new()).0,
+            in_flight: AtomicUsize::new(0),
+            most: AtomicUsize::new(0),
+            latency,
+        })
+    }
+
+    fn requests(&self) -> Vec<ModelRequest> {
+        self.requests.borrow().clone()
+    }
+}
+
+#[async_trait]
+impl ModelProvider for Server {
+    async fn generate(
+        &self,
+        request: ModelRequest,
+        _sink: ProviderSink<'_>,
+    ) -> Result<ModelResponse, ProviderError> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        if !self.latency.is_zero() {
+            // The model's own time to answer (what makes requests overlap), not a wait
+            // for anything.
+            tokio::time::sleep(self.latency).await;
+        }
+        let response = (self.respond)(&request);
+        self.requests.send_modify(|r| r.push(request));
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        Ok(response)
+    }
+}
+
+/// Routes each provider block to the server its `base_url` names.
+fn two_servers(local: Arc<Server>, remote: Arc<Server>) -> ProviderFactory {
+    Arc::new(move |block: &ProviderConfig| {
+        let server: Arc<dyn ModelProvider> = if block.base_url.contains("local") {
+            local.clone()
+        } else {
+            remote.clone()
+        };
+        Ok(server)
+    })
+}
+
+fn first_user(request: &ModelRequest) -> &str {
+    request
+        .messages
+        .iter()
+        .find(|m| m.role == Role::User)
+        .map(|m| m.text())
+        .unwrap_or("")
+}
+
+fn tool_names(request: &ModelRequest) -> Vec<String> {
+    request.tools.iter().map(|t| t.name.clone()).collect()
+}
+
+fn write(path: &std::path::Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn profiles_load_from_every_folder_and_report_broken_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    write(
+        &ws.join(".bumblehive/agents/fast.md"),
+        "---\nname: fast\ndescription: Quick answers\nprovider: local\nmodel: tiny\ntools: [read_file]\nmax_turns: 3\n---\nBe quick.\n",
+    );
+    write(
+        &ws.join(".claude/agents/reviewer.md"),
+        "---\nname: code-reviewer\ndescription: Reviews diffs\ntools: Read, Grep, WebFetch\nmodel: sonnet\ncolor: blue\n---\nReview carefully.\n",
+    );
+    write(
+        &ws.join(".codex/agents/planner.toml"),
+        "name = \"planner\"\ndescription = \"Plans work\"\ndeveloper_instructions = \"Plan first.\"\nmodel = \"gpt-5\"\nsandbox_mode = \"read-only\"\n",
+    );
+    write(
+        &ws.join(".bumblehive/agents/broken.md"),
+        "---\nname: broken\nthis line is wrong\n---\n",
+    );
+    write(&ws.join(".codex/agents/bad.toml"), "name = \n");
+    // The person's own profiles live beside the config file.
+    write(
+        &dir.path().join("agents/mine.md"),
+        "---\ndescription: Mine\n---\nMy way.\n",
+    );
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.path().join("data"),
+        config_path: Some(dir.path().join("config.json")),
+        config: None,
+        provider_factory: two_servers(
+            Server::new(Duration::ZERO, |_| ModelResponse::text("x")),
+            Server::new(Duration::ZERO, |_| ModelResponse::text("x")),
+        ),
+        tools: None,
+    })
+    .unwrap();
+    let listed = dispatch(
+        &service,
+        "list_agents",
+        json!({"workspace": ws.display().to_string()}),
+    )
+    .await
+    .unwrap();
+    let by_name = |name: &str| -> Value {
+        listed["profiles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no profile {name}: {listed}"))
+    };
+    let fast = by_name("fast");
+    assert_eq!(fast["provider"], "local");
+    assert_eq!(fast["model"], "tiny");
+    assert_eq!(fast["tools"], json!(["read_file"]));
+    assert_eq!(fast["max_turns"], 3);
+    assert_eq!(fast["instructions"], "Be quick.");
+    let reviewer = by_name("code-reviewer");
+    assert_eq!(reviewer["tools"], json!(["read_file", "grep"]));
+    assert_eq!(reviewer["model"], "claude-sonnet-4-5");
+    let notices = reviewer["notices"].to_string();
+    assert!(
+        notices.contains("WebFetch") && notices.contains("color"),
+        "{notices}"
+    );
+    let planner = by_name("planner");
+    assert_eq!(planner["instructions"], "Plan first.");
+    assert!(planner["notices"].to_string().contains("sandbox_mode"));
+    assert_eq!(by_name("mine")["instructions"], "My way.");
+    for built_in in ["general", "explore", "review"] {
+        assert_eq!(by_name(built_in)["source"], "built-in");
+    }
+    let errors = listed["errors"].to_string();
+    assert!(errors.contains("broken.md:3:"), "{errors}");
+    assert!(errors.contains("bad.toml:1:"), "{errors}");
+    service.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_runs_on_its_profiles_server_with_its_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    write(
+        &ws.join(".bumblehive/agents/scout.md"),
+        "---\nname: scout\ndescription: Finds things\nprovider: local\ntools: [read_file, grep]\n---\nScout the code.\n",
+    );
+    let local = Server::new(Duration::ZERO, |_| ModelResponse::text("found it"));
+    let remote = Server::new(Duration::ZERO, |request| {
+        let last = request.messages.last().unwrap();
+        match (last.role, is_report(last)) {
+            (Role::User, false) if last.text() == "find" => {
+                ModelResponse::tool_calls(vec![ToolCall {
+                    id: "d1".into(),
+                    name: "sub_agent".into(),
+                    arguments: json!({"title": "Scout", "task": "find x", "agent": "scout"}),
+                }])
+            }
+            (Role::User, false) => ModelResponse::tool_calls(vec![ToolCall {
+                id: "d2".into(),
+                name: "sub_agent".into(),
+                arguments: json!({"title": "Nobody", "task": "t", "agent": "nobody"}),
+            }]),
+            _ => ModelResponse::text("parent done"),
+        }
+    });
+    let config = json!({
+        "providers": {
+            "local": {"kind": "openai", "base_url": "http://local/v1", "model": "small"},
+            "remote": {"kind": "anthropic", "base_url": "http://remote", "model": "big"}
+        },
+        "default_provider": "remote"
+    });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.path().join("data"),
+        config_path: Some(dir.path().join("config.json")),
+        config: None,
+        provider_factory: two_servers(local.clone(), remote.clone()),
+        tools: None,
+    })
+    .unwrap();
+    let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
+    let ctl = service.controller(&info.session_id).unwrap();
+    ctl.submit("find".into(), None).unwrap();
+    tokio::time::timeout(WAIT, service.wait_idle())
+        .await
+        .unwrap();
+    // The parent ran on the remote server and was told about the profiles.
+    let parent_requests = remote.requests();
+    assert!(!parent_requests.is_empty());
+    assert!(parent_requests.iter().all(|r| r.settings.model == "big"));
+    let delegate = parent_requests[0]
+        .tools
+        .iter()
+        .find(|t| t.name == "sub_agent")
+        .unwrap();
+    assert!(delegate.description.contains("scout: Finds things"));
+    assert!(delegate.description.contains("explore:"));
+    // The child ran on the local server, with the profile's tools and instructions.
+    let child_requests = local.requests();
+    assert_eq!(child_requests.len(), 1);
+    let child = &child_requests[0];
+    assert_eq!(child.settings.model, "small");
+    assert_eq!(tool_names(child), ["read_file", "grep"]);
+    assert!(child.messages[0].text().contains("Scout the code."));
+    let history = service.store().load(&info.session_id).unwrap().messages;
+    assert_message_order(&history);
+    assert!(
+        history
+            .iter()
+            .any(|m| is_report(m) && m.text().ends_with("found it"))
+    );
+    let children = service.list_sessions(None).unwrap();
+    let scout = children.iter().find(|s| s.title == "Scout").unwrap();
+    assert_eq!(scout.agent.as_deref(), Some("scout"));
+    // An unknown profile is one clear tool error naming the valid ones.
+    ctl.submit("again".into(), None).unwrap();
+    tokio::time::timeout(WAIT, service.wait_idle())
+        .await
+        .unwrap();
+    let history = service.store().load(&info.session_id).unwrap().messages;
+    let refused = history
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("d2"))
+        .unwrap();
+    assert!(
+        refused.text().contains("no agent profile named \"nobody\"")
+            && refused.text().contains("scout"),
+        "{}",
+        refused.text()
+    );
+    service.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_two_slots_never_holds_more_than_two_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let local = Server::new(Duration::from_millis(5), |request| {
+        if first_user(request).contains("Task:\n") {
+            return ModelResponse::text("child done");
+        }
+        let last = request.messages.last().unwrap();
+        match (last.role, is_report(last)) {
+            (Role::User, false) => ModelResponse::tool_calls(
+                (0..6)
+                    .map(|i| ToolCall {
+                        id: format!("d{i}"),
+                        name: "sub_agent".into(),
+                        arguments: json!({"title": format!("C{i}"), "task": format!("t{i}")}),
+                    })
+                    .collect(),
+            ),
+            _ => ModelResponse::text("parent done"),
+        }
+    });
+    let config = json!({
+        "providers": {"local": {"kind": "openai", "base_url": "http://local/v1", "model": "m", "max_concurrent": 2}},
+        "default_provider": "local",
+        "subagents": {"max_concurrent": 8}
+    });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.path().join("data"),
+        config_path: Some(dir.path().join("config.json")),
+        config: None,
+        provider_factory: two_servers(local.clone(), local.clone()),
+        tools: None,
+    })
+    .unwrap();
+    let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
+    service
+        .controller(&info.session_id)
+        .unwrap()
+        .submit("go".into(), None)
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(20), service.wait_idle())
+        .await
+        .unwrap();
+    assert!(
+        local.most.load(Ordering::SeqCst) <= 2,
+        "{} requests at once on a 2-slot server",
+        local.most.load(Ordering::SeqCst)
+    );
+    let history = service.store().load(&info.session_id).unwrap().messages;
+    let reports: Vec<_> = history.iter().filter(|m| is_report(m)).collect();
+    assert_eq!(reports.len(), 6);
+    let mut ids: Vec<_> = reports.iter().map(|m| m.id.clone()).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 6);
+    assert_message_order(&history);
+    service.shutdown().await;
+}
