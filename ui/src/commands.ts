@@ -5,6 +5,8 @@ export interface SlashCommand {
   description: string;
   /** False: shown as "coming" and never run (the runtime has no command for it yet). */
   available: boolean;
+  /** Why it cannot run now (default: the runtime has no command for it yet). */
+  reason?: string;
 }
 
 /** The word being typed when the text is a slash command (`/ne` → `ne`), else null. */

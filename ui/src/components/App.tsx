@@ -333,6 +333,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             needsSetup={needsSetup}
             onOpenSettings={() => setSettings(needsSetup ? 'welcome' : 'open')}
             onNew={() => select(null)}
+            config={config}
           />
         </main>
       </>

@@ -255,7 +255,12 @@ export function Chat(props: {
     }
     if (m.role === 'assistant') {
       items.push(
-        <div key={key} class="message assistant" data-testid="chat-message" data-role="assistant">
+        <div key={key} class={`message assistant ${m.stopped ? 'stopped' : ''}`} data-testid="chat-message" data-role="assistant" data-stopped={m.stopped ? 'true' : undefined}>
+          {m.stopped && (
+            <div class="message-head" data-testid="stopped-answer">
+              <span class="who">Stopped here: the model sees this partial answer</span>
+            </div>
+          )}
           {m.content ? (
             <div class="message-actions">
               <CopyButton text={m.content} />

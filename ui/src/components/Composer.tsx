@@ -1,3 +1,4 @@
+import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { insertMention, matchCommands, mentionAt, parseSlash, slashQuery, type SlashCommand } from '../commands';
 import { toCommandError } from '../platform';
@@ -17,6 +18,8 @@ export function Composer(props: {
   onCommand?: (name: string, arg: string) => void;
   /** Workspace files matching a query (fuzzy); null when the backend cannot list files. */
   findFiles?: (query: string) => Promise<string[] | null>;
+  /** Shown under the text field (the model picker). */
+  extra?: ComponentChildren;
 }) {
   const [text, setText] = useState('');
   const [sending, setSending] = useState(false);
@@ -41,7 +44,7 @@ export function Composer(props: {
     : matches.map((c) => ({
         key: c.name,
         label: `/${c.name}`,
-        hint: c.available ? c.description : `${c.description} (coming)`,
+        hint: c.available ? c.description : c.reason ? `${c.description} (${c.reason})` : `${c.description} (coming)`,
         disabled: !c.available,
         pick: () => runCommand(c.name, ''),
       }));
@@ -53,7 +56,7 @@ export function Composer(props: {
       return;
     }
     if (!command.available) {
-      setError({ message: `/${name} is not available yet: ${command.description.toLowerCase()} needs support in the runtime.` });
+      setError({ message: command.reason ?? `/${name} is not available yet: ${command.description.toLowerCase()} needs support in the runtime.` });
       return;
     }
     setError(null);
@@ -194,6 +197,7 @@ export function Composer(props: {
           onKeyDown={onKeyDown}
         />
         <div class="composer-buttons">
+          {props.extra}
           <button type="button" class="danger" data-testid="stop-button" disabled={!props.running || stopping} onClick={() => void stop()} title="Stop (Esc)">
             {stopping ? 'Stopping…' : 'Stop'}
           </button>

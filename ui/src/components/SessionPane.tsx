@@ -44,8 +44,44 @@ export const SLASH_COMMANDS: SlashCommand[] = [
   { name: 'new', description: 'Start a new conversation', available: true },
   { name: 'clear', description: 'Start over in a new session (this one stays in the list)', available: true },
   { name: 'compact', description: 'Compact the conversation', available: false },
-  { name: 'model', description: 'Choose the model for this session', available: false },
+  { name: 'model', description: 'Choose the model for this session', available: true },
 ];
+
+/** The named model servers of the config (`default` is the `provider` block). */
+export function providerChoices(config: any): { name: string; model: string }[] {
+  if (!config || typeof config !== 'object') return [];
+  const list = [{ name: 'default', model: String(config.provider?.model ?? '') }];
+  for (const [name, block] of Object.entries((config.providers ?? {}) as Record<string, any>)) {
+    if (name !== 'default') list.push({ name, model: String(block?.model ?? '') });
+  }
+  return list;
+}
+
+/** The composer's model picker: applies to the session's next turn (`set_model`). */
+function ModelPicker(props: { config: any; value: string | null; onChange: (provider: string | null) => void; busy?: boolean }) {
+  const choices = providerChoices(props.config);
+  if (choices.length < 2) return null;
+  const fallback = String(props.config?.default_provider ?? 'default');
+  return (
+    <select
+      class="model-picker"
+      data-testid="model-picker"
+      aria-label="Model for this session's next turn"
+      title="Model for this session's next turn"
+      disabled={props.busy}
+      value={props.value ?? ''}
+      onChange={(e) => props.onChange((e.target as HTMLSelectElement).value || null)}
+    >
+      <option value="">Default ({fallback})</option>
+      {choices.map((c) => (
+        <option key={c.name} value={c.name}>
+          {c.name}
+          {c.model ? ` · ${c.model}` : ''}
+        </option>
+      ))}
+    </select>
+  );
+}
 
 /** Backends without `list_files` get no @-mentions (remembered per platform). */
 const noFileList = new WeakSet<Platform>();
@@ -178,6 +214,8 @@ export function SessionPane(props: {
   onOpenSettings?: () => void;
   /** `/new` and `/clear`: a new conversation in this workspace. */
   onNew?: () => void;
+  /** The config (`get_config`), for the model picker. */
+  config?: any;
 }) {
   const { platform, sessionId } = props;
   const modelRef = useRef<SessionModel | null>(null);
@@ -188,6 +226,10 @@ export function SessionPane(props: {
   const [resuming, setResuming] = useState(false);
   const [resumeError, setResumeError] = useState<string | null>(null);
   const [draft, setDraft] = useState<{ text: string } | null>(null);
+  // The model picker: the session's choice (from the list), or one made before it exists.
+  const [chosen, setChosen] = useState<{ provider: string | null } | null>(null);
+  const [pickError, setPickError] = useState<string | null>(null);
+  const [picking, setPicking] = useState(false);
 
   const makeModel = (id: string) => {
     const m = new SessionModel(platform, id, {
@@ -237,12 +279,44 @@ export function SessionPane(props: {
     return () => window.removeEventListener('keydown', onKey);
   }, [model]);
 
+  const sessionInfo = props.sessions.find((s) => s.session_id === sessionId);
+  const current = chosen ? chosen.provider : (sessionInfo?.provider ?? null);
+  const canPick = providerChoices(props.config).length > 1;
+  const pick = async (provider: string | null) => {
+    setPickError(null);
+    setChosen({ provider });
+    if (!sessionId) return; // applied when the conversation starts
+    setPicking(true);
+    try {
+      await platform.invoke('set_model', { session_id: sessionId, provider, model: null });
+      callbacks.current.onSessionsChanged();
+    } catch (err) {
+      setChosen(null);
+      setPickError(`Cannot switch the model: ${toCommandError(err).message}`);
+    } finally {
+      setPicking(false);
+    }
+  };
+  useEffect(() => setChosen(null), [sessionId]);
   const composerProps = {
-    commands: SLASH_COMMANDS,
+    commands: SLASH_COMMANDS.map((c) =>
+      c.name === 'model' ? { ...c, available: canPick, reason: canPick ? undefined : 'one model server is configured; name more under "providers" in the config' } : c,
+    ),
     onCommand: (name: string) => {
       if (name === 'new' || name === 'clear') callbacks.current.onNew?.();
+      if (name === 'model') (document.querySelector('[data-testid=model-picker]') as HTMLElement | null)?.focus();
     },
     findFiles: filesOf(platform, props.workspace),
+    extra: (
+      <>
+        <ModelPicker config={props.config} value={current} onChange={(p) => void pick(p)} busy={picking} />
+        {pickError && (
+          <span class="error-text small" role="alert" data-testid="model-picker-error">
+            {pickError}
+          </span>
+        )}
+      </>
+    ),
   };
 
   const send = async (text: string) => {
@@ -257,6 +331,8 @@ export function SessionPane(props: {
     const title = text.trim().split('\n')[0].slice(0, 60);
     const args: CreateSession = { workspace: props.workspace, title };
     const info: SessionInfo = await platform.invoke('create_session', args);
+    // A model picked before the conversation existed applies to its first turn.
+    if (chosen?.provider) await platform.invoke('set_model', { session_id: info.session_id, provider: chosen.provider, model: null });
     const created = makeModel(info.session_id);
     modelRef.current = created;
     setModel(created);

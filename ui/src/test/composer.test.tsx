@@ -109,3 +109,46 @@ describe('message actions (D23)', () => {
     expect(fake.callsOf('submit').at(-1)).toEqual({ session_id: 'p', content: 'second try, better', config: null });
   });
 });
+
+describe('the model picker', () => {
+  it('lists the configured servers and applies the choice to the session (set_model); hidden with one server', async () => {
+    const fake = workspacePlatform([info('p')]);
+    fake.handlers.get_config = () => ({
+      provider: { kind: 'openai', base_url: 'http://127.0.0.1:11434/v1', model: 'qwen' },
+      providers: { claude: { kind: 'anthropic', base_url: 'https://api.anthropic.com', model: 'claude-sonnet-4-5' } },
+    });
+    fake.handlers.set_model = ({ session_id, provider }) => info(session_id, { provider });
+    const mounted = await mountApp(fake, 'p');
+    unmount = mounted.unmount;
+    const root = mounted.root;
+    await inAct(() => fake.emit('p', snapshot('p')));
+    const picker = $(root, 'model-picker') as HTMLSelectElement;
+    expect(Array.from(picker.options).map((o) => o.textContent)).toEqual(['Default (default)', 'default · qwen', 'claude · claude-sonnet-4-5']);
+    picker.value = 'claude';
+    await inAct(() => picker.dispatchEvent(new Event('change', { bubbles: true })));
+    expect(fake.callsOf('set_model')).toEqual([{ session_id: 'p', provider: 'claude', model: null }]);
+    // /model is available now and focuses the picker.
+    const input = $(root, 'prompt-input')!;
+    await inAct(() => typeInto(input, '/model'));
+    await inAct(() => key(input, 'Enter'));
+    expect(document.activeElement).toBe($(root, 'model-picker'));
+  });
+
+  it('one configured server: no picker, and /model says why', async () => {
+    const { root } = await openSession();
+    expect($(root, 'model-picker')).toBeNull();
+    const input = $(root, 'prompt-input')!;
+    await inAct(() => typeInto(input, '/model'));
+    await inAct(() => key(input, 'Enter'));
+    expect($(root, 'composer-error')!.textContent).toContain('one model server is configured');
+  });
+});
+
+describe('a stopped answer from the history', () => {
+  it('is marked as stopped', async () => {
+    const { root } = await openSession({ p: [{ role: 'user', content: 'go', id: 'm1' }, { role: 'assistant', content: 'Half of it', stopped: true }] });
+    const answer = $$(root, 'chat-message').find((m) => m.dataset.role === 'assistant')!;
+    expect(answer.dataset.stopped).toBe('true');
+    expect($(answer, 'stopped-answer')!.textContent).toContain('Stopped here');
+  });
+});
