@@ -112,7 +112,9 @@ export const REPORT_PREFIX = 'subagent:';
 
 /** The task id of a report message id (`subagent:<task_id>`), or null. */
 export function reportTaskId(messageId: string | null | undefined): string | null {
-  return messageId && messageId.startsWith(REPORT_PREFIX) ? messageId.slice(REPORT_PREFIX.length) : null;
+  if (!messageId || !messageId.startsWith(REPORT_PREFIX)) return null;
+  // A follow-up's report is `subagent:<task_id>:<n>`: it belongs to the same child.
+  return messageId.slice(REPORT_PREFIX.length).replace(/:\d+$/, '');
 }
 
 /** The body of a report without its `[Background tool result]` header. */
