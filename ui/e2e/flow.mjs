@@ -51,7 +51,8 @@ return {
   session: pane ? pane.getAttribute('data-session-id') : null,
   pending: all('[data-testid=pending-item]').map(text),
   stopped: all('[data-testid=run-stopped]').length,
-  partial: all('[data-testid=stopped-partial]').map(text),
+  // What Stop kept: the runtime's saved stopped answer, or (before it is saved) the note's.
+  partial: [...all('[data-stopped=true]'), ...all('[data-testid=stopped-partial]')].map(text),
   errors: all('[data-testid=run-error]').map(text),
   title: document.title,
   href: location.href,
