@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
@@ -13,16 +13,33 @@ use bumblehive::service::{RuntimeService, ServiceOptions};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tauri::{Emitter, Manager, State};
+use tauri_plugin_notification::NotificationExt;
+use tauri_plugin_opener::OpenerExt;
 use tokio_util::sync::CancellationToken;
 
 /// The one event name the UI listens to; the payload says which subscription it is for.
 const EVENT: &str = "bumblehive://event";
+/// Sent to the UI when the person closes the window while the UI said work is running.
+const CLOSE_EVENT: &str = "bumblehive://close-requested";
+/// The UI's remembered choices (last workspace and session, recents), in the data dir so
+/// that a start with no arguments (from the menu) reopens where the person was.
+const UI_STATE_FILE: &str = "ui-state.json";
+/// The UI state is a few paths; anything bigger is a mistake, not something to store.
+const UI_STATE_MAX_BYTES: usize = 64 * 1024;
 
 struct Desktop {
     service: RuntimeService,
     feeds: Mutex<HashMap<String, CancellationToken>>,
     next_feed: AtomicU64,
     info: Value,
+    data_dir: PathBuf,
+    /// Set by the UI while anything runs: closing the window then asks the person first.
+    close_guard: AtomicBool,
+}
+
+/// A command-table style error (`{code, message}`), so the UI's one error path reads it.
+fn error(code: &str, message: impl std::fmt::Display) -> Value {
+    json!({"code": code, "message": message.to_string()})
 }
 
 /// Runs any command of the table: `{name, args}` in, its JSON result or `{error}` out.
@@ -95,6 +112,157 @@ async fn unsubscribe(state: State<'_, Arc<Desktop>>, subscription: String) -> Re
 #[tauri::command]
 async fn app_info(state: State<'_, Arc<Desktop>>) -> Result<Value, Value> {
     Ok(state.info.clone())
+}
+
+/// Opens a web or mail link in the system's handler (never in the app window).
+#[tauri::command]
+async fn open_url(app: tauri::AppHandle, url: String) -> Result<(), Value> {
+    if !is_external_link(&url) {
+        return Err(error(
+            "invalid_argument",
+            format!("only http, https and mailto links open outside the app, not {url:?}"),
+        ));
+    }
+    app.opener()
+        .open_url(url.as_str(), None::<&str>)
+        .map_err(|err| error("unavailable", format!("cannot open {url}: {err}")))
+}
+
+/// Links the app hands to the system: the same rule as the UI's sanitiser.
+fn is_external_link(url: &str) -> bool {
+    let lower = url.trim_start().to_ascii_lowercase();
+    ["http://", "https://", "mailto:"]
+        .iter()
+        .any(|scheme| lower.starts_with(scheme))
+        && !url.chars().any(char::is_control)
+}
+
+/// An OS notification (the UI asks only while the window is not focused).
+#[tauri::command]
+async fn notify(app: tauri::AppHandle, title: String, body: String) -> Result<(), Value> {
+    // Logged too: a desktop without a notification daemon shows nothing, and the log is
+    // then the only trace that the person was asked.
+    tracing::info!(%title, %body, "notification requested");
+    app.notification()
+        .builder()
+        .title(title)
+        .body(body)
+        .show()
+        .map_err(|err| error("unavailable", format!("cannot show a notification: {err}")))
+}
+
+/// The window title ("Bumblehive — 2 need you").
+#[tauri::command]
+async fn set_title(window: tauri::WebviewWindow, title: String) -> Result<(), Value> {
+    window
+        .set_title(&title)
+        .map_err(|err| error("unavailable", err))
+}
+
+/// The UI says whether anything runs; closing the window then asks it first.
+#[tauri::command]
+async fn set_close_guard(state: State<'_, Arc<Desktop>>, active: bool) -> Result<(), Value> {
+    state.close_guard.store(active, Ordering::SeqCst);
+    Ok(())
+}
+
+/// The person confirmed quitting: every run stops (on `RunEvent::Exit`) and the app ends.
+#[tauri::command]
+async fn quit(app: tauri::AppHandle) -> Result<(), Value> {
+    app.exit(0);
+    Ok(())
+}
+
+/// The UI's remembered choices, `{}` when none were saved (or the file is unreadable: a
+/// damaged file only loses "where was I", so it is reported in the log and ignored).
+#[tauri::command]
+async fn load_ui_state(state: State<'_, Arc<Desktop>>) -> Result<Value, Value> {
+    Ok(read_ui_state(&state.data_dir))
+}
+
+#[tauri::command]
+async fn save_ui_state(state: State<'_, Arc<Desktop>>, value: Value) -> Result<(), Value> {
+    write_ui_state(&state.data_dir, &value).map_err(|err| error("invalid_argument", err))
+}
+
+fn read_ui_state(data_dir: &std::path::Path) -> Value {
+    let path = data_dir.join(UI_STATE_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
+            Ok(value) if value.is_object() => value,
+            Ok(_) | Err(_) => {
+                tracing::warn!("{} is not a JSON object; starting fresh", path.display());
+                json!({})
+            }
+        },
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => json!({}),
+        Err(err) => {
+            tracing::warn!("cannot read {}: {err}", path.display());
+            json!({})
+        }
+    }
+}
+
+/// Replaces the file atomically (temp file + rename), so a crash leaves the old or the new.
+fn write_ui_state(data_dir: &std::path::Path, value: &Value) -> anyhow::Result<()> {
+    anyhow::ensure!(value.is_object(), "the UI state must be a JSON object");
+    let bytes = serde_json::to_vec_pretty(value)?;
+    anyhow::ensure!(
+        bytes.len() <= UI_STATE_MAX_BYTES,
+        "the UI state is {} bytes, more than {UI_STATE_MAX_BYTES}",
+        bytes.len()
+    );
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create {}", data_dir.display()))?;
+    let path = data_dir.join(UI_STATE_FILE);
+    let temp = data_dir.join(format!("{UI_STATE_FILE}.tmp"));
+    std::fs::write(&temp, bytes).with_context(|| format!("cannot write {}", temp.display()))?;
+    std::fs::rename(&temp, &path).with_context(|| format!("cannot replace {}", path.display()))?;
+    Ok(())
+}
+
+/// Checks a picked or typed folder before the UI uses it: `~` is the home folder, the
+/// answer is the real (canonical) path, and a missing folder or a file is a clear error.
+#[tauri::command]
+async fn check_folder(path: String) -> Result<String, Value> {
+    checked_folder(&path, std::env::var_os("HOME").map(PathBuf::from))
+        .map(|p| p.display().to_string())
+        .map_err(|message| error("invalid_argument", message))
+}
+
+fn checked_folder(path: &str, home: Option<PathBuf>) -> Result<PathBuf, String> {
+    let trimmed = path.trim();
+    if trimmed.is_empty() {
+        return Err("no folder given".into());
+    }
+    let expanded = match (trimmed.strip_prefix('~'), home) {
+        (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with('/') => {
+            home.join(rest.trim_start_matches('/'))
+        }
+        _ => PathBuf::from(trimmed),
+    };
+    if !expanded.is_absolute() {
+        return Err(format!(
+            "{trimmed} is not an absolute path (start it with / or ~)"
+        ));
+    }
+    match expanded.canonicalize() {
+        Ok(real) if real.is_dir() => Ok(real),
+        Ok(real) => Err(format!("{} is a file, not a folder", real.display())),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!("{} does not exist", expanded.display()))
+        }
+        Err(err) => Err(format!("cannot open {}: {err}", expanded.display())),
+    }
+}
+
+/// Whether the config file names a provider. Without one the runtime uses a default
+/// (Ollama's address), which the first screen must not present as the person's choice.
+fn provider_configured(config: &std::path::Path) -> bool {
+    std::fs::read(config)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+        .is_some_and(|value| value.get("provider").is_some_and(Value::is_object))
 }
 
 struct Args {
@@ -175,17 +343,47 @@ fn main() -> anyhow::Result<()> {
             "log_dir": logs.display().to_string(),
             "data_dir": args.data_dir.display().to_string(),
             "config_path": args.config.display().to_string(),
+            "home_dir": std::env::var_os("HOME").map(|h| PathBuf::from(h).display().to_string()),
+            "provider_configured": provider_configured(&args.config),
         }),
+        data_dir: args.data_dir.clone(),
+        close_guard: AtomicBool::new(false),
     });
     let app = tauri::Builder::default()
         .plugin(tauri_plugin_dialog::init())
+        .plugin(tauri_plugin_opener::init())
+        .plugin(tauri_plugin_notification::init())
         .manage(desktop)
+        .on_window_event(|window, event| {
+            if let tauri::WindowEvent::CloseRequested { api, .. } = event {
+                // While work runs, the UI asks the person (it knows what runs); it calls
+                // `quit` when they confirm. A UI that never set the guard cannot block closing.
+                let guarded = window
+                    .state::<Arc<Desktop>>()
+                    .close_guard
+                    .load(Ordering::SeqCst);
+                if guarded {
+                    api.prevent_close();
+                    if let Err(err) = window.emit(CLOSE_EVENT, json!({})) {
+                        tracing::warn!("cannot ask the window about closing: {err}");
+                    }
+                }
+            }
+        })
         .invoke_handler(tauri::generate_handler![
             command,
             subscribe,
             unsubscribe,
             app_info,
-            initial_workspace
+            initial_workspace,
+            open_url,
+            notify,
+            set_title,
+            set_close_guard,
+            quit,
+            load_ui_state,
+            save_ui_state,
+            check_folder
         ])
         .build(tauri::generate_context!("../tauri.conf.json"))
         .context("cannot start the window")?;
@@ -197,4 +395,77 @@ fn main() -> anyhow::Result<()> {
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_web_and_mail_links_go_to_the_system() {
+        assert!(is_external_link("https://example.com/a?b"));
+        assert!(is_external_link("HTTP://example.com"));
+        assert!(is_external_link("mailto:a@example.com"));
+        assert!(!is_external_link("file:///etc/passwd"));
+        assert!(!is_external_link("javascript:alert(1)"));
+        assert!(!is_external_link("https://example.com/\nx"));
+        assert!(!is_external_link("https://example.com/\u{7}"));
+    }
+
+    #[test]
+    fn folders_are_checked_before_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Some(dir.path().to_path_buf());
+        let real = dir.path().canonicalize().unwrap();
+        assert_eq!(checked_folder("~", home.clone()).unwrap(), real);
+        std::fs::create_dir(dir.path().join("ws")).unwrap();
+        assert_eq!(
+            checked_folder(" ~/ws ", home.clone()).unwrap(),
+            real.join("ws")
+        );
+        let missing =
+            checked_folder(&format!("{}/wss1", real.display()), home.clone()).unwrap_err();
+        assert!(missing.contains("does not exist"), "{missing}");
+        std::fs::write(dir.path().join("f.txt"), "x").unwrap();
+        let file = checked_folder(&format!("{}/f.txt", real.display()), home.clone()).unwrap_err();
+        assert!(file.contains("is a file"), "{file}");
+        assert!(
+            checked_folder("relative/dir", home.clone())
+                .unwrap_err()
+                .contains("absolute")
+        );
+        assert!(
+            checked_folder("  ", home)
+                .unwrap_err()
+                .contains("no folder")
+        );
+    }
+
+    #[test]
+    fn a_provider_counts_as_configured_only_when_the_file_names_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.json");
+        assert!(!provider_configured(&config));
+        std::fs::write(&config, r#"{"subagents": {}}"#).unwrap();
+        assert!(!provider_configured(&config));
+        std::fs::write(&config, r#"{"provider": {"kind": "openai", "base_url": "http://127.0.0.1:1250/v1", "model": "m"}}"#).unwrap();
+        assert!(provider_configured(&config));
+    }
+
+    #[test]
+    fn ui_state_round_trips_and_bad_input_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_ui_state(dir.path()), json!({}));
+        let state = json!({"lastWorkspace": "/w", "lastSessions": {"/w": "s1"}});
+        write_ui_state(dir.path(), &state).unwrap();
+        assert_eq!(read_ui_state(dir.path()), state);
+        // Not an object, or far too big: refused, and the saved state stays.
+        assert!(write_ui_state(dir.path(), &json!([1])).is_err());
+        let big = json!({"x": "y".repeat(UI_STATE_MAX_BYTES)});
+        assert!(write_ui_state(dir.path(), &big).is_err());
+        assert_eq!(read_ui_state(dir.path()), state);
+        // A damaged file reads as empty instead of failing the start.
+        std::fs::write(dir.path().join(UI_STATE_FILE), b"{not json").unwrap();
+        assert_eq!(read_ui_state(dir.path()), json!({}));
+    }
 }

@@ -20,6 +20,8 @@ const BINARY = join(ROOT, 'target', 'debug', 'bumblehive');
 const out = outputDir('e2e-browser');
 const runner = createRunner('browser e2e');
 let mock;
+/** Links the page opened outside itself (new tabs). */
+const opened = [];
 let space;
 let browser;
 let page;
@@ -65,6 +67,11 @@ try {
       ],
     });
     const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    // A link opens in a new tab: record where it goes instead of going out to the network.
+    await context.route(/^https?:\/\/example\.com\//, (route) => {
+      opened.push(route.request().url());
+      return route.fulfill({ status: 200, contentType: 'text/plain', body: 'opened outside the app' });
+    });
     page = await context.newPage();
     const consoleLog = [];
     page.on('console', (m) => consoleLog.push(`[${m.type()}] ${m.text()}`));
@@ -79,8 +86,9 @@ try {
     click: (css) => page.click(css, { timeout: 10000 }),
     type: (css, text) => page.fill(css, text, { timeout: 10000 }),
     shot: (name) => page.screenshot({ path: join(out, `${name}.png`) }),
+    resize: (width, height) => page.setViewportSize({ width, height }),
   };
-  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', mock: mock ?? { requests: [] } })) {
+  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', mock: mock ?? { requests: [] }, opened: () => opened })) {
     await runner.step(title, fn);
   }
 } finally {

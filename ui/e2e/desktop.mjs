@@ -11,7 +11,7 @@
 // test-output/e2e-desktop/. Prints "N passed, N failed"; exits non-zero on failure.
 
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { flowSteps } from './flow.mjs';
@@ -23,6 +23,8 @@ const TITLE = 'Bumblehive';
 const ELEMENT = 'element-6066-11e4-a52e-4f735466cecf';
 
 const out = outputDir('e2e-desktop');
+/** Links the app handed to the system opener (the stub xdg-open writes them here). */
+const OPENED = join(out, 'opened.txt');
 const runner = createRunner('desktop e2e');
 let mock;
 let space;
@@ -147,6 +149,12 @@ try {
     // A fresh WebKit profile (localStorage) for every run, and the display of our Xvfb.
     const profile = join(out, 'profile');
     for (const d of ['data', 'config', 'cache']) mkdirSync(join(profile, d), { recursive: true });
+    // The system's link opener, as the opener plugin finds it on PATH: it only records.
+    const stubs = join(out, 'bin');
+    mkdirSync(stubs, { recursive: true });
+    writeFileSync(OPENED, '');
+    writeFileSync(join(stubs, 'xdg-open'), `#!/bin/sh\nprintf '%s\\n' "$*" >> '${OPENED}'\n`);
+    chmodSync(join(stubs, 'xdg-open'), 0o755);
     start(tauriDriver, ['--port', String(port), '--native-port', String(nativePort)], {
       log: join(out, 'tauri-driver.log'),
       env: {
@@ -156,6 +164,7 @@ try {
         XDG_DATA_HOME: join(profile, 'data'),
         XDG_CONFIG_HOME: join(profile, 'config'),
         XDG_CACHE_HOME: join(profile, 'cache'),
+        PATH: `${join(out, 'bin')}:${process.env.PATH ?? ''}`,
         RUST_LOG: process.env.RUST_LOG ?? 'warn,bumblehive=info',
       },
     });
@@ -190,7 +199,20 @@ try {
       execFileSync('import', ['-window', 'root', join(out, `${name}-screen.png`)], { env: { ...process.env, DISPLAY: display } });
     },
   };
-  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', mock: mock ?? { requests: [] }, timeout: 30000 })) {
+  const windowTitle = () => {
+    const env = { ...process.env, DISPLAY: display };
+    const id = spawnSync('xdotool', ['search', '--onlyvisible', '--name', TITLE], { env }).stdout.toString().trim().split('\n')[0];
+    return id ? spawnSync('xdotool', ['getwindowname', id], { env }).stdout.toString().trim() : null;
+  };
+  const notifications = () => {
+    const logs = join(space.data, 'logs');
+    if (!existsSync(logs)) return [];
+    return readdirSync(logs)
+      .flatMap((f) => readFileSync(join(logs, f), 'utf8').split('\n'))
+      .filter((l) => l.includes('notification requested'));
+  };
+  const opened = () => (existsSync(OPENED) ? readFileSync(OPENED, 'utf8').split('\n').filter(Boolean) : []);
+  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', mock: mock ?? { requests: [] }, timeout: 30000, opened, windowTitle, notifications })) {
     await runner.step(title, fn);
   }
 } finally {

@@ -14,6 +14,10 @@
 //   user "[Background tool result]…"  → "Report received: <the report's body>"
 //   user containing "Second round"     → sub_agent {title: "Quick", task: "QUICK"} AND
 //                                        write_file {path: "parent.txt"} in one batch
+//   user containing "Link please"      → a text answer with a web link (LINK_URL)
+//   user containing "Slow answer"      → 120 sentences, one chunk every 50 ms (to stop it)
+//   user containing "Wide please"      → a 600-character unbroken line and a wide table
+//   user containing "Mention check"    → says whether notes.txt's content came with it
 //   any other user message             → sub_agent {title: "Writer", task: "WRITE notes"}
 //   tool results                       → a short text answer
 // Every request body is appended to the log file as one JSON line ({at, path, body}).
@@ -27,6 +31,8 @@ export const NOTES_CONTENT = 'Notes written by the Writer sub-agent.\n';
 export const PARENT_CONTENT = 'Written by the parent in the second round.\n';
 
 const TASK_MARK = '\nTask:\n';
+export const LINK_URL = 'https://example.com/guide';
+export const SLOW_SENTENCES = 120;
 
 function textOf(content) {
   if (typeof content === 'string') return content;
@@ -70,6 +76,22 @@ export function decide(messages) {
   }
   if (last.role === 'user' && lastText.startsWith('[Background tool result]')) {
     return { text: `Report received: ${reportBody(lastText).trim()}` };
+  }
+  if (last.role === 'user' && lastText.includes('Link please')) {
+    return { text: `The guide is at [the guide](${LINK_URL}).` };
+  }
+  if (last.role === 'user' && lastText.includes('Mention check')) {
+    return { text: `Mention seen: ${lastText.includes(NOTES_CONTENT.trim()) ? 'yes' : 'no'}.` };
+  }
+  if (last.role === 'user' && lastText.includes('Wide please')) {
+    const cell = 'x'.repeat(300);
+    return {
+      text: `A long line: ${'path/'.repeat(120)}end\n\n| A | B | C |\n|---|---|---|\n| ${cell} | ${cell} | ${cell} |\n\nAfter the table.`,
+    };
+  }
+  if (last.role === 'user' && lastText.includes('Slow answer')) {
+    const text = Array.from({ length: SLOW_SENTENCES }, (_, i) => `Sentence ${i + 1} of the slow answer.`).join(' ');
+    return { text, parts: SLOW_SENTENCES, pace: 50 };
   }
   if (last.role === 'user' && lastText.includes('Second round')) {
     return {
@@ -173,10 +195,11 @@ export function startMockModel(options = {}) {
     res.on('close', () => {
       closed = true;
     });
+    const pace = answer.pace ?? delay;
     const send = async (value, wait = true) => {
       if (closed) return;
       res.write(`data: ${typeof value === 'string' ? value : JSON.stringify(value)}\n\n`);
-      if (wait && delay > 0) await pause(delay);
+      if (wait && pace > 0) await pause(pace);
     };
     const chunk = (delta, finish = null) => ({
       id,
@@ -187,7 +210,7 @@ export function startMockModel(options = {}) {
     });
 
     await send(chunk({ role: 'assistant', content: '' }));
-    for (const piece of chunks(answer.text)) await send(chunk({ content: piece }));
+    for (const piece of chunks(answer.text, answer.parts)) await send(chunk({ content: piece }));
     for (const [index, call] of calls.entries()) {
       const args = JSON.stringify(call.arguments);
       const cut = Math.floor(args.length / 2);

@@ -43,6 +43,8 @@ export interface ToolLive {
 export interface Note {
   kind: 'stopped' | 'error';
   text: string;
+  /** What the model had streamed when it was stopped (kept on screen, not thrown away). */
+  partial?: string;
   /** Shown after this many messages. */
   at: number;
 }
@@ -110,7 +112,9 @@ export const REPORT_PREFIX = 'subagent:';
 
 /** The task id of a report message id (`subagent:<task_id>`), or null. */
 export function reportTaskId(messageId: string | null | undefined): string | null {
-  return messageId && messageId.startsWith(REPORT_PREFIX) ? messageId.slice(REPORT_PREFIX.length) : null;
+  if (!messageId || !messageId.startsWith(REPORT_PREFIX)) return null;
+  // A follow-up's report is `subagent:<task_id>:<n>`: it belongs to the same child.
+  return messageId.slice(REPORT_PREFIX.length).replace(/:\d+$/, '');
 }
 
 /** The body of a report without its `[Background tool result]` header. */
@@ -166,6 +170,8 @@ export interface ModelOptions {
   onSessionsChanged?: () => void;
   /** Render coalescing: how long to wait before telling listeners (0 = at once). */
   notifyDelay?: number;
+  /** Every event of the feed, as it arrives (the app-wide attention state reads them). */
+  onEvent?: (event: WireEvent) => void;
 }
 
 export class SessionModel {
@@ -340,6 +346,20 @@ export class SessionModel {
     }
   }
 
+  /** Reads the text of an in-flight report from the snapshot (only that text is taken). */
+  private async fillReportText(messageId: string): Promise<void> {
+    try {
+      const args: SessionRef = { session_id: this.sessionId };
+      const snapshot: Snapshot = await this.platform.invoke('snapshot', args);
+      const text = snapshot.pending.find((p) => p.message_id === messageId)?.content;
+      if (this.disposed || text == null) return;
+      if (!this.state.inflight.some((m) => m.messageId === messageId && m.content == null)) return;
+      this.set({ inflight: this.state.inflight.map((m) => (m.messageId === messageId && m.content == null ? { ...m, content: text } : m)) });
+    } catch {
+      /* the card says the text comes with the history */
+    }
+  }
+
   /** Adds tabs for children that the sessions list knows (finished ones are not in the snapshot). */
   mergeChildren(sessions: SessionInfo[]): void {
     const mine = new Set([this.sessionId, ...this.state.children.map((c) => c.sessionId)]);
@@ -388,6 +408,7 @@ export class SessionModel {
 
   apply(event: WireEvent): void {
     if (this.disposed) return;
+    this.options.onEvent?.(event);
     switch (event.type) {
       case 'snapshot':
         return this.applySnapshot(event as Snapshot, true);
@@ -483,7 +504,25 @@ export class SessionModel {
     this.options.onSessionsChanged?.();
   }
 
+  /**
+   * A report means its child finished, whatever state events said or missed (a child's
+   * last state event can be lost when its controller goes first): its tab says so.
+   */
+  private reportArrived(messageId: string, content: string | null | undefined): void {
+    const taskId = reportTaskId(messageId);
+    if (!taskId) return;
+    const failed = content != null && reportBody(content).startsWith('Error:');
+    const stale = this.state.children.some((c) => c.taskId === taskId && (c.state === 'running' || c.state === 'waiting_for_slot'));
+    if (!stale) return;
+    this.set({
+      children: this.state.children.map((c) =>
+        c.taskId === taskId && (c.state === 'running' || c.state === 'waiting_for_slot') ? { ...c, state: failed ? 'failed' : 'done' } : c,
+      ),
+    });
+  }
+
   private onStatus(sessionId: string, messageId: string, status: MessageStatus): void {
+    if (sessionId === this.sessionId) this.reportArrived(messageId, this.state.pending.find((p) => p.message_id === messageId)?.content);
     if (sessionId !== this.sessionId) {
       if (status !== 'queued') this.patchTranscript(sessionId, () => ({ running: true }));
       return;
@@ -508,6 +547,8 @@ export class SessionModel {
     } else {
       pending = pending.filter((p) => p.message_id !== messageId);
       if (!this.appended.has(messageId)) inflight = [...inflight, { messageId, content: known, status }];
+      // A report the runtime steered in by itself: the snapshot has its text (D19).
+      if (known == null && reportTaskId(messageId) && !this.appended.has(messageId)) void this.fillReportText(messageId);
       patch.running = true;
       if (status === 'started') patch.paused = false;
     }
@@ -539,6 +580,7 @@ export class SessionModel {
           retry: null,
         }));
         if (message.role === 'user' && message.id) {
+          this.reportArrived(message.id, message.content);
           this.appended.add(message.id);
           if (own) this.set({ inflight: this.state.inflight.filter((m) => m.messageId !== message.id) });
         }
@@ -571,7 +613,9 @@ export class SessionModel {
           running: false,
           streaming: '',
           retry: null,
-          notes: [...t.notes, { kind: 'stopped', text: 'Stopped.', at: t.messages.length }],
+          // Text streamed before the stop stays visible (the runtime saves it as the
+          // stopped answer when it can; until then it is only here).
+          notes: [...t.notes, { kind: 'stopped', text: 'Stopped.', at: t.messages.length, partial: t.streaming || undefined }],
         }));
         if (own) this.set({ running: false, paused: true });
         this.options.onSessionsChanged?.();
@@ -765,3 +809,224 @@ function upsertChild(children: ChildTab[], info: SubagentInfo): ChildTab[] {
 }
 
 export { CommandError };
+
+// ---------------------------------------------------------------------------------------
+// Attention across sessions: what needs the person in every top-level session of the open
+// workspace, built from each root's feed (a descendant's events reach its root's feed).
+// Pure: `reduceRoot` folds one event into a root's state and says what to notify about;
+// `summarize` counts what the badges, the inbox, the title and the status line show. An
+// app-wide feed can later replace the per-root subscriptions without changing either.
+
+export interface RootAttention {
+  rootId: string;
+  /** The root's own run. */
+  running: boolean;
+  approvals: ApprovalInfo[];
+  /** Sub-agents of the tree by session id. */
+  children: Record<string, { state: SubagentState; title: string; parent: string | null; taskId?: string | null }>;
+  /** Queued reports waiting in the root's tray (the root is paused). */
+  waitingReports: string[];
+  /** Sessions of the tree whose run failed and which the person has not looked at since. */
+  failed: string[];
+}
+
+export type AlertKind = 'approval' | 'failed' | 'reports';
+
+/** Something worth an OS notification when the window is not focused. */
+export interface Alert {
+  kind: AlertKind;
+  rootId: string;
+  sessionId: string;
+  text: string;
+}
+
+export function emptyRoot(rootId: string): RootAttention {
+  return { rootId, running: false, approvals: [], children: {}, waitingReports: [], failed: [] };
+}
+
+const withFailed = (list: string[], id: string) => (list.includes(id) ? list : [...list, id]);
+
+/** Folds one event of a root's feed into its attention state. */
+export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record<string, string> = {}): { root: RootAttention; alerts: Alert[] } {
+  const alerts: Alert[] = [];
+  const name = (id: string) => root.children[id]?.title ?? titles[id] ?? 'a session';
+  let next = root;
+  switch (event.type) {
+    case 'snapshot': {
+      const snap = event as unknown as Snapshot;
+      if (snap.session_id !== root.rootId) break;
+      const children = { ...root.children };
+      for (const s of snap.subagents) children[s.session_id] = { state: s.state, title: s.title, parent: s.parent_session_id, taskId: s.task_id };
+      next = {
+        ...root,
+        running: snap.running,
+        approvals: snap.approvals,
+        children,
+        waitingReports: snap.pending.filter((p) => p.status === 'queued' && reportTaskId(p.message_id)).map((p) => p.message_id),
+      };
+      break;
+    }
+    case 'session_created':
+      if (event.session_id !== root.rootId) {
+        next = {
+          ...root,
+          children: { ...root.children, [event.session_id]: { state: 'waiting_for_slot', title: event.title, parent: event.parent_session_id, taskId: event.task_id } },
+        };
+      }
+      break;
+    case 'approval_request': {
+      const { type: _t, ...info } = event as { type: string } & ApprovalInfo;
+      if (root.approvals.some((a) => a.approval_id === info.approval_id)) break;
+      next = { ...root, approvals: [...root.approvals, info] };
+      const who = info.session_id === root.rootId ? 'The agent' : `Sub-agent “${info.title ?? name(info.session_id)}”`;
+      alerts.push({ kind: 'approval', rootId: root.rootId, sessionId: info.session_id, text: `${who} asks to run ${info.tool}` });
+      break;
+    }
+    case 'approval_resolved':
+      next = { ...root, approvals: root.approvals.filter((a) => a.approval_id !== event.approval_id) };
+      break;
+    case 'message_status': {
+      if (event.session_id !== root.rootId) break;
+      if (event.status === 'started' && !root.running) next = { ...root, running: true };
+      if (!reportTaskId(event.message_id)) break;
+      next = reported(next, reportTaskId(event.message_id)!, false, alerts, titles);
+      const waiting = next.waitingReports.filter((id) => id !== event.message_id);
+      next = { ...next, waitingReports: event.status === 'queued' ? [...waiting, event.message_id] : waiting };
+      break;
+    }
+    case 'event': {
+      const data = (event.data ?? {}) as any;
+      if (event.kind === 'subagent.state' && event.session_id !== root.rootId) {
+        const state = data.state as SubagentState;
+        const known = root.children[event.session_id];
+        const children = {
+          ...root.children,
+          [event.session_id]: { state, title: known?.title ?? titles[event.session_id] ?? '', parent: known?.parent ?? null, taskId: known?.taskId ?? data.task_id ?? null },
+        };
+        next = { ...root, children, failed: state === 'failed' ? withFailed(root.failed, event.session_id) : root.failed };
+        if (state === 'failed') alerts.push({ kind: 'failed', rootId: root.rootId, sessionId: event.session_id, text: `Sub-agent “${name(event.session_id)}” failed` });
+        const busy = Object.values(children).some((c) => c.state === 'running' || c.state === 'waiting_for_slot');
+        const wasBusy = Object.values(root.children).some((c) => c.state === 'running' || c.state === 'waiting_for_slot');
+        if ((state === 'done' || state === 'failed') && wasBusy && !busy) {
+          alerts.push({ kind: 'reports', rootId: root.rootId, sessionId: root.rootId, text: `Every sub-agent of “${titles[root.rootId] ?? 'a session'}” has reported` });
+        }
+      } else if (event.kind === 'message.appended' && event.session_id === root.rootId) {
+        const m = data.message as Message | undefined;
+        const taskId = m?.role === 'user' ? reportTaskId(m.id) : null;
+        if (taskId) next = reported(root, taskId, reportBody(m?.content ?? '').startsWith('Error:'), alerts, titles);
+      } else if (event.kind === 'run.cancelled' && event.session_id === root.rootId) {
+        next = { ...root, running: false };
+      }
+      break;
+    }
+    case 'result':
+      if (event.session_id === root.rootId) next = { ...root, running: false };
+      break;
+    case 'error':
+      next = { ...root, running: event.session_id === root.rootId ? false : root.running, failed: withFailed(root.failed, event.session_id) };
+      if (event.session_id === root.rootId) alerts.push({ kind: 'failed', rootId: root.rootId, sessionId: event.session_id, text: `“${name(event.session_id)}” failed: ${event.message}` });
+      break;
+  }
+  return { root: next, alerts };
+}
+
+/**
+ * A report of a task arrived: its child finished even if its last state event was lost.
+ * Announces "every sub-agent has reported" when that was the last one working.
+ */
+function reported(root: RootAttention, taskId: string, failed: boolean, alerts: Alert[], titles: Record<string, string>): RootAttention {
+  const entry = Object.entries(root.children).find(([, c]) => c.taskId === taskId);
+  if (!entry || (entry[1].state !== 'running' && entry[1].state !== 'waiting_for_slot')) return root;
+  const children = { ...root.children, [entry[0]]: { ...entry[1], state: (failed ? 'failed' : 'done') as SubagentState } };
+  const busy = Object.values(children).some((c) => c.state === 'running' || c.state === 'waiting_for_slot');
+  if (!busy) alerts.push({ kind: 'reports', rootId: root.rootId, sessionId: root.rootId, text: `Every sub-agent of “${titles[root.rootId] ?? 'a session'}” has reported` });
+  return { ...root, children, failed: failed ? withFailed(root.failed, entry[0]) : root.failed };
+}
+
+/** The person looked at a session: its failure no longer asks for attention. */
+export function acknowledge(root: RootAttention, sessionId: string): RootAttention {
+  return root.failed.includes(sessionId) ? { ...root, failed: root.failed.filter((id) => id !== sessionId) } : root;
+}
+
+export interface SessionNeeds {
+  approvals: number;
+  failed: boolean;
+  reports: number;
+}
+
+export interface AttentionSummary {
+  /** How many things need the person (approvals, unseen failures, trays with reports). */
+  count: number;
+  /** Runs working now in the whole app (roots and sub-agents). */
+  running: number;
+  /** Per session id (roots also count their whole tree). */
+  sessions: Record<string, SessionNeeds>;
+  approvals: ApprovalInfo[];
+  /** Unseen failures (a root's own run, or a sub-agent of it). */
+  failed: { rootId: string; sessionId: string }[];
+  /** Roots with reports waiting in their tray. */
+  trays: { rootId: string; count: number }[];
+}
+
+export function summarize(roots: RootAttention[]): AttentionSummary {
+  const sessions: Record<string, SessionNeeds> = {};
+  const at = (id: string) => (sessions[id] ??= { approvals: 0, failed: false, reports: 0 });
+  let count = 0;
+  let running = 0;
+  const approvals: ApprovalInfo[] = [];
+  const failed: AttentionSummary['failed'] = [];
+  const trays: AttentionSummary['trays'] = [];
+  for (const root of roots) {
+    if (root.running) running++;
+    for (const c of Object.values(root.children)) if (c.state === 'running') running++;
+    for (const a of root.approvals) {
+      approvals.push(a);
+      at(a.session_id).approvals++;
+      if (a.session_id !== root.rootId) at(root.rootId).approvals++;
+      count++;
+    }
+    for (const id of root.failed) {
+      failed.push({ rootId: root.rootId, sessionId: id });
+      at(id).failed = true;
+      if (id !== root.rootId) at(root.rootId).failed = true;
+      count++;
+    }
+    if (root.waitingReports.length) {
+      at(root.rootId).reports = root.waitingReports.length;
+      trays.push({ rootId: root.rootId, count: root.waitingReports.length });
+      count++;
+    }
+  }
+  return { count, running, sessions, approvals, failed, trays };
+}
+
+/** The window title: "Bumblehive — 2 need you". */
+export function windowTitle(count: number): string {
+  return count > 0 ? `Bumblehive — ${count} need${count === 1 ? 's' : ''} you` : 'Bumblehive';
+}
+
+/**
+ * Which top-level sessions get a background feed: those whose tree runs or is paused
+ * (idle trees cannot ask for anything), most recently updated first, at most `limit`.
+ */
+export function rootsToWatch(sessions: SessionInfo[], selected: string | null, limit: number): string[] {
+  const parents = new Map(sessions.map((s) => [s.session_id, s.parent_session_id]));
+  const rootOf = (id: string) => {
+    let cur = id;
+    for (let i = 0; i < 16 && parents.get(cur); i++) cur = parents.get(cur)!;
+    return cur;
+  };
+  const live = new Map<string, string>();
+  for (const s of sessions) {
+    if (s.state === 'idle' && !s.interrupted) continue;
+    const root = rootOf(s.session_id);
+    const updated = live.get(root);
+    if (!updated || s.updated_at > updated) live.set(root, s.updated_at);
+  }
+  live.delete(selected ?? '');
+  return [...live.entries()]
+    .filter(([id]) => parents.has(id))
+    .sort((a, b) => b[1].localeCompare(a[1]))
+    .slice(0, Math.max(0, limit))
+    .map(([id]) => id);
+}

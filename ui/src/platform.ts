@@ -26,8 +26,8 @@ export interface Platform {
     onEvent: (event: WireEvent) => void,
     onStatus?: (status: StreamStatus) => void,
   ): () => void;
-  /** Asks the person for a folder; null when they cancel. */
-  pickFolder(): Promise<string | null>;
+  /** Asks the person for a folder, starting in `defaultPath`; null when they cancel. */
+  pickFolder(defaultPath?: string | null): Promise<string | null>;
   /** A workspace handed to the app at start (command line, environment, `?workspace=`). */
   initialWorkspace(): Promise<string | null>;
   /** Opens a link outside the app window (never navigates the app itself). */
@@ -37,6 +37,28 @@ export interface Platform {
    * probe: see `probeProviders` below.
    */
   probeProviders(): Promise<ProbeResult[] | null>;
+  // Desktop integration (optional: a backend without it simply does without).
+  /** Checks a folder before use; resolves to its real path, rejects with a clear error. */
+  checkFolder?(path: string): Promise<string>;
+  /** The UI's remembered choices (last workspace and session, recents): `{}` when none. */
+  loadUiState?(): Promise<Record<string, unknown>>;
+  saveUiState?(state: Record<string, unknown>): Promise<void>;
+  /** Facts of the host: the home folder, whether the config names a provider. */
+  hostInfo?(): Promise<HostInfo>;
+  /** An OS notification (callers ask only while the window is not focused). */
+  notify?(title: string, body: string): void;
+  setTitle?(title: string): void;
+  /** While true, closing the window calls the `onCloseRequested` handler instead. */
+  setCloseGuard?(active: boolean): void;
+  onCloseRequested?(handler: () => void): () => void;
+  /** Quits the app (after the person confirmed). */
+  quit?(): void;
+}
+
+export interface HostInfo {
+  home_dir?: string | null;
+  /** Whether the config file names a provider (null: unknown). */
+  provider_configured?: boolean | null;
 }
 
 /** One local model server found by `probe_providers`. */
@@ -115,12 +137,12 @@ interface TauriGlobals {
     listen(name: string, handler: (event: { payload: any }) => void): Promise<() => void>;
   };
   dialog?: { open(options: Record<string, unknown>): Promise<string | string[] | null> };
-  opener?: { openUrl(url: string): Promise<void> };
-  shell?: { open(url: string): Promise<void> };
 }
 
 /** The Tauri event every subscription's events arrive on: payload `{subscription, event}`. */
 export const TAURI_EVENT = 'bumblehive://event';
+/** Sent by the shell when the window is closed while the close guard is set. */
+export const TAURI_CLOSE_EVENT = 'bumblehive://close-requested';
 
 export function createTauriPlatform(tauri: TauriGlobals): Platform {
   const handlers = new Map<string, (event: WireEvent) => void>();
@@ -206,9 +228,12 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
         unsubscribeIds(ids);
       };
     },
-    async pickFolder() {
+    async pickFolder(defaultPath) {
       if (!tauri.dialog) throw new CommandError('unavailable', 'the dialog plugin is not available');
-      const chosen = await tauri.dialog.open({ directory: true, multiple: false });
+      // A default path keeps GTK's dialog out of "Recent", where a typed path does nothing.
+      const options: Record<string, unknown> = { directory: true, multiple: false };
+      if (defaultPath) options.defaultPath = defaultPath;
+      const chosen = await tauri.dialog.open(options);
       if (Array.isArray(chosen)) return chosen[0] ?? null;
       return chosen ?? null;
     },
@@ -221,10 +246,57 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
       }
     },
     openExternal(url) {
-      const open = tauri.opener?.openUrl ?? tauri.shell?.open;
-      open?.(url).catch(() => undefined);
+      // The shell checks the scheme again and hands the link to the system (opener plugin).
+      tauri.core.invoke('open_url', { url }).catch((err) => console.warn('cannot open the link', toCommandError(err).message));
     },
     probeProviders: () => probeThroughBackend(invoke),
+    async checkFolder(path) {
+      try {
+        return String(await tauri.core.invoke('check_folder', { path }));
+      } catch (err) {
+        throw toCommandError(err);
+      }
+    },
+    async loadUiState() {
+      try {
+        const value = await tauri.core.invoke('load_ui_state', {});
+        return value && typeof value === 'object' && !Array.isArray(value) ? value : {};
+      } catch {
+        return {};
+      }
+    },
+    async saveUiState(state) {
+      await tauri.core.invoke('save_ui_state', { value: state }).catch((err) => console.warn('cannot save the UI state', toCommandError(err).message));
+    },
+    async hostInfo() {
+      const info: any = await tauri.core.invoke('app_info', {}).catch(() => ({}));
+      return { home_dir: info?.home_dir ?? null, provider_configured: info?.provider_configured ?? null };
+    },
+    notify(title, body) {
+      tauri.core.invoke('notify', { title, body }).catch((err) => console.warn('cannot notify', toCommandError(err).message));
+    },
+    setTitle(title) {
+      if (globalThis.document) document.title = title;
+      tauri.core.invoke('set_title', { title }).catch(() => undefined);
+    },
+    setCloseGuard(active) {
+      tauri.core.invoke('set_close_guard', { active }).catch(() => undefined);
+    },
+    onCloseRequested(handler) {
+      let off: (() => void) | null = null;
+      let gone = false;
+      void tauri.event.listen(TAURI_CLOSE_EVENT, () => handler()).then((u) => {
+        if (gone) u();
+        else off = u;
+      });
+      return () => {
+        gone = true;
+        off?.();
+      };
+    },
+    quit() {
+      tauri.core.invoke('quit', {}).catch(() => undefined);
+    },
   };
 }
 
@@ -232,6 +304,7 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
 // Web (`bumblehive serve`)
 
 export const TOKEN_KEY = 'bumblehive.token';
+const UI_STATE_KEY = 'bumblehive.uiState';
 
 export interface WebOptions {
   /** Where the server is; '' means the page's own origin. */
@@ -345,6 +418,48 @@ export function createWebPlatform(options: WebOptions = {}): Platform {
       globalThis.open?.(url, '_blank', 'noopener,noreferrer');
     },
     probeProviders: () => probeThroughBackend(invoke),
+    async hostInfo() {
+      // The server's app_info, once it says whether the config names a provider.
+      const info: any = await invoke('app_info', {}).catch(() => ({}));
+      return { home_dir: null, provider_configured: typeof info?.provider_configured === 'boolean' ? info.provider_configured : null };
+    },
+    async checkFolder(path) {
+      // The server checks a workspace when it lists its files; without that command the
+      // first `create_session` checks it.
+      try {
+        await invoke('list_files', { workspace: path, limit: 1 });
+      } catch (err) {
+        const error = toCommandError(err);
+        if (error.code !== 'unknown_command' && error.status !== 404) throw error;
+      }
+      return path;
+    },
+    async loadUiState() {
+      try {
+        const value = JSON.parse(globalThis.localStorage?.getItem(UI_STATE_KEY) ?? '{}');
+        return value && typeof value === 'object' && !Array.isArray(value) ? value : {};
+      } catch {
+        return {};
+      }
+    },
+    async saveUiState(state) {
+      try {
+        globalThis.localStorage?.setItem(UI_STATE_KEY, JSON.stringify(state));
+      } catch {
+        /* private mode */
+      }
+    },
+    notify(title, body) {
+      const N = (globalThis as any).Notification;
+      if (N && N.permission === 'granted') new N(title, { body });
+    },
+    setTitle(title) {
+      if (globalThis.document) document.title = title;
+    },
+    setCloseGuard(active) {
+      // The browser asks "Leave site?" itself; it shows no text of ours.
+      globalThis.onbeforeunload = active ? (e: BeforeUnloadEvent) => (e.preventDefault(), '') : null;
+    },
     // Lets the UI ask for a token when the server refuses the one it has.
     setToken(next: string | null) {
       token = next;

@@ -2,9 +2,14 @@ import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import type { ListSessions } from '../bindings/ListSessions';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionRef } from '../bindings/SessionRef';
-import { toCommandError, type Platform } from '../platform';
+import { useAttention } from '../attention';
+import { toCommandError, type HostInfo, type Platform } from '../platform';
+import { parseUiState, withSession, withWorkspace, withoutLast, withoutWorkspace, type UiState } from '../uistate';
 import { SETUP_KEY, flag, forgetWorkspace, lastSession, readRecents, rememberSession, rememberWorkspace, setFlag } from '../util';
+import { ContextMenu } from './ContextMenu';
 import { PlatformContext } from './context';
+import { Inbox } from './Inbox';
+import { QuitConfirm } from './QuitConfirm';
 import { SessionPane, type PaneStats } from './SessionPane';
 import { Settings } from './Settings';
 import { Sidebar } from './Sidebar';
@@ -28,6 +33,31 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   const [focusTab, setFocusTab] = useState<{ sessionId: string } | null>(null);
   const refreshTimer = useRef<ReturnType<typeof setTimeout> | null>(null);
   const workspaceRef = useRef<string | null>(null);
+  const uiState = useRef<UiState>(parseUiState({}, { recents: readRecents() }));
+  const host = useRef<HostInfo | null>(null);
+  /** Whether a provider is configured: from the host, null when nobody can tell. */
+  const [configured, setConfigured] = useState<boolean | null>(null);
+  const [inbox, setInbox] = useState(false);
+  const [setupDeclined, setSetupDeclined] = useState(false);
+  // Session tools the backend may not have yet: a command it does not know hides its control.
+  const [tools, setTools] = useState({ rename: true, archive: true, search: true });
+  const tool = <T,>(name: keyof typeof tools, run: () => Promise<T>) =>
+    run().catch((err) => {
+      const e = toCommandError(err);
+      if (e.code === 'unknown_command' || e.status === 404) {
+        setTools((t) => ({ ...t, [name]: false }));
+        return null;
+      }
+      throw e;
+    });
+  const attention = useAttention(platform, sessions, selected, () => refreshSoonRef.current());
+  const refreshSoonRef = useRef<() => void>(() => undefined);
+
+  const remember = (next: UiState) => {
+    uiState.current = next;
+    setRecents(next.recents);
+    void platform.saveUiState?.(next as unknown as Record<string, unknown>);
+  };
 
   const loadSessions = useCallback(async (ws: string | null = workspaceRef.current) => {
     if (!ws) return [];
@@ -53,41 +83,69 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
       void loadSessions();
     }, 300);
   }, [loadSessions]);
+  refreshSoonRef.current = refreshSoon;
   useEffect(() => () => {
     if (refreshTimer.current) clearTimeout(refreshTimer.current);
   }, []);
 
+  /**
+   * Opens a workspace once the folder is checked (a typed or picked folder may be missing
+   * or a file: that is said on the spot, nothing is opened and nothing is remembered).
+   */
   const openWorkspace = useCallback(
-    async (path: string) => {
+    async (path: string, check = true): Promise<boolean> => {
       setPickError(null);
-      workspaceRef.current = path;
-      setWorkspace(path);
+      let real = path;
+      if (check && platform.checkFolder) {
+        try {
+          real = await platform.checkFolder(path);
+        } catch (err) {
+          setPickError(`Cannot open ${path}: ${toCommandError(err).message}`);
+          return false;
+        }
+      }
+      workspaceRef.current = real;
+      setWorkspace(real);
       setSessions([]);
       setSelected(null);
-      setRecents(rememberWorkspace(path));
-      const list = await loadSessions(path);
-      const last = lastSession(path);
+      rememberWorkspace(real);
+      remember(withWorkspace(uiState.current, real));
+      const list = await loadSessions(real);
+      const last = uiState.current.lastSessions[real] ?? lastSession(real);
       if (list && last && list.some((s) => s.session_id === last && !s.parent_session_id)) setSelected(last);
+      return true;
     },
-    [loadSessions],
+    [loadSessions, platform],
   );
 
   useEffect(() => {
     let live = true;
     (async () => {
-      const initial = await platform.initialWorkspace().catch(() => null);
+      const [saved, info, initial, cfg] = await Promise.all([
+        platform.loadUiState?.().catch(() => ({})) ?? Promise.resolve({}),
+        platform.hostInfo?.().catch(() => null) ?? Promise.resolve(null),
+        platform.initialWorkspace().catch(() => null),
+        platform.invoke('get_config', {}).catch(() => null),
+      ]);
       if (!live) return;
-      if (initial) await openWorkspace(initial);
-      setBooting(false);
-      try {
-        const cfg = await platform.invoke('get_config', {});
-        if (!live) return;
+      uiState.current = parseUiState(saved, { recents: readRecents() });
+      setRecents(uiState.current.recents);
+      host.current = info;
+      if (cfg) {
         setConfig(cfg);
-        // First start: offer (without blocking anything) to look for a local model server.
-        if (!flag(SETUP_KEY)) setOfferSetup(true);
-      } catch {
-        /* shown when settings open */
+        // Driven by the config, not by this browser's memory: a config that names a
+        // provider is set up; without one the default is not presented as a choice.
+        const c = cfg as { provider_configured?: unknown };
+        const known = typeof c.provider_configured === 'boolean' ? c.provider_configured : (info?.provider_configured ?? null);
+        setConfigured(known);
+        if (known === false || (known == null && !flag(SETUP_KEY))) setOfferSetup(true);
       }
+      // The command line wins; else the last workspace (a start from the menu goes on
+      // where the person was). A last workspace that is gone shows the picker and says so.
+      if (initial) await openWorkspace(initial, false);
+      else if (uiState.current.lastWorkspace) await openWorkspace(uiState.current.lastWorkspace);
+      if (!live) return;
+      setBooting(false);
     })();
     return () => {
       live = false;
@@ -96,7 +154,9 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
 
   const pick = async () => {
     try {
-      const path = await platform.pickFolder();
+      // Start in the last workspace (or home): GTK's "Recent" view ignores a typed path.
+      const start = workspaceRef.current ?? uiState.current.lastWorkspace ?? host.current?.home_dir ?? null;
+      const path = await platform.pickFolder(start);
       if (path) await openWorkspace(path);
     } catch (err) {
       setPickError(toCommandError(err).message);
@@ -105,7 +165,25 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
 
   const select = (id: string | null) => {
     setSelected(id);
-    if (workspaceRef.current) rememberSession(workspaceRef.current, id);
+    if (id) attention.seen(id, id);
+    if (workspaceRef.current) {
+      rememberSession(workspaceRef.current, id);
+      remember(withSession(uiState.current, workspaceRef.current, id));
+    }
+  };
+
+  const rootOf = (id: string) => {
+    const parents = new Map(sessions.map((s) => [s.session_id, s.parent_session_id]));
+    let cur = id;
+    for (let i = 0; i < 16 && parents.get(cur); i++) cur = parents.get(cur)!;
+    return cur;
+  };
+  /** Opens a session, and for a descendant its tab in its top-level session. */
+  const goTo = (sessionId: string) => {
+    const root = rootOf(sessionId);
+    select(root);
+    setFocusTab(root === sessionId ? null : { sessionId });
+    if (root !== sessionId) attention.seen(root, sessionId);
   };
 
   const remove = async (s: SessionInfo) => {
@@ -121,11 +199,14 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
 
   const closeSettings = () => {
     if (settings === 'welcome') {
+      // "Later": the runtime's default address is used; the set-up is not forced again.
+      setSetupDeclined(true);
       setFlag(SETUP_KEY);
       setOfferSetup(false);
     }
     setSettings(null);
   };
+  const needsSetup = configured === false && !setupDeclined;
 
   const transport = platform.kind === 'tauri' ? 'desktop' : platform.kind === 'web' ? 'web' : platform.kind;
 
@@ -138,7 +219,12 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
         error={pickError}
         onOpen={(p) => void openWorkspace(p)}
         onPick={() => void pick()}
-        onForget={(p) => setRecents(forgetWorkspace(p))}
+        onForget={(p) => {
+          forgetWorkspace(p);
+          remember(withoutWorkspace(uiState.current, p));
+        }}
+        onSetup={() => setSettings('welcome')}
+        needsSetup={needsSetup}
       />
     );
   else
@@ -148,16 +234,45 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
           workspace={workspace}
           sessions={sessions}
           selected={selected}
-          error={listError?.message ?? null}
+          error={listError?.message ?? pickError}
+          needs={attention.summary.sessions}
+          needCount={attention.summary.count}
+          onInbox={() => setInbox(true)}
+          onRename={
+            tools.rename
+              ? async (s, title) => {
+                  await tool('rename', () => platform.invoke('rename_session', { session_id: s.session_id, title }));
+                  void loadSessions();
+                }
+              : undefined
+          }
+          onArchive={
+            tools.archive
+              ? async (s, archived) => {
+                  await tool('archive', () => platform.invoke('archive_session', { session_id: s.session_id, archived }));
+                  void loadSessions();
+                }
+              : undefined
+          }
+          onSearch={
+            tools.search
+              ? async (query) => {
+                  const found = await tool('search', () => platform.invoke('search_sessions', { query, workspace }));
+                  return Array.isArray(found) ? found : null;
+                }
+              : undefined
+          }
           onRetry={() => void loadSessions()}
           onSelect={(id, child) => {
             select(id);
             setFocusTab(child ? { sessionId: child } : null);
+            if (child) attention.seen(id, child);
           }}
           onNew={() => select(null)}
           onDelete={(s) => void remove(s)}
           onOpenFolder={() => void pick()}
           onSwitchWorkspace={() => {
+            remember(withoutLast(uiState.current));
             workspaceRef.current = null;
             setWorkspace(null);
             setStats(null);
@@ -167,7 +282,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
         <main class="main">
           {offerSetup && (
             <div class="banner setup-banner" data-testid="setup-banner">
-              <span>No model provider chosen yet. Bumblehive can look for a local Ollama or LM Studio.</span>
+              <span>No model provider chosen yet. Bumblehive can look for a local Ollama, LM Studio or llama.cpp server, or you enter one.</span>
               <button type="button" class="primary" data-testid="setup-open" onClick={() => setSettings('welcome')}>
                 Set up a model…
               </button>
@@ -212,6 +327,13 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             onSessionsChanged={refreshSoon}
             onStats={setStats}
             notifyDelay={props.notifyDelay}
+            onEvent={attention.feed}
+            onTabSeen={(root, id) => attention.seen(root, id)}
+            needs={attention.summary.sessions}
+            needsSetup={needsSetup}
+            onOpenSettings={() => setSettings(needsSetup ? 'welcome' : 'open')}
+            onNew={() => select(null)}
+            config={config}
           />
         </main>
       </>
@@ -221,7 +343,25 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     <PlatformContext.Provider value={platform}>
       <div class={`app ${workspace && !booting ? 'with-sidebar' : 'centered'}`}>
         {body}
-        <StatusLine config={config} treeTokens={selected ? stats?.treeTokens ?? null : null} runs={selected ? stats?.runs ?? null : null} transport={transport} />
+        <StatusLine
+          config={configured === false ? null : config}
+          treeTokens={selected ? stats?.treeTokens ?? null : null}
+          runs={Math.max(attention.summary.running, selected ? stats?.runs ?? 0 : 0)}
+          transport={transport}
+        />
+        {inbox && (
+          <Inbox
+            summary={attention.summary}
+            sessions={sessions}
+            onOpen={(id) => {
+              setInbox(false);
+              goTo(id);
+            }}
+            onClose={() => setInbox(false)}
+          />
+        )}
+        <QuitConfirm platform={platform} running={attention.summary.running} />
+        <ContextMenu platform={platform} />
         {settings && (
           <Settings
             platform={platform}
@@ -229,6 +369,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             onClose={closeSettings}
             onSaved={(cfg) => {
               setConfig(cfg);
+              setConfigured(true);
               setFlag(SETUP_KEY);
               setOfferSetup(false);
             }}

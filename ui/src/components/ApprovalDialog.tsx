@@ -83,7 +83,18 @@ export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; 
           {hint && <span class="approval-hint"> on {hint}</span>}
         </h2>
         {props.queued > 1 && <div class="muted">1 of {props.queued} waiting for your decision</div>}
-        {approval.diff ? (
+        {approval.diff != null && approval.diff.trim() === '' ? (
+          <>
+            <div class="tool-label">Changes</div>
+            <div class="muted" data-testid="approval-no-changes">
+              No changes: the file already has exactly this content.
+            </div>
+            <details>
+              <summary>Arguments</summary>
+              <Folded text={pretty(approval.arguments)} testid="approval-arguments" />
+            </details>
+          </>
+        ) : approval.diff ? (
           <>
             <div class="tool-label">Changes</div>
             <DiffView diff={approval.diff} />

@@ -1,10 +1,40 @@
 import type { ComponentChildren } from 'preact';
-import { useLayoutEffect, useRef } from 'preact/hooks';
+import { useLayoutEffect, useRef, useState } from 'preact/hooks';
+import { copyText } from '../markdown';
 import type { Message } from '../bindings/Message';
 import type { MessageStatus } from '../bindings/MessageStatus';
 import { reportBody, reportTaskId, type ChildTab, type Inflight, type Note, type Transcript } from '../model';
 import { Markdown } from './Markdown';
 import { ToolCard } from './ToolCard';
+import { Icon } from './Icon';
+
+/** Where each session's chat was scrolled, so switching sessions keeps each one's place. */
+const positions = new Map<string, { top: number; stick: boolean }>();
+/** Forgets remembered scroll positions (tests start fresh). */
+export const forgetScrollPositions = () => positions.clear();
+
+/** Network-ish failures of the model server: the person's way forward is the settings. */
+const PROVIDER_ERROR = /network error|cannot connect|connection refused|model server|provider|api key|unauthori[sz]ed|status 40[13]/i;
+
+function CopyButton({ text, label = 'Copy message' }: { text: string; label?: string }) {
+  const [done, setDone] = useState(false);
+  return (
+    <button
+      type="button"
+      class="quiet icon-button"
+      data-testid="copy-message"
+      title={label}
+      aria-label={label}
+      onClick={() => {
+        copyText(text);
+        setDone(true);
+        setTimeout(() => setDone(false), 1200);
+      }}
+    >
+      <Icon name={done ? 'done' : 'copy'} />
+    </button>
+  );
+}
 
 export function StatusChip({ status }: { status: MessageStatus | 'sending' | undefined }) {
   if (!status) return null;
@@ -17,6 +47,8 @@ export function StatusChip({ status }: { status: MessageStatus | 'sending' | und
 
 function ReportCard(props: {
   messageId: string;
+  /** Titles of delegated tasks by task id (from the `sub_agent` calls), for deleted children. */
+  titles?: Map<string, string>;
   text: string | null;
   status?: MessageStatus;
   tabs: ChildTab[];
@@ -35,7 +67,9 @@ function ReportCard(props: {
       data-message-id={props.messageId}
     >
       <div class="message-head">
-        <span class="who">{failed ? 'Failed report' : 'Report'} from “{child?.title ?? taskId}”</span>
+        <span class="who">
+          {failed ? 'Failed report' : 'Report'} from {child || props.titles?.get(taskId ?? '') ? `“${child?.title ?? props.titles?.get(taskId ?? '')}”` : 'a deleted sub-agent'}
+        </span>
         <StatusChip status={props.status} />
         {child && props.onOpenChild && (
           <button type="button" class="link" onClick={() => props.onOpenChild?.(child.sessionId)}>
@@ -48,16 +82,53 @@ function ReportCard(props: {
   );
 }
 
-function NoteView({ note }: { note: Note }) {
+function NoteView(props: { note: Note; canSend: boolean; onRetry?: () => Promise<void> | void; onOpenSettings?: () => void }) {
+  const { note } = props;
+  const [error, setError] = useState<string | null>(null);
+  const provider = note.kind === 'error' && PROVIDER_ERROR.test(note.text);
   return (
     <div class={`note note-${note.kind}`} data-testid={note.kind === 'error' ? 'run-error' : 'run-stopped'} role={note.kind === 'error' ? 'alert' : undefined}>
       {note.kind === 'error' ? (
         <>
           <strong>The run failed:</strong> {note.text}
-          <div class="muted">The session is paused. Send a message (or resume a waiting report) to go on.</div>
+          {props.canSend ? (
+            <div class="muted">The session is paused. Send a message (or resume a waiting report) to go on.</div>
+          ) : (
+            <div class="muted">This sub-agent stopped here; its parent got the error as its report.</div>
+          )}
+          {props.canSend && (provider || props.onRetry) && (
+            <div class="note-actions">
+              {provider && props.onOpenSettings && (
+                <button type="button" data-testid="error-open-settings" onClick={props.onOpenSettings}>
+                  Open settings
+                </button>
+              )}
+              {props.onRetry && (
+                <button
+                  type="button"
+                  data-testid="error-retry"
+                  title="Send your last message again"
+                  onClick={() => {
+                    setError(null);
+                    Promise.resolve(props.onRetry?.()).catch((err) => setError(String(err?.message ?? err)));
+                  }}
+                >
+                  Retry
+                </button>
+              )}
+            </div>
+          )}
+          {error && <div class="muted">{error}</div>}
         </>
       ) : (
-        <>Stopped. Anything that arrives now waits until you resume.</>
+        <>
+          {note.partial && (
+            <div class="message assistant stopped" data-testid="stopped-partial" data-role="assistant">
+              <Markdown text={note.partial} />
+            </div>
+          )}
+          <div>{note.partial ? 'Stopped here. ' : 'Stopped. '}Anything that arrives now waits until you resume.</div>
+        </>
       )}
     </div>
   );
@@ -72,18 +143,55 @@ export function Chat(props: {
   onOpenChild?: (sessionId: string) => void;
   footer?: ComponentChildren;
   empty?: ComponentChildren;
+  /** Whether this chat has a composer (child tabs have none). */
+  canSend?: boolean;
+  /** Sends the person's last message again (after a failed run). */
+  onRetry?: (text: string) => Promise<void>;
+  onOpenSettings?: () => void;
+  /** Puts the person's last message into the composer to edit and send as a new one. */
+  onEdit?: (text: string) => void;
 }) {
   const { transcript: t, statuses = {} } = props;
+  const canSend = props.canSend ?? true;
   const scroller = useRef<HTMLDivElement>(null);
-  const stick = useRef(true);
+  // Each session keeps its own place; a new one follows the end (the component is keyed by
+  // session, so nothing carries over from the previous one).
+  const saved = positions.get(t.sessionId);
+  const stick = useRef(saved?.stick ?? true);
+  const restored = useRef(false);
+  const [behind, setBehind] = useState(!(saved?.stick ?? true));
   useLayoutEffect(() => {
     const el = scroller.current;
-    if (el && stick.current) el.scrollTop = el.scrollHeight;
+    if (!el) return;
+    if (!restored.current && saved && !saved.stick && t.status === 'loaded') {
+      restored.current = true;
+      el.scrollTop = saved.top;
+      return;
+    }
+    if (stick.current) el.scrollTop = el.scrollHeight;
   });
+  useLayoutEffect(
+    () => () => {
+      const el = scroller.current;
+      if (el) positions.set(t.sessionId, { top: el.scrollTop, stick: stick.current });
+    },
+    [],
+  );
   const onScroll = () => {
     const el = scroller.current;
-    if (el) stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 48;
+    if (!el) return;
+    stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 48;
+    positions.set(t.sessionId, { top: el.scrollTop, stick: stick.current });
+    if (behind === stick.current) setBehind(!stick.current);
   };
+  const jump = () => {
+    const el = scroller.current;
+    stick.current = true;
+    setBehind(false);
+    if (el) el.scrollTop = el.scrollHeight;
+  };
+  const lastUser = t.messages.reduce((last, m, i) => (m.role === 'user' && !reportTaskId(m.id) ? i : last), -1);
+  const lastAssistant = t.messages.reduce((last, m, i) => (m.role === 'assistant' ? i : last), -1);
 
   // Tool results by call id, so each card shows its own.
   const results = new Map<string, { text: string; isError: boolean }>();
@@ -94,9 +202,28 @@ export function Chat(props: {
     }
   }
   const calls = new Set(t.messages.flatMap((m) => (m.tool_calls ?? []).map((c) => c.id)));
+  const reported = new Set(t.messages.map((m) => reportTaskId(m.id)).filter((x): x is string => !!x));
+  const titles = new Map<string, string>();
+  for (const m of t.messages)
+    for (const c of m.tool_calls ?? []) {
+      const title = c.name === 'sub_agent' && c.arguments && typeof c.arguments === 'object' ? (c.arguments as Record<string, unknown>).title : null;
+      if (typeof title === 'string') titles.set(c.id, title);
+    }
 
   const items: ComponentChildren[] = [];
-  const notesAt = (i: number) => t.notes.filter((n) => n.at === i).forEach((n, k) => items.push(<NoteView key={`n${i}-${k}`} note={n} />));
+  const lastText = lastUser >= 0 ? (t.messages[lastUser].content ?? '') : '';
+  const note = (n: Note, key: string) => (
+    <NoteView
+      key={key}
+      note={n}
+      canSend={canSend}
+      onOpenSettings={props.onOpenSettings}
+      onRetry={props.onRetry && lastText && !t.running ? () => props.onRetry?.(lastText) : undefined}
+    />
+  );
+  const notesAt = (i: number) => t.notes.filter((n) => n.at === i).forEach((n, k) => items.push(note(n, `n${i}-${k}`)));
+  // A status chip says something only while the message waits for its answer.
+  const chipFor = (i: number, id: string | null | undefined) => (id && t.running && i > lastAssistant ? statuses[id] : undefined);
   t.messages.forEach((m: Message, i) => {
     notesAt(i);
     const key = `m${i}`;
@@ -104,14 +231,21 @@ export function Chat(props: {
     if (m.role === 'user') {
       if (reportTaskId(m.id)) {
         items.push(
-          <ReportCard key={key} messageId={m.id!} text={m.content} status={statuses[m.id!]} tabs={props.tabs} onOpenChild={props.onOpenChild} />,
+          <ReportCard key={key} titles={titles} messageId={m.id!} text={m.content} status={chipFor(i, m.id)} tabs={props.tabs} onOpenChild={props.onOpenChild} />,
         );
       } else {
         items.push(
           <div key={key} class="message user" data-testid="chat-message" data-role="user" data-message-id={m.id ?? undefined}>
             <div class="message-head">
-              <span class="who">You</span>
-              <StatusChip status={m.id ? statuses[m.id] : undefined} />
+              <span class="who">{canSend ? 'You' : 'Task from the parent agent'}</span>
+              <StatusChip status={chipFor(i, m.id)} />
+              <span class="spacer" />
+              {i === lastUser && canSend && props.onEdit && !t.running && (
+                <button type="button" class="quiet icon-button" data-testid="edit-message" title="Edit and send again as a new message" aria-label="Edit and send again" onClick={() => props.onEdit?.(m.content ?? '')}>
+                  <Icon name="edit" />
+                </button>
+              )}
+              <CopyButton text={m.content ?? ''} />
             </div>
             <div class="plain">{m.content}</div>
           </div>,
@@ -121,7 +255,17 @@ export function Chat(props: {
     }
     if (m.role === 'assistant') {
       items.push(
-        <div key={key} class="message assistant" data-testid="chat-message" data-role="assistant">
+        <div key={key} class={`message assistant ${m.stopped ? 'stopped' : ''}`} data-testid="chat-message" data-role="assistant" data-stopped={m.stopped ? 'true' : undefined}>
+          {m.stopped && (
+            <div class="message-head" data-testid="stopped-answer">
+              <span class="who">Stopped here: the model sees this partial answer</span>
+            </div>
+          )}
+          {m.content ? (
+            <div class="message-actions">
+              <CopyButton text={m.content} />
+            </div>
+          ) : null}
           {m.content ? <Markdown text={m.content} /> : null}
           {(m.tool_calls ?? []).map((call) => (
             <ToolCard
@@ -130,6 +274,7 @@ export function Chat(props: {
               live={t.tools[call.id]}
               result={results.get(call.id)}
               child={call.name === 'sub_agent' ? props.tabs.find((c) => c.taskId === call.id) : undefined}
+              reported={reported.has(call.id)}
               onOpenChild={props.onOpenChild}
             />
           ))}
@@ -148,7 +293,7 @@ export function Chat(props: {
   });
   notesAt(t.messages.length);
   // Notes recorded past the end (history re-read shorter than before) still show.
-  t.notes.filter((n) => n.at > t.messages.length).forEach((n, k) => items.push(<NoteView key={`x${k}`} note={n} />));
+  t.notes.filter((n) => n.at > t.messages.length).forEach((n, k) => items.push(note(n, `x${k}`)));
 
   if (t.streaming) {
     items.push(
@@ -160,7 +305,7 @@ export function Chat(props: {
   for (const m of props.inflight ?? []) {
     if (reportTaskId(m.messageId)) {
       items.push(
-        <ReportCard key={`i${m.messageId}`} messageId={m.messageId} text={m.content} status={m.status} tabs={props.tabs} onOpenChild={props.onOpenChild} inflight />,
+        <ReportCard key={`i${m.messageId}`} titles={titles} messageId={m.messageId} text={m.content} status={m.status} tabs={props.tabs} onOpenChild={props.onOpenChild} inflight />,
       );
     } else {
       items.push(
@@ -176,11 +321,20 @@ export function Chat(props: {
   }
 
   return (
-    <div class="chat" ref={scroller} onScroll={onScroll} data-testid="chat" data-session-id={t.sessionId}>
-      {t.notice && <div class="note note-notice">{t.notice}</div>}
-      {items.length === 0 && t.status !== 'loading' ? props.empty : null}
-      {items}
-      {props.footer}
+    <div class="chat-wrap">
+      <div class="chat" ref={scroller} onScroll={onScroll} data-testid="chat" data-session-id={t.sessionId}>
+        <div class="chat-column">
+          {t.notice && <div class="note note-notice">{t.notice}</div>}
+          {items.length === 0 && t.status !== 'loading' ? props.empty : null}
+          {items}
+          {props.footer}
+        </div>
+      </div>
+      {behind && (
+        <button type="button" class="jump-latest" data-testid="jump-latest" onClick={jump}>
+          Jump to latest
+        </button>
+      )}
     </div>
   );
 }

@@ -1,4 +1,5 @@
 import type { ComponentChildren } from 'preact';
+import { Icon } from './Icon';
 
 /** An error shown where it happened, with Retry when trying again makes sense. */
 export function ErrorBox(props: {
@@ -21,7 +22,7 @@ export function ErrorBox(props: {
         )}
         {props.onDismiss && (
           <button type="button" class="quiet" aria-label="Dismiss" onClick={props.onDismiss}>
-            ✕
+            <Icon name="close" />
           </button>
         )}
       </span>

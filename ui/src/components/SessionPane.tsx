@@ -3,8 +3,9 @@ import type { CreateSession } from '../bindings/CreateSession';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionRef } from '../bindings/SessionRef';
 import type { SubagentState } from '../bindings/SubagentState';
-import { SessionModel, totalTokens, type ChildTab } from '../model';
-import { toCommandError, type Platform } from '../platform';
+import type { Event as WireEvent } from '../bindings/Event';
+import { SessionModel, totalTokens, type ChildTab, type SessionNeeds } from '../model';
+import { CommandError, toCommandError, type Platform } from '../platform';
 import { formatTokens } from '../util';
 import { ApprovalDialog } from './ApprovalDialog';
 import { Chat } from './Chat';
@@ -13,18 +14,21 @@ import { ConfirmButton } from './ConfirmButton';
 import { ErrorBox } from './ErrorBox';
 import { PendingTray } from './PendingTray';
 import { Progress } from './Progress';
+import { Icon, type IconName } from './Icon';
+import { NeedsBadge } from './Sidebar';
+import type { SlashCommand } from '../commands';
 
 export interface PaneStats {
   treeTokens: number;
   runs: number;
 }
 
-const STATE_ICON: Record<SubagentState, string> = {
-  waiting_for_slot: '◌',
-  running: '●',
-  done: '✓',
-  failed: '!',
-  cancelled: '✕',
+const STATE_ICON: Record<SubagentState, IconName> = {
+  waiting_for_slot: 'waiting',
+  running: 'running',
+  done: 'done',
+  failed: 'failed',
+  cancelled: 'cancelled',
 };
 
 const STATE_LABEL: Record<SubagentState, string> = {
@@ -34,6 +38,67 @@ const STATE_LABEL: Record<SubagentState, string> = {
   failed: 'failed',
   cancelled: 'cancelled',
 };
+
+/** The composer's slash commands; those the runtime cannot do yet show as "coming". */
+export const SLASH_COMMANDS: SlashCommand[] = [
+  { name: 'new', description: 'Start a new conversation', available: true },
+  { name: 'clear', description: 'Start over in a new session (this one stays in the list)', available: true },
+  { name: 'compact', description: 'Compact the conversation', available: false },
+  { name: 'model', description: 'Choose the model for this session', available: true },
+];
+
+/** The named model servers of the config (`default` is the `provider` block). */
+export function providerChoices(config: any): { name: string; model: string }[] {
+  if (!config || typeof config !== 'object') return [];
+  const list = [{ name: 'default', model: String(config.provider?.model ?? '') }];
+  for (const [name, block] of Object.entries((config.providers ?? {}) as Record<string, any>)) {
+    if (name !== 'default') list.push({ name, model: String(block?.model ?? '') });
+  }
+  return list;
+}
+
+/** The composer's model picker: applies to the session's next turn (`set_model`). */
+function ModelPicker(props: { config: any; value: string | null; onChange: (provider: string | null) => void; busy?: boolean }) {
+  const choices = providerChoices(props.config);
+  if (choices.length < 2) return null;
+  const fallback = String(props.config?.default_provider ?? 'default');
+  return (
+    <select
+      class="model-picker"
+      data-testid="model-picker"
+      aria-label="Model for this session's next turn"
+      title="Model for this session's next turn"
+      disabled={props.busy}
+      value={props.value ?? ''}
+      onChange={(e) => props.onChange((e.target as HTMLSelectElement).value || null)}
+    >
+      <option value="">Default ({fallback})</option>
+      {choices.map((c) => (
+        <option key={c.name} value={c.name}>
+          {c.name}
+          {c.model ? ` · ${c.model}` : ''}
+        </option>
+      ))}
+    </select>
+  );
+}
+
+/** Backends without `list_files` get no @-mentions (remembered per platform). */
+const noFileList = new WeakSet<Platform>();
+
+function filesOf(platform: Platform, workspace: string) {
+  if (noFileList.has(platform)) return undefined;
+  return async (query: string): Promise<string[] | null> => {
+    try {
+      const result: { files?: string[] } = await platform.invoke('list_files', { workspace, query, limit: 20 });
+      return Array.isArray(result?.files) ? result.files : [];
+    } catch (err) {
+      const error = toCommandError(err);
+      if (error.code === 'unknown_command' || error.status === 404) noFileList.add(platform);
+      return null;
+    }
+  };
+}
 
 function useModelState(model: SessionModel | null) {
   const [, force] = useReducer((n: number, _: void) => n + 1, 0);
@@ -89,11 +154,16 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
           disabled={busy}
           testid="child-delete"
           label="Delete…"
-          confirmLabel="Delete it (no report)"
+          confirmLabel={tab.state === 'done' || tab.state === 'failed' || tab.state === 'cancelled' ? 'Delete it' : 'Delete it (no report)'}
           title="Delete this sub-agent session and its history; its report will not be delivered"
           onConfirm={remove}
         />
       </div>
+      {tab.state === 'failed' && !tab.interrupted && (
+        <div class="notice" data-testid="child-failed">
+          This sub-agent failed; its parent got the error as its report. To try again, ask the agent in Main.
+        </div>
+      )}
       {tab.interrupted && (
         <div class="notice" data-testid="child-interrupted">
           This sub-agent was cut off when Bumblehive stopped. Resume it from where it was, or cancel it (its parent
@@ -107,7 +177,9 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
       {t?.status === 'error' && <ErrorBox message={`Cannot read this sub-agent's history: ${t.loadError}`} onRetry={() => void model.loadTranscript(tab.sessionId)} />}
       {t ? (
         <Chat
+          key={tab.sessionId}
           transcript={t}
+          canSend={false}
           tabs={model.state.children}
           footer={t.running ? <Progress transcript={t} approvals={model.state.approvals.filter((a) => a.session_id === tab.sessionId).length} /> : null}
           empty={<div class="empty">{tab.state === 'waiting_for_slot' ? 'Waiting for a free slot…' : 'Nothing yet.'}</div>}
@@ -132,6 +204,18 @@ export function SessionPane(props: {
   onStats?: (stats: PaneStats) => void;
   /** Render coalescing delay for the model (tests use 0). */
   notifyDelay?: number;
+  /** Every event of this session's feed, with its (root) session id. */
+  onEvent?: (rootId: string, event: WireEvent) => void;
+  /** The person opened a child's tab. */
+  onTabSeen?: (rootId: string, sessionId: string) => void;
+  needs?: Record<string, SessionNeeds>;
+  /** No provider is configured: the first send opens the set-up instead. */
+  needsSetup?: boolean;
+  onOpenSettings?: () => void;
+  /** `/new` and `/clear`: a new conversation in this workspace. */
+  onNew?: () => void;
+  /** The config (`get_config`), for the model picker. */
+  config?: any;
 }) {
   const { platform, sessionId } = props;
   const modelRef = useRef<SessionModel | null>(null);
@@ -139,11 +223,19 @@ export function SessionPane(props: {
   callbacks.current = props;
   const [model, setModel] = useState<SessionModel | null>(null);
   const [tab, setTab] = useState<string>('main');
+  const [resuming, setResuming] = useState(false);
+  const [resumeError, setResumeError] = useState<string | null>(null);
+  const [draft, setDraft] = useState<{ text: string } | null>(null);
+  // The model picker: the session's choice (from the list), or one made before it exists.
+  const [chosen, setChosen] = useState<{ provider: string | null } | null>(null);
+  const [pickError, setPickError] = useState<string | null>(null);
+  const [picking, setPicking] = useState(false);
 
   const makeModel = (id: string) => {
     const m = new SessionModel(platform, id, {
       onSessionsChanged: () => callbacks.current.onSessionsChanged(),
       notifyDelay: props.notifyDelay,
+      onEvent: (event) => callbacks.current.onEvent?.(id, event),
     });
     m.start();
     return m;
@@ -160,6 +252,9 @@ export function SessionPane(props: {
   useEffect(() => {
     if (props.focusTab) setTab(props.focusTab.sessionId);
   }, [props.focusTab]);
+  useEffect(() => {
+    if (model && tab !== 'main') callbacks.current.onTabSeen?.(model.sessionId, tab);
+  }, [model, tab]);
 
   const state = useModelState(model);
 
@@ -184,12 +279,60 @@ export function SessionPane(props: {
     return () => window.removeEventListener('keydown', onKey);
   }, [model]);
 
+  const sessionInfo = props.sessions.find((s) => s.session_id === sessionId);
+  const current = chosen ? chosen.provider : (sessionInfo?.provider ?? null);
+  const canPick = providerChoices(props.config).length > 1;
+  const pick = async (provider: string | null) => {
+    setPickError(null);
+    setChosen({ provider });
+    if (!sessionId) return; // applied when the conversation starts
+    setPicking(true);
+    try {
+      await platform.invoke('set_model', { session_id: sessionId, provider, model: null });
+      callbacks.current.onSessionsChanged();
+    } catch (err) {
+      setChosen(null);
+      setPickError(`Cannot switch the model: ${toCommandError(err).message}`);
+    } finally {
+      setPicking(false);
+    }
+  };
+  useEffect(() => setChosen(null), [sessionId]);
+  const composerProps = {
+    commands: SLASH_COMMANDS.map((c) =>
+      c.name === 'model' ? { ...c, available: canPick, reason: canPick ? undefined : 'one model server is configured; name more under "providers" in the config' } : c,
+    ),
+    onCommand: (name: string) => {
+      if (name === 'new' || name === 'clear') callbacks.current.onNew?.();
+      if (name === 'model') (document.querySelector('[data-testid=model-picker]') as HTMLElement | null)?.focus();
+    },
+    findFiles: filesOf(platform, props.workspace),
+    extra: (
+      <>
+        <ModelPicker config={props.config} value={current} onChange={(p) => void pick(p)} busy={picking} />
+        {pickError && (
+          <span class="error-text small" role="alert" data-testid="model-picker-error">
+            {pickError}
+          </span>
+        )}
+      </>
+    ),
+  };
+
   const send = async (text: string) => {
+    if (props.needsSetup) {
+      // Nothing is configured: sending would only fail after retries. Set up first; the
+      // text stays in the composer.
+      props.onOpenSettings?.();
+      throw new CommandError('setup', 'Choose a model first: the set-up opened. Your message is kept; send it once a model is chosen.');
+    }
     if (model) return model.submit(text);
     // A new conversation: the session is created with the first message.
     const title = text.trim().split('\n')[0].slice(0, 60);
     const args: CreateSession = { workspace: props.workspace, title };
     const info: SessionInfo = await platform.invoke('create_session', args);
+    // A model picked before the conversation existed applies to its first turn.
+    if (chosen?.provider) await platform.invoke('set_model', { session_id: info.session_id, provider: chosen.provider, model: null });
     const created = makeModel(info.session_id);
     modelRef.current = created;
     setModel(created);
@@ -213,12 +356,27 @@ export function SessionPane(props: {
             <p>Ask the agent about the files in this workspace. It can delegate pieces of work to sub-agents that run in their own tabs.</p>
           </div>
         </div>
-        <Composer running={false} onSend={send} onStop={async () => undefined} autoFocus />
+        <Composer running={false} onSend={send} onStop={async () => undefined} autoFocus {...composerProps} />
       </div>
     );
   }
 
   const main = state.transcripts[model.sessionId];
+  const interrupted = state.children.filter((c) => c.interrupted);
+  const resumeAll = async () => {
+    setResuming(true);
+    setResumeError(null);
+    const failed: string[] = [];
+    for (const c of interrupted) {
+      try {
+        await model.resumeChild(c.sessionId);
+      } catch (err) {
+        failed.push(`“${c.title}”: ${toCommandError(err).message}`);
+      }
+    }
+    setResuming(false);
+    if (failed.length) setResumeError(`Cannot resume ${failed.join('; ')}`);
+  };
   const childTab = tab === 'main' ? undefined : state.children.find((c) => c.sessionId === tab);
   const approval = state.approvals[0];
   const approvalPanel = approval ? (
@@ -246,11 +404,12 @@ export function SessionPane(props: {
             title={`${c.title} (${STATE_LABEL[c.state]})`}
             onClick={() => setTab(c.sessionId)}
           >
-            <span class="tab-icon" aria-hidden="true">
-              {STATE_ICON[c.state]}
+            <span class="tab-icon">
+              <Icon name={c.interrupted ? 'paused' : STATE_ICON[c.state]} />
             </span>
             <span class="tab-title">{c.title}</span>
-            <span class="tab-state">{STATE_LABEL[c.state]}</span>
+            <span class="tab-state">{c.interrupted ? 'interrupted' : STATE_LABEL[c.state]}</span>
+            <NeedsBadge needs={props.needs?.[c.sessionId]} testid="tab-needs" />
           </button>
         ))}
       </div>
@@ -273,7 +432,26 @@ export function SessionPane(props: {
           {main.status === 'error' && (
             <ErrorBox message={`Cannot open this session: ${main.loadError}`} onRetry={() => void model.loadTranscript(model.sessionId)} testid="load-error" />
           )}
+          {state.paused && !state.running && main.status === 'loaded' && main.notes.length === 0 && state.pending.length === 0 && (
+            <div class="notice" data-testid="paused-notice">
+              This session is paused: its last run was stopped or failed. Send a message to go on.
+            </div>
+          )}
+          {interrupted.length > 0 && (
+            <div class="notice" data-testid="interrupted-banner">
+              {interrupted.length === 1 ? `Sub-agent “${interrupted[0].title}” was` : `${interrupted.length} sub-agents were`} cut off when Bumblehive
+              stopped.
+              <button type="button" class="primary" disabled={resuming} data-testid="resume-all-interrupted" onClick={() => void resumeAll()}>
+                Resume all interrupted sub-agents
+              </button>
+              {resumeError && <ErrorBox message={resumeError} onDismiss={() => setResumeError(null)} />}
+            </div>
+          )}
           <Chat
+            key={model.sessionId}
+            onRetry={(text) => model.submit(text)}
+            onOpenSettings={props.onOpenSettings}
+            onEdit={(text) => setDraft({ text })}
             transcript={main}
             statuses={state.statuses}
             inflight={state.inflight}
@@ -290,7 +468,7 @@ export function SessionPane(props: {
             onResumeAll={() => model.steerAll()}
             onDiscard={(id) => model.discard(id)}
           />
-          <Composer running={state.running} onSend={send} onStop={() => model.cancel()} autoFocus />
+          <Composer running={state.running} onSend={send} onStop={() => model.cancel()} autoFocus draft={draft} {...composerProps} />
         </>
       )}
     </div>

@@ -263,7 +263,7 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
                 {saving ? 'Saving…' : 'Save'}
               </button>
               <button type="button" onClick={props.onClose} data-testid="settings-close">
-                {props.welcome ? 'Later' : 'Close'}
+                {props.welcome && !saved ? 'Later' : 'Close'}
               </button>
             </div>
           </form>

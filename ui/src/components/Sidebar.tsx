@@ -1,8 +1,39 @@
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { ConfirmButton } from './ConfirmButton';
 import type { SessionInfo } from '../bindings/SessionInfo';
+import type { SessionNeeds } from '../model';
 import { basename } from '../util';
+import { Icon, type IconName } from './Icon';
 
-const BADGE: Record<string, string> = { running: '●', paused: '⏸', idle: '✓' };
+/** A session's life state as an icon (SVG: font glyphs are boxes on plain font sets). */
+export function stateIcon(s: SessionInfo): { icon: IconName; label: string } {
+  if (s.interrupted) return { icon: 'failed', label: 'interrupted' };
+  if (s.state === 'running') return { icon: 'running', label: 'running' };
+  if (s.state === 'paused') return { icon: 'paused', label: s.parent_session_id ? 'stopped' : 'paused' };
+  return { icon: 'idle', label: 'idle' };
+}
+
+/** "2 approvals", "failed", "1 report": what a session's badge says. */
+export function needsLabel(n: SessionNeeds | undefined): string | null {
+  if (!n) return null;
+  const parts: string[] = [];
+  if (n.approvals) parts.push(`${n.approvals} approval${n.approvals === 1 ? '' : 's'}`);
+  if (n.failed) parts.push('failed');
+  if (n.reports) parts.push(`${n.reports} report${n.reports === 1 ? '' : 's'}`);
+  return parts.length ? parts.join(', ') : null;
+}
+
+export function NeedsBadge({ needs, testid = 'needs-badge' }: { needs: SessionNeeds | undefined; testid?: string }) {
+  const label = needsLabel(needs);
+  if (!label) return null;
+  const kind = needs!.approvals ? 'approval' : needs!.failed ? 'failed' : 'reports';
+  return (
+    <span class={`needs-badge needs-${kind}`} data-testid={testid} data-kind={kind} title={`Needs you: ${label}`} aria-label={`needs you: ${label}`}>
+      {needs!.approvals ? <Icon name="bell" /> : needs!.failed ? <Icon name="failed" /> : <Icon name="paused" />}
+      <span class="needs-text">{needs!.approvals || needs!.reports || '!'}</span>
+    </span>
+  );
+}
 
 interface Node {
   info: SessionInfo;
@@ -36,7 +67,59 @@ export function Sidebar(props: {
   onOpenFolder: () => void;
   onSwitchWorkspace: () => void;
   onSettings: () => void;
+  /** What needs the person, per session id. */
+  needs?: Record<string, SessionNeeds>;
+  needCount?: number;
+  onInbox?: () => void;
+  /** Session tools; each is hidden when the backend lacks its command (it rejects). */
+  onRename?: (session: SessionInfo, title: string) => Promise<void>;
+  onArchive?: (session: SessionInfo, archived: boolean) => Promise<void>;
+  /** Sessions whose titles or messages match (null: the backend cannot search content). */
+  onSearch?: (query: string) => Promise<SessionInfo[] | null>;
 }) {
+  const [editing, setEditing] = useState<{ id: string; title: string } | null>(null);
+  const [toolError, setToolError] = useState<string | null>(null);
+  const [query, setQuery] = useState('');
+  const [found, setFound] = useState<SessionInfo[] | null>(null);
+  const [showArchived, setShowArchived] = useState(false);
+  const searchSeq = useRef(0);
+  const search = useRef(props.onSearch);
+  search.current = props.onSearch;
+  const canSearch = Boolean(props.onSearch);
+  const archivedOf = (s: SessionInfo) => Boolean((s as SessionInfo & { archived?: boolean }).archived);
+
+  // Titles filter at once; message content is searched by the backend (debounced).
+  useEffect(() => {
+    const q = query.trim();
+    setFound(null);
+    if (!q || !search.current) return;
+    const seq = ++searchSeq.current;
+    const timer = setTimeout(() => {
+      void (search.current?.(q) ?? Promise.resolve(null))
+        .then((list) => seq === searchSeq.current && setFound(list))
+        .catch(() => seq === searchSeq.current && setFound(null));
+    }, 250);
+    return () => clearTimeout(timer);
+  }, [query, canSearch]);
+
+  const rename = async (s: SessionInfo, title: string) => {
+    setEditing(null);
+    if (!title.trim() || title.trim() === s.title) return;
+    try {
+      await props.onRename?.(s, title.trim());
+      setToolError(null);
+    } catch (err) {
+      setToolError(`Cannot rename: ${(err as Error).message ?? err}`);
+    }
+  };
+  const archive = async (s: SessionInfo, archived: boolean) => {
+    try {
+      await props.onArchive?.(s, archived);
+      setToolError(null);
+    } catch (err) {
+      setToolError(`Cannot archive: ${(err as Error).message ?? err}`);
+    }
+  };
   const renderNode = (node: Node, depth: number) => {
     const s = node.info;
     return (
@@ -48,17 +131,60 @@ export function Sidebar(props: {
           data-state={s.state}
           data-parent-id={s.parent_session_id ?? undefined}
         >
-          <button type="button" class="session-open" onClick={() => (depth === 0 ? props.onSelect(s.session_id) : props.onSelect(rootOf(s), s.session_id))} title={s.title}>
-            <span class={`badge badge-${s.state}`} data-testid="session-state" aria-label={s.state}>
-              {BADGE[s.state] ?? '·'}
+          {editing?.id === s.session_id ? (
+            <form
+              class="session-rename"
+              onSubmit={(e) => {
+                e.preventDefault();
+                void rename(s, editing.title);
+              }}
+            >
+              <input
+                type="text"
+                value={editing.title}
+                aria-label="Session title"
+                data-testid="session-rename-input"
+                ref={(el) => el?.focus()}
+                onInput={(e) => setEditing({ id: s.session_id, title: (e.target as HTMLInputElement).value })}
+                onKeyDown={(e) => e.key === 'Escape' && setEditing(null)}
+                onBlur={(e) => {
+                  // Leaving the field saves a new title; an emptied field stays open (a
+                  // title cannot be empty, and WebDriver's clear blurs the field).
+                  const value = (e.target as HTMLInputElement).value;
+                  if (value.trim()) void rename(s, value);
+                }}
+              />
+            </form>
+          ) : (
+          <button type="button" class="session-open" onClick={() => (depth === 0 ? props.onSelect(s.session_id) : props.onSelect(rootOf(s), s.session_id))} onDblClick={() => props.onRename && depth === 0 && setEditing({ id: s.session_id, title: s.title })} title={s.title}>
+            <span class={`badge badge-${s.interrupted ? 'interrupted' : s.state}`} data-testid="session-state" data-state={stateIcon(s).label} title={stateIcon(s).label}>
+              <Icon name={stateIcon(s).icon} label={stateIcon(s).label} />
             </span>
             <span class="session-title">{s.title || 'Untitled'}</span>
+            <NeedsBadge needs={props.needs?.[s.session_id]} />
           </button>
+          )}
+          {depth === 0 && props.onRename && editing?.id !== s.session_id && (
+            <button type="button" class="quiet session-tool" data-testid="session-rename" title="Rename" aria-label={`Rename ${s.title}`} onClick={() => setEditing({ id: s.session_id, title: s.title })}>
+              <Icon name="edit" />
+            </button>
+          )}
+          {depth === 0 && props.onArchive && (
+            <button
+              type="button"
+              class="quiet session-tool"
+              data-testid="session-archive"
+              title={archivedOf(s) ? 'Take out of the archive' : 'Archive (hide from the list; nothing is deleted)'}
+              onClick={() => void archive(s, !archivedOf(s))}
+            >
+              {archivedOf(s) ? 'Unarchive' : 'Archive'}
+            </button>
+          )}
           {depth === 0 && (
             <ConfirmButton
               class="quiet session-delete"
               testid="session-delete"
-              label="✕"
+              label="×"
               confirmLabel="Delete?"
               ariaLabel={`Delete ${s.title}`}
               title="Delete this session and its sub-agents (running work stops, nothing is reported)"
@@ -78,17 +204,33 @@ export function Sidebar(props: {
     return id;
   };
 
+  const archivedCount = props.sessions.filter((s) => !s.parent_session_id && archivedOf(s)).length;
+  /** The roots to list: archived ones only on request; a search shows what matches. */
+  function visibleTree(): Node[] {
+    const q = query.trim().toLowerCase();
+    const matches = new Set((found ?? []).map((s) => rootOf(s)));
+    return sessionTree(props.sessions).filter((n) => {
+      if (q) return n.info.title.toLowerCase().includes(q) || matches.has(n.info.session_id);
+      return showArchived || !archivedOf(n.info);
+    });
+  }
+
   return (
     <nav class="sidebar" data-testid="sidebar">
       <div class="workspace" title={props.workspace}>
         <button type="button" class="quiet workspace-name" onClick={props.onSwitchWorkspace} data-testid="workspace-switch" title="Choose another workspace">
-          ▾ {basename(props.workspace)}
+          <Icon name="chevron" /> {basename(props.workspace)}
         </button>
         <div class="workspace-path muted">{props.workspace}</div>
         <button type="button" class="link" onClick={props.onOpenFolder} data-testid="open-folder">
           Open folder…
         </button>
       </div>
+      {(props.needCount ?? 0) > 0 && (
+        <button type="button" class="inbox-button" data-testid="inbox-button" onClick={props.onInbox} title="Everything that waits for you, in every session">
+          <Icon name="bell" /> {props.needCount} need{props.needCount === 1 ? 's' : ''} you
+        </button>
+      )}
       <div class="sessions-head">
         <span>Sessions</span>
         <button type="button" data-testid="new-session" onClick={props.onNew}>
@@ -103,11 +245,39 @@ export function Sidebar(props: {
           </button>
         </div>
       )}
+      <div class="session-search-row">
+      <input
+        type="search"
+        class="session-search"
+        placeholder={props.onSearch ? 'Search titles and messages' : 'Search titles'}
+        aria-label="Search sessions"
+        data-testid="session-search"
+        value={query}
+        onInput={(e) => setQuery((e.target as HTMLInputElement).value)}
+        onKeyDown={(e) => e.key === 'Escape' && setQuery('')}
+      />
+      {query && (
+        <button type="button" class="quiet icon-button" data-testid="session-search-clear" aria-label="Clear the search" onClick={() => setQuery('')}>
+          <Icon name="close" />
+        </button>
+      )}
+      </div>
+      {toolError && (
+        <div class="error-box small" role="alert" data-testid="session-tool-error">
+          {toolError}
+        </div>
+      )}
       <ul class="sessions" data-testid="session-list">
-        {sessionTree(props.sessions).map((n) => renderNode(n, 0))}
+        {visibleTree().map((n) => renderNode(n, 0))}
       </ul>
+      {query.trim() && visibleTree().length === 0 && <div class="muted empty-search">No session matches “{query.trim()}”.</div>}
+      {!query.trim() && archivedCount > 0 && (
+        <button type="button" class="link" data-testid="show-archived" onClick={() => setShowArchived(!showArchived)}>
+          {showArchived ? 'Hide archived' : `Archived (${archivedCount})`}
+        </button>
+      )}
       <button type="button" class="quiet settings-button" data-testid="settings-button" onClick={props.onSettings}>
-        ⚙ Settings
+        <Icon name="gear" /> Settings
       </button>
     </nav>
   );

@@ -1,6 +1,7 @@
 import { useState } from 'preact/hooks';
 import type { ToolCall } from '../bindings/ToolCall';
 import type { ChildTab, ToolLive } from '../model';
+import type { SubagentState } from '../bindings/SubagentState';
 import { argumentHint, pretty } from '../util';
 
 const FOLD_LINES = 24;
@@ -35,21 +36,73 @@ function subagentResult(result: string | undefined): string | null {
   return null;
 }
 
+/** A denied call's result ("Error: denied by user: …"): the person's decision, not a failure. */
+export function isDenial(text: string | undefined): boolean {
+  return !!text && /^(Error: )?denied( by (the )?user)?\b/i.test(text);
+}
+
+const CHILD_STATE: Record<SubagentState, string> = {
+  waiting_for_slot: 'waiting for a slot',
+  running: 'running',
+  done: 'reported',
+  failed: 'failed',
+  cancelled: 'cancelled',
+};
+
 /** One tool call: a collapsible card with its arguments and result. */
 export function ToolCard(props: {
   call: ToolCall;
   live?: ToolLive;
   result?: { text: string; isError: boolean };
   child?: ChildTab;
+  /** Whether the delegated task's report is in the transcript. */
+  reported?: boolean;
   onOpenChild?: (sessionId: string) => void;
 }) {
   const { call, live, child } = props;
   const resultText = props.result?.text ?? live?.result;
   const isError = props.result?.isError ?? live?.isError ?? (resultText?.startsWith('Error:') || false);
   const running = resultText === undefined && (live?.running ?? false);
-  const state = running ? 'running' : resultText === undefined ? 'waiting' : isError ? 'error' : 'done';
-  const hint = argumentHint(call.arguments);
+  const denied = isError && isDenial(resultText);
+  // Denied because the person pressed Stop (or the run was cancelled): say "stopped".
+  const stopped = denied && /the run was stopped|cancel/i.test(resultText ?? '');
   const taskId = call.name === 'sub_agent' ? subagentResult(resultText) : null;
+  // A delegated call is pending until its child reports: the card follows the child.
+  const childState = taskId ? (child?.state ?? null) : null;
+  const state = running
+    ? 'running'
+    : resultText === undefined
+      ? 'waiting'
+      : stopped
+        ? 'stopped'
+        : denied
+          ? 'denied'
+          : isError
+          ? 'error'
+          : childState === 'failed' || childState === 'cancelled'
+            ? childState
+            : childState === 'running' || childState === 'waiting_for_slot'
+              ? 'delegated'
+              : 'done';
+  const hint = argumentHint(call.arguments);
+  const stateText =
+    state === 'running'
+      ? 'running'
+      : state === 'waiting'
+        ? ''
+        : state === 'denied'
+          ? 'denied by you'
+          : state === 'stopped'
+            ? 'stopped'
+            : state === 'error'
+              ? 'error'
+              : taskId
+                ? child
+                  ? `sub-agent ${CHILD_STATE[child.state]}`
+                  : props.reported
+                    ? 'sub-agent reported'
+                    : 'sub-agent deleted'
+                : 'done';
   return (
     <details class={`tool-card tool-${state}`} data-testid="tool-card" data-tool={call.name} data-call-id={call.id} data-state={state}>
       <summary>
@@ -57,7 +110,7 @@ export function ToolCard(props: {
         {hint && <span class="tool-hint">{call.name === 'sub_agent' ? `“${hint}”` : hint}</span>}
         <span class="tool-state">
           {state === 'running' && <span class="spinner" aria-hidden="true" />}
-          {state === 'running' ? 'running' : state === 'waiting' ? '' : state === 'error' ? 'error' : taskId ? `→ pending (task ${taskId})` : 'done'}
+          {stateText}
         </span>
         {child && props.onOpenChild && (
           <button
@@ -77,7 +130,7 @@ export function ToolCard(props: {
         <Folded text={pretty(call.arguments)} testid="tool-arguments" />
         {resultText !== undefined && (
           <>
-            <div class="tool-label">{isError ? 'Error' : 'Result'}</div>
+            <div class="tool-label">{stopped ? 'Stopped' : denied ? 'Denied' : isError ? 'Error' : 'Result'}</div>
             <Folded text={resultText} testid="tool-result" />
           </>
         )}

@@ -9,13 +9,25 @@ export function WorkspacePicker(props: {
   onOpen: (path: string) => void;
   onPick: () => void;
   onForget: (path: string) => void;
+  /** Opens the model set-up (reachable before any workspace is open). */
+  onSetup?: () => void;
+  /** No provider is configured yet: say so here, on the first screen. */
+  needsSetup?: boolean;
 }) {
   const [path, setPath] = useState('');
   return (
     <div class="workspace-picker" data-testid="workspace-picker">
       <h1>Bumblehive</h1>
       <p class="muted">Choose the folder the agent will work in.</p>
-      {props.error && <ErrorBox message={props.error} />}
+      {props.error && <ErrorBox message={props.error} testid="pick-error" />}
+      {props.needsSetup && props.onSetup && (
+        <div class="banner setup-banner" data-testid="picker-setup">
+          <span>No model is set up yet.</span>
+          <button type="button" data-testid="picker-setup-open" onClick={props.onSetup}>
+            Set up a model…
+          </button>
+        </div>
+      )}
       <button type="button" class="primary" data-testid="workspace-open" onClick={props.onPick}>
         Open folder…
       </button>
@@ -49,7 +61,7 @@ export function WorkspacePicker(props: {
                   <span class="muted">{r}</span>
                 </button>
                 <button type="button" class="quiet" aria-label={`Forget ${r}`} onClick={() => props.onForget(r)}>
-                  ✕
+                  ×
                 </button>
               </li>
             ))}

@@ -45,6 +45,12 @@ describe('the approval dialog', () => {
     expect(diff.querySelectorAll('.diff-hunk').length).toBe(1);
   });
 
+  it('an overwrite with identical content says "no changes" instead of showing nothing (D29)', async () => {
+    const { dialog } = await withApproval({ diff: '' });
+    expect($(dialog, 'approval-no-changes')!.textContent).toContain('No changes');
+    expect($(dialog, 'approval-diff')).toBeNull();
+  });
+
   it('Approve decides with approved=true for the asking session', async () => {
     const { fake, root, dialog } = await withApproval();
     await inAct(() => $(dialog, 'approval-approve')!.click());

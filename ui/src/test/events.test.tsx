@@ -30,14 +30,18 @@ describe('events rendered into the chat and the tabs', () => {
     const roles = messages.map((m) => m.dataset.role);
     expect(roles).toEqual(['user', 'assistant', 'assistant', 'report', 'assistant']);
     expect(messages[0].textContent).toContain('Review the auth and db modules in parallel');
-    expect(messages[0].querySelector('[data-testid="message-status"]')?.textContent).toBe('started');
+    // "started" said something until the answer began; now it would only be jargon (D19).
+    expect(messages[0].querySelector('[data-testid="message-status"]')).toBeNull();
 
     // Tool calls are cards with arguments and results.
     const cards = $$(main, 'tool-card');
     expect(cards.map((c) => c.dataset.tool)).toEqual(['sub_agent', 'sub_agent']);
-    expect(cards.map((c) => c.dataset.state)).toEqual(['done', 'done']);
+    // Delegated cards follow their child and name it by its state, never by a task id (D11).
+    expect(cards.map((c) => c.dataset.state)).toEqual(['done', 'delegated']);
     expect(cards[0].textContent).toContain('“Review auth”');
-    expect(cards[0].textContent).toContain('pending (task call-1)');
+    expect(cards[0].textContent).toContain('sub-agent reported');
+    expect(cards[1].textContent).toContain('sub-agent waiting for a slot');
+    for (const c of cards) expect(c.querySelector('summary')!.textContent).not.toContain('call-');
     expect($(cards[0], 'tool-arguments')!.textContent).toContain('"task": "Review src/auth"');
 
     // The report is a card naming the child, with its status chip; markdown rendered.

@@ -10,6 +10,7 @@ import {
   CommandError,
   type CommandName,
   type CommandResults,
+  type HostInfo,
   type Platform,
   type ProbeResult,
   type StreamStatus,
@@ -33,6 +34,18 @@ export class FakePlatform implements Platform {
   opened: string[] = [];
   /** Whether a subscription reports `open` at once (set false to open it by hand). */
   autoOpen = true;
+  // Desktop integration, recorded.
+  pickedFrom: (string | null | undefined)[] = [];
+  /** Folders that `checkFolder` accepts, mapped to their real path (unset: any). */
+  folders: Record<string, string> | null = null;
+  uiState: Record<string, unknown> = {};
+  saved: Record<string, unknown>[] = [];
+  host: HostInfo = { home_dir: '/home/me', provider_configured: true };
+  notified: { title: string; body: string }[] = [];
+  titles: string[] = [];
+  guard: boolean[] = [];
+  closeHandler: (() => void) | null = null;
+  quitCalls = 0;
 
   constructor(handlers: Record<string, Handler> = {}) {
     this.handlers = { ...handlers };
@@ -69,8 +82,43 @@ export class FakePlatform implements Platform {
     return this.calls.filter((c) => c.command === command).map((c) => c.args);
   }
 
-  pickFolder() {
+  pickFolder(defaultPath?: string | null) {
+    this.pickedFrom.push(defaultPath);
     return Promise.resolve(this.folder);
+  }
+  checkFolder(path: string) {
+    if (!this.folders) return Promise.resolve(path);
+    const real = this.folders[path];
+    return real ? Promise.resolve(real) : Promise.reject(new CommandError('invalid_argument', `${path} does not exist`));
+  }
+  loadUiState() {
+    return Promise.resolve(this.uiState);
+  }
+  saveUiState(state: Record<string, unknown>) {
+    this.uiState = state;
+    this.saved.push(state);
+    return Promise.resolve();
+  }
+  hostInfo() {
+    return Promise.resolve(this.host);
+  }
+  notify(title: string, body: string) {
+    this.notified.push({ title, body });
+  }
+  setTitle(title: string) {
+    if (this.titles.at(-1) !== title) this.titles.push(title);
+  }
+  setCloseGuard(active: boolean) {
+    this.guard.push(active);
+  }
+  onCloseRequested(handler: () => void) {
+    this.closeHandler = handler;
+    return () => {
+      if (this.closeHandler === handler) this.closeHandler = null;
+    };
+  }
+  quit() {
+    this.quitCalls++;
   }
   initialWorkspace() {
     return Promise.resolve(this.workspace);

@@ -61,6 +61,8 @@ describe('SessionModel', () => {
   it('reads report ids and bodies', () => {
     expect(reportTaskId('subagent:call-7')).toBe('call-7');
     expect(reportTaskId('msg-1')).toBeNull();
+    // A follow-up's report (subagent:<task_id>:<n>) belongs to the same child.
+    expect(reportTaskId('subagent:call-7:2')).toBe('call-7');
     expect(reportBody('[Background tool result]\nTask ID: x\n\nError:\nboom')).toBe('Error:\nboom');
   });
 });

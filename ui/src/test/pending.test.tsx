@@ -55,9 +55,31 @@ describe('the pending tray', () => {
     expect($(card, 'message-status')!.textContent).toBe('started');
   });
 
-  it('Discard drops the message', async () => {
+  it('a report the runtime steers in by itself shows its text, read from the snapshot (D19)', async () => {
+    const fake = workspacePlatform([info(P)]);
+    const body = '[Background tool result]\nTask ID: t7\n\nSeven is done';
+    fake.handlers.snapshot = ({ session_id }) => {
+      const { type: _t, ...rest } = snapshot(session_id, { running: true, pending: [{ message_id: 'subagent:t7', content: body, status: 'steered', config: { runtime: {} } as any }] }) as any;
+      return rest;
+    };
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    await inAct(() => fake.emit(P, snapshot(P, { running: true }), { type: 'message_status', session_id: P, message_id: 'subagent:t7', status: 'steered' }));
+    const card = $$(mounted.root, 'chat-message').at(-1)!;
+    expect(card.dataset.role).toBe('report');
+    expect(card.textContent).toContain('Seven is done');
+    expect(card.textContent).not.toContain('will show when the agent reads it');
+  });
+
+  it('Discard drops the message, and can be undone until it is sent (D22)', async () => {
     const { fake, root } = await withPending();
     await inAct(() => $(root, 'pending-discard')!.click());
+    // Not sent yet: Undo brings it back and nothing reaches the runtime.
+    expect(fake.callsOf('discard')).toEqual([]);
+    await inAct(() => $(root, 'pending-undo')!.click());
+    expect($$(root, 'pending-item').length).toBe(1);
+    await inAct(() => $(root, 'pending-discard')!.click());
+    await inAct(() => $(root, 'pending-discard-now')!.click());
     expect(fake.callsOf('discard')).toEqual([{ session_id: P, message_id: 'subagent:call-1' }]);
     expect($(root, 'pending-tray')).toBeNull();
   });

@@ -80,6 +80,23 @@ describe('web platform', () => {
     expect(await asked.pickFolder()).toBe('/tmp/x');
   });
 
+  it('checks a folder with list_files when the server has it, accepts it when it has not; keeps UI state in localStorage', async () => {
+    let known = true;
+    const fetch = vi.fn(async (url: string) => {
+      if (!known) return response(404, { error: { code: 'unknown_command', message: 'unknown command "list_files"' } });
+      return url.endsWith('/list_files') ? response(400, { error: { code: 'invalid_argument', message: 'workspace /x is not a folder' } }) : response(200, {});
+    });
+    const web = createWebPlatform({ token: 't', fetch: fetch as any, location: { search: '' } });
+    const err = await web.checkFolder!('/x').catch((e) => e);
+    expect(err.message).toBe('workspace /x is not a folder');
+    known = false;
+    expect(await web.checkFolder!('/y')).toBe('/y');
+    localStorage.clear();
+    expect(await web.loadUiState!()).toEqual({});
+    await web.saveUiState!({ lastWorkspace: '/w' });
+    expect(await web.loadUiState!()).toEqual({ lastWorkspace: '/w' });
+  });
+
   it('probe_providers: unknown to the backend means "not supported" (null)', async () => {
     const web = createWebPlatform({ fetch: (async () => response(404, { error: { code: 'unknown_command', message: 'unknown command' } })) as any, location: { search: '' } });
     expect(await web.probeProviders()).toBeNull();
@@ -130,6 +147,40 @@ describe('tauri platform', () => {
     expect(await platform.pickFolder()).toBe('/picked');
     expect(tauri.dialog.open).toHaveBeenCalledWith({ directory: true, multiple: false });
     expect(await platform.initialWorkspace()).toBe('/from/cli');
+  });
+
+  it('desktop integration goes through the shell: links, folders, UI state, title, quit', async () => {
+    const { tauri, invoke } = fakeTauri();
+    invoke.mockImplementation(async (cmd: string, args: any) => {
+      if (cmd === 'check_folder') {
+        if (args.path === '/nope') throw { code: 'invalid_argument', message: '/nope does not exist' };
+        return '/real';
+      }
+      if (cmd === 'load_ui_state') return { lastWorkspace: '/w' };
+      if (cmd === 'app_info') return { home_dir: '/home/me', provider_configured: false };
+      return null;
+    });
+    const platform = createTauriPlatform(tauri);
+    platform.openExternal('https://example.com/x');
+    expect(invoke).toHaveBeenCalledWith('open_url', { url: 'https://example.com/x' });
+    await platform.pickFolder('/last');
+    expect(tauri.dialog.open).toHaveBeenCalledWith({ directory: true, multiple: false, defaultPath: '/last' });
+    expect(await platform.checkFolder!('~/x')).toBe('/real');
+    const err = await platform.checkFolder!('/nope').catch((e) => e);
+    expect(err).toBeInstanceOf(CommandError);
+    expect(err.message).toBe('/nope does not exist');
+    expect(await platform.loadUiState!()).toEqual({ lastWorkspace: '/w' });
+    await platform.saveUiState!({ lastWorkspace: '/v' });
+    expect(invoke).toHaveBeenCalledWith('save_ui_state', { value: { lastWorkspace: '/v' } });
+    expect(await platform.hostInfo!()).toEqual({ home_dir: '/home/me', provider_configured: false });
+    platform.setTitle!('Bumblehive — 2 need you');
+    expect(invoke).toHaveBeenCalledWith('set_title', { title: 'Bumblehive — 2 need you' });
+    platform.setCloseGuard!(true);
+    expect(invoke).toHaveBeenCalledWith('set_close_guard', { active: true });
+    platform.notify!('t', 'b');
+    expect(invoke).toHaveBeenCalledWith('notify', { title: 't', body: 'b' });
+    platform.quit!();
+    expect(invoke).toHaveBeenCalledWith('quit', {});
   });
 
   it('subscribes, routes `bumblehive://event` payloads by subscription, and unsubscribes', async () => {

@@ -22,7 +22,9 @@ function assertInert(root: Element) {
   expect(root.querySelector('img')).toBeNull();
   expect(root.querySelector('iframe')).toBeNull();
   expect(root.querySelector('form')).toBeNull();
-  expect(root.querySelector('svg')).toBeNull();
+  // The UI's own icons are inline SVG (class "icon"); the model's never survive.
+  expect(Array.from(root.querySelectorAll('svg')).filter((svg) => !svg.classList.contains('icon'))).toEqual([]);
+  for (const md of Array.from(root.querySelectorAll('.markdown'))) expect(md.querySelector('svg')).toBeNull();
   for (const el of Array.from(root.querySelectorAll('*'))) {
     for (const attr of Array.from(el.attributes)) {
       expect(attr.name.startsWith('on'), `${el.tagName} ${attr.name}`).toBe(false);

@@ -1,0 +1,71 @@
+// Attention across sessions in the app: badges, the inbox, the title, notifications and the
+// app-wide running count, from the feeds of sessions other than the selected one (D1, D26).
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { $, $$, info, inAct, kind, snapshot, workspacePlatform } from './fake';
+import { mountApp } from './mount';
+
+let unmount: (() => void) | null = null;
+afterEach(() => {
+  unmount?.();
+  unmount = null;
+  vi.restoreAllMocks();
+});
+
+const approval = { type: 'approval_request', approval_id: 'a1', session_id: 'c', parent_session_id: 'bg', title: 'Editor', tool: 'write_file', arguments: { path: 'edit.txt' }, rememberable: true };
+
+async function twoSessions() {
+  const fake = workspacePlatform([
+    info('sel', { title: 'Looking here', updated_at: '2025-01-02T00:00:00Z' }),
+    info('bg', { title: 'Background work', state: 'running' }),
+    info('c', { title: 'Editor', parent_session_id: 'bg', task_id: 't1', state: 'running' }),
+  ]);
+  const mounted = await mountApp(fake, 'sel');
+  unmount = mounted.unmount;
+  return { fake, root: mounted.root };
+}
+
+describe('a sub-agent of another session asks for approval', () => {
+  it('badges the session and the child, titles the window, notifies when unfocused, and the inbox leads there', async () => {
+    vi.spyOn(document, 'hasFocus').mockReturnValue(false);
+    const { fake, root } = await twoSessions();
+    // The selected session has its own feed; the live one in the background has one too.
+    expect([...fake.streams.keys()].sort()).toEqual(['bg', 'sel']);
+    await inAct(() => fake.emit('bg', snapshot('bg', { running: true, subagents: [{ task_id: 't1', session_id: 'c', parent_session_id: 'bg', title: 'Editor', state: 'running' }] }), approval));
+
+    const item = (id: string) => $$(root, 'session-item').find((i) => i.dataset.sessionId === id)!;
+    expect($(item('bg'), 'needs-badge')!.dataset.kind).toBe('approval');
+    expect($(item('c'), 'needs-badge')!.getAttribute('aria-label')).toBe('needs you: 1 approval');
+    expect($(item('sel'), 'needs-badge')).toBeNull();
+    expect(fake.titles.at(-1)).toBe('Bumblehive — 1 needs you');
+    expect(fake.notified).toEqual([{ title: 'Bumblehive needs your approval', body: 'Sub-agent “Editor” asks to run write_file' }]);
+    // Everything that runs in the app, not only the selected tree.
+    expect($(root, 'status-runs')!.textContent).toBe('2 running');
+
+    await inAct(() => $(root, 'inbox-button')!.click());
+    const inbox = $(root, 'inbox')!;
+    expect($(inbox, 'inbox-approval')!.textContent).toContain('Editor wants to run write_file on edit.txt');
+    await inAct(() => $(inbox, 'inbox-approval')!.click());
+    // The child's tab in its session, where the approval panel docks.
+    expect($(root, 'session-pane')!.dataset.sessionId).toBe('bg');
+    expect($(root, 'child-view')!.dataset.sessionId).toBe('c');
+    // Its feed opens with a snapshot (as the backend's does), which carries the approval.
+    const { type: _t, ...open } = approval;
+    await inAct(() => fake.emit('bg', snapshot('bg', { running: true, approvals: [open as any], subagents: [{ task_id: 't1', session_id: 'c', parent_session_id: 'bg', title: 'Editor', state: 'running' }] })));
+    expect(root.querySelector('.approval-dock')).not.toBeNull();
+    expect($$(root, 'child-tab')[0].querySelector('[data-testid="tab-needs"]')).not.toBeNull();
+  });
+
+  it('does not notify while the window has focus; a failure badges until seen', async () => {
+    vi.spyOn(document, 'hasFocus').mockReturnValue(true);
+    const { fake, root } = await twoSessions();
+    await inAct(() => fake.emit('bg', snapshot('bg', { subagents: [{ task_id: 't1', session_id: 'c', parent_session_id: 'bg', title: 'Editor', state: 'running' }] }), kind('c', 'subagent.state', { task_id: 't1', state: 'failed' })));
+    expect(fake.notified).toEqual([]);
+    expect(fake.titles.at(-1)).toBe('Bumblehive — 1 needs you');
+    const childItem = $$(root, 'session-item').find((i) => i.dataset.sessionId === 'c')!;
+    expect($(childItem, 'needs-badge')!.dataset.kind).toBe('failed');
+    // Opening the failed child clears it.
+    await inAct(() => (childItem.querySelector('.session-open') as HTMLElement).click());
+    expect($(root, 'child-view')!.dataset.sessionId).toBe('c');
+    expect(fake.titles.at(-1)).toBe('Bumblehive');
+  });
+});

@@ -1,0 +1,154 @@
+// The composer: slash commands, @-mentions of workspace files, copy and edit-and-resend.
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { insertMention, mentionAt, parseSlash, slashQuery } from '../commands';
+import { $, $$, info, inAct, key, snapshot, typeInto, workspacePlatform } from './fake';
+import { mountApp } from './mount';
+
+let unmount: (() => void) | null = null;
+afterEach(() => {
+  unmount?.();
+  unmount = null;
+  vi.restoreAllMocks();
+});
+
+async function openSession(histories: Record<string, unknown[]> = {}) {
+  const fake = workspacePlatform([info('p')], histories);
+  const mounted = await mountApp(fake, 'p');
+  unmount = mounted.unmount;
+  await inAct(() => fake.emit('p', snapshot('p')));
+  return { fake, root: mounted.root };
+}
+
+describe('parsing', () => {
+  it('reads slash commands and the @word at the caret', () => {
+    expect(slashQuery('/ne')).toBe('ne');
+    expect(slashQuery('/new now')).toBeNull();
+    expect(parseSlash('/agent  Reviewer ')).toEqual({ name: 'agent', arg: 'Reviewer' });
+    expect(parseSlash('not /a command')).toBeNull();
+    expect(mentionAt('look at @src/ma', 15)).toEqual({ query: 'src/ma', start: 8 });
+    expect(mentionAt('mail a@b', 8)).toBeNull();
+    expect(insertMention('look at @src/ma please', 8, 15, 'src/main.rs')).toEqual({ text: 'look at @src/main.rs please', caret: 21 });
+  });
+});
+
+describe('slash commands', () => {
+  it('/new starts a new conversation; /compact and /model say they are coming and send nothing', async () => {
+    const { fake, root } = await openSession();
+    const input = $(root, 'prompt-input')!;
+    await inAct(() => typeInto(input, '/'));
+    const items = $$(root, 'slash-item').map((i) => [i.dataset.name, i.classList.contains('coming')]);
+    expect(items).toEqual([
+      ['new', false],
+      ['clear', false],
+      ['compact', true],
+      ['model', true],
+    ]);
+    await inAct(() => typeInto(input, '/compact'));
+    await inAct(() => key(input, 'Enter'));
+    expect($(root, 'composer-error')!.textContent).toContain('/compact is not available yet');
+    expect(fake.callsOf('submit')).toEqual([]);
+    await inAct(() => typeInto(input, '/ne'));
+    await inAct(() => key(input, 'Enter'));
+    expect(fake.callsOf('submit')).toEqual([]);
+    // A new conversation: no session selected, an empty composer.
+    expect($(root, 'session-pane')).toBeNull();
+    expect(($(root, 'prompt-input') as HTMLTextAreaElement).value).toBe('');
+  });
+});
+
+describe('@-mentions', () => {
+  it('lists matching workspace files and puts @path into the message', async () => {
+    const { fake, root } = await openSession();
+    fake.handlers.list_files = ({ query }) => ({ files: ['src/main.rs', 'src/model.rs'].filter((f) => f.includes(query)) });
+    const input = $(root, 'prompt-input') as HTMLTextAreaElement;
+    input.value = 'look at @src/m';
+    input.setSelectionRange(14, 14);
+    await inAct(() => input.dispatchEvent(new Event('input', { bubbles: true })));
+    expect(fake.callsOf('list_files').at(-1)).toEqual({ workspace: '/ws', query: 'src/m', limit: 20 });
+    expect($$(root, 'mention-item').map((i) => i.dataset.name)).toEqual(['src/main.rs', 'src/model.rs']);
+    await inAct(() => key(input, 'ArrowDown'));
+    await inAct(() => key(input, 'Enter'));
+    expect(input.value).toBe('look at @src/model.rs ');
+    expect(fake.callsOf('submit')).toEqual([]);
+    await inAct(() => key(input, 'Enter'));
+    expect(fake.callsOf('submit')).toEqual([{ session_id: 'p', content: 'look at @src/model.rs ', config: null }]);
+  });
+
+  it('a backend without list_files shows no mention menu and sends the text as typed', async () => {
+    const { fake, root } = await openSession();
+    const input = $(root, 'prompt-input') as HTMLTextAreaElement;
+    await inAct(() => typeInto(input, '@src'));
+    expect($(root, 'mention-menu')).toBeNull();
+    await inAct(() => key(input, 'Enter'));
+    expect(fake.callsOf('submit').at(-1)!.content).toBe('@src');
+  });
+});
+
+describe('message actions (D23)', () => {
+  it('copies a message, and Edit puts the last one back into the composer to send as a new message', async () => {
+    const writes: string[] = [];
+    Object.defineProperty(navigator, 'clipboard', { value: { writeText: (t: string) => (writes.push(t), Promise.resolve()) }, configurable: true });
+    const { fake, root } = await openSession({
+      p: [
+        { role: 'user', content: 'first', id: 'm1' },
+        { role: 'assistant', content: 'answer **one**' },
+        { role: 'user', content: 'second try', id: 'm2' },
+        { role: 'assistant', content: 'answer two' },
+      ],
+    });
+    const messages = $$(root, 'chat-message');
+    await inAct(() => $(messages[1], 'copy-message')!.click());
+    expect(writes).toEqual(['answer **one**']);
+    // Only the last message of the person can be edited.
+    expect($(messages[0], 'edit-message')).toBeNull();
+    await inAct(() => $(messages[2], 'edit-message')!.click());
+    const input = $(root, 'prompt-input') as HTMLTextAreaElement;
+    expect(input.value).toBe('second try');
+    await inAct(() => typeInto(input, 'second try, better'));
+    await inAct(() => key(input, 'Enter'));
+    expect(fake.callsOf('submit').at(-1)).toEqual({ session_id: 'p', content: 'second try, better', config: null });
+  });
+});
+
+describe('the model picker', () => {
+  it('lists the configured servers and applies the choice to the session (set_model); hidden with one server', async () => {
+    const fake = workspacePlatform([info('p')]);
+    fake.handlers.get_config = () => ({
+      provider: { kind: 'openai', base_url: 'http://127.0.0.1:11434/v1', model: 'qwen' },
+      providers: { claude: { kind: 'anthropic', base_url: 'https://api.anthropic.com', model: 'claude-sonnet-4-5' } },
+    });
+    fake.handlers.set_model = ({ session_id, provider }) => info(session_id, { provider });
+    const mounted = await mountApp(fake, 'p');
+    unmount = mounted.unmount;
+    const root = mounted.root;
+    await inAct(() => fake.emit('p', snapshot('p')));
+    const picker = $(root, 'model-picker') as HTMLSelectElement;
+    expect(Array.from(picker.options).map((o) => o.textContent)).toEqual(['Default (default)', 'default · qwen', 'claude · claude-sonnet-4-5']);
+    picker.value = 'claude';
+    await inAct(() => picker.dispatchEvent(new Event('change', { bubbles: true })));
+    expect(fake.callsOf('set_model')).toEqual([{ session_id: 'p', provider: 'claude', model: null }]);
+    // /model is available now and focuses the picker.
+    const input = $(root, 'prompt-input')!;
+    await inAct(() => typeInto(input, '/model'));
+    await inAct(() => key(input, 'Enter'));
+    expect(document.activeElement).toBe($(root, 'model-picker'));
+  });
+
+  it('one configured server: no picker, and /model says why', async () => {
+    const { root } = await openSession();
+    expect($(root, 'model-picker')).toBeNull();
+    const input = $(root, 'prompt-input')!;
+    await inAct(() => typeInto(input, '/model'));
+    await inAct(() => key(input, 'Enter'));
+    expect($(root, 'composer-error')!.textContent).toContain('one model server is configured');
+  });
+});
+
+describe('a stopped answer from the history', () => {
+  it('is marked as stopped', async () => {
+    const { root } = await openSession({ p: [{ role: 'user', content: 'go', id: 'm1' }, { role: 'assistant', content: 'Half of it', stopped: true }] });
+    const answer = $$(root, 'chat-message').find((m) => m.dataset.role === 'assistant')!;
+    expect(answer.dataset.stopped).toBe('true');
+    expect($(answer, 'stopped-answer')!.textContent).toContain('Stopped here');
+  });
+});

@@ -1,0 +1,79 @@
+// Session tools in the sidebar: rename, search (titles at once, content through the
+// backend), archive; each hidden when the backend does not know its command.
+import { afterEach, describe, expect, it } from 'vitest';
+import type { SessionInfo } from '../bindings/SessionInfo';
+import { $, $$, info, inAct, settle, typeInto, workspacePlatform } from './fake';
+import { mountApp } from './mount';
+
+let unmount: (() => void) | null = null;
+afterEach(() => {
+  unmount?.();
+  unmount = null;
+});
+
+const titles = (root: HTMLElement) => $$(root, 'session-item').map((i) => i.querySelector('.session-title')!.textContent);
+/** Lets the debounced search run: waits (bounded) until the backend was asked. */
+async function waitForSearch(fake: { callsOf(c: string): unknown[] }, count: number) {
+  for (let i = 0; i < 400 && fake.callsOf('search_sessions').length < count; i++) await settle(1);
+  await settle();
+}
+
+describe('session tools', () => {
+  it('renames, searches titles and content, and archives', async () => {
+    const list: (SessionInfo & { archived?: boolean })[] = [
+      info('a', { title: 'Fix the tests', created_at: '2025-01-02T00:00:00Z' }),
+      info('b', { title: 'Refactor auth' }),
+    ];
+    const fake = workspacePlatform(list);
+    fake.handlers.rename_session = ({ session_id, title }) => Object.assign(list.find((s) => s.session_id === session_id)!, { title });
+    fake.handlers.archive_session = ({ session_id, archived }) => Object.assign(list.find((s) => s.session_id === session_id)!, { archived });
+    fake.handlers.search_sessions = ({ query }) => (query === 'tokens' ? [list[1]] : []);
+    // A real backend answers with new objects each time.
+    fake.handlers.list_sessions = () => list.map((s) => ({ ...s }));
+    const mounted = await mountApp(fake, 'a');
+    unmount = mounted.unmount;
+    const root = mounted.root;
+
+    await inAct(() => $$(root, 'session-rename')[0].click());
+    await inAct(() => typeInto($(root, 'session-rename-input')!, 'Green tests'));
+    await inAct(() => ($(root, 'session-rename-input')!.closest('form') as HTMLFormElement).requestSubmit());
+    await settle();
+    expect(fake.callsOf('rename_session')).toEqual([{ session_id: 'a', title: 'Green tests' }]);
+    expect(titles(root)).toEqual(['Green tests', 'Refactor auth']);
+
+    await inAct(() => typeInto($(root, 'session-search')!, 'green'));
+    expect(titles(root)).toEqual(['Green tests']);
+    // Words only in a message: the backend's search finds the session.
+    await inAct(() => typeInto($(root, 'session-search')!, 'tokens'));
+    await waitForSearch(fake, 2);
+    expect(fake.callsOf('search_sessions').at(-1)).toEqual({ query: 'tokens', workspace: '/ws' });
+    expect(titles(root)).toEqual(['Refactor auth']);
+    await inAct(() => $(root, 'session-search-clear')!.click());
+    expect(($(root, 'session-search') as HTMLInputElement).value).toBe('');
+
+    await inAct(() => $$(root, 'session-archive')[1].click());
+    await settle(80);
+    expect(fake.callsOf('archive_session')).toEqual([{ session_id: 'b', archived: true }]);
+    expect(titles(root)).toEqual(['Green tests']);
+    await inAct(() => $(root, 'show-archived')!.click());
+    expect(titles(root)).toEqual(['Green tests', 'Refactor auth']);
+  });
+
+  it('a backend without the commands hides the controls and still filters titles', async () => {
+    const fake = workspacePlatform([info('a', { title: 'Fix the tests' }), info('b', { title: 'Refactor auth' })]);
+    const mounted = await mountApp(fake, 'a');
+    unmount = mounted.unmount;
+    const root = mounted.root;
+    await inAct(() => $$(root, 'session-rename')[0].click());
+    await inAct(() => typeInto($(root, 'session-rename-input')!, 'New name'));
+    await inAct(() => ($(root, 'session-rename-input')!.closest('form') as HTMLFormElement).requestSubmit());
+    await settle();
+    expect($$(root, 'session-rename')).toEqual([]);
+    expect($(root, 'session-tool-error')).toBeNull();
+    await inAct(() => typeInto($(root, 'session-search')!, 'auth'));
+    await waitForSearch(fake, 1);
+    expect(titles(root)).toEqual(['Refactor auth']);
+    expect(($(root, 'session-search') as HTMLInputElement).placeholder).toBe('Search titles');
+  });
+});
+

@@ -1,0 +1,147 @@
+// Honest state in the chat and the tabs: delegated cards follow their child, interrupted
+// and failed children say what can be done, denials are decisions, Stop keeps the text.
+import { afterEach, describe, expect, it } from 'vitest';
+import { $, $$, appended, info, inAct, kind, snapshot, workspacePlatform } from './fake';
+import { mountApp } from './mount';
+
+let unmount: (() => void) | null = null;
+afterEach(() => {
+  unmount?.();
+  unmount = null;
+});
+
+const P = 'p';
+const delegation = (id: string, title: string) => ({ id, name: 'sub_agent', arguments: { title, task: 'x' } });
+const pending = (id: string) => ({ role: 'tool', content: `{"status":"pending","task_id":"${id}"}`, tool_call_id: id });
+
+describe('delegated cards and reports (D11)', () => {
+  it('follow the child (failed, cancelled) and name a deleted child by its title, never by its id', async () => {
+    const fake = workspacePlatform(
+      [info(P), info('c1', { parent_session_id: P, task_id: 'call_1', title: 'Alpha', state: 'running' }), info('c2', { parent_session_id: P, task_id: 'call_2', title: 'Beta', state: 'running' })],
+      {
+        [P]: [
+          { role: 'user', content: 'go', id: 'm1' },
+          { role: 'assistant', content: null, tool_calls: [delegation('call_1', 'Alpha'), delegation('call_2', 'Beta'), delegation('call_3', 'Gamma')] },
+          pending('call_1'),
+          pending('call_2'),
+          pending('call_3'),
+          { role: 'user', content: '[Background tool result]\nTask ID: call_3\n\nGamma says hi', id: 'subagent:call_3' },
+        ],
+      },
+    );
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    const root = mounted.root;
+    await inAct(() => fake.emit(P, snapshot(P), kind('c1', 'subagent.state', { task_id: 'call_1', state: 'failed' }), kind('c2', 'subagent.state', { task_id: 'call_2', state: 'cancelled' })));
+    const summaries = $$(root, 'tool-card').map((c) => [c.dataset.state, c.querySelector('.tool-state')!.textContent]);
+    expect(summaries).toEqual([
+      ['failed', 'sub-agent failed'],
+      ['cancelled', 'sub-agent cancelled'],
+      ['done', 'sub-agent reported'],
+    ]);
+    const report = $$(root, 'chat-message').find((m) => m.dataset.role === 'report')!;
+    expect(report.textContent).toContain('Report from “Gamma”');
+    const heads = [...root.querySelectorAll('.tool-card summary, .message-head')].map((e) => e.textContent).join(' ');
+    expect(heads).not.toMatch(/pending \(task|call_\d/);
+  });
+});
+
+describe('a report whose child never said it was done', () => {
+  it('the tab and the card say reported, not running', async () => {
+    const fake = workspacePlatform([info(P)]);
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    await inAct(() =>
+      fake.emit(
+        P,
+        snapshot(P, { running: true, subagents: [{ task_id: 'call_1', session_id: 'c1', parent_session_id: P, title: 'Alpha', state: 'running' }] }),
+        appended(P, { role: 'assistant', content: null, tool_calls: [delegation('call_1', 'Alpha')] }),
+        appended(P, pending('call_1')),
+        appended(P, { role: 'user', content: '[Background tool result]\nTask ID: call_1\n\nAll done', id: 'subagent:call_1' }),
+      ),
+    );
+    expect($$(mounted.root, 'child-tab')[0].dataset.state).toBe('done');
+    expect($(mounted.root, 'tool-card')!.querySelector('.tool-state')!.textContent).toBe('sub-agent reported');
+  });
+});
+
+describe('interrupted and failed children (D12, D14)', () => {
+  it('Main offers one "Resume all interrupted sub-agents" that resumes each', async () => {
+    const fake = workspacePlatform([
+      info(P),
+      info('c1', { parent_session_id: P, task_id: 't1', title: 'Alpha', state: 'paused', interrupted: true }),
+      info('c2', { parent_session_id: P, task_id: 't2', title: 'Beta', state: 'paused', interrupted: true }),
+    ]);
+    fake.handlers.resume_subagent = () => ({});
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    const banner = $(mounted.root, 'interrupted-banner')!;
+    expect(banner.textContent).toContain('2 sub-agents were cut off');
+    // Tabs say interrupted, not failed.
+    expect($$(mounted.root, 'child-tab').map((t) => t.querySelector('.tab-state')!.textContent)).toEqual(['interrupted', 'interrupted']);
+    await inAct(() => $(banner, 'resume-all-interrupted')!.click());
+    expect(fake.callsOf('resume_subagent')).toEqual([{ session_id: 'c1' }, { session_id: 'c2' }]);
+    expect($(mounted.root, 'interrupted-banner')).toBeNull();
+  });
+
+  it("a failed child's tab does not ask for a message it cannot take", async () => {
+    const fake = workspacePlatform([info(P), info('c1', { parent_session_id: P, task_id: 't1', title: 'Breaker', state: 'running' })]);
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    await inAct(() => fake.emit(P, snapshot(P), { type: 'error', session_id: 'c1', message: 'provider said 400' }, kind('c1', 'subagent.state', { task_id: 't1', state: 'failed' })));
+    await inAct(() => $$(mounted.root, 'child-tab')[0].click());
+    const view = $(mounted.root, 'child-view')!;
+    expect($(view, 'child-failed')!.textContent).toContain('its parent got the error');
+    expect(view.textContent).not.toContain('Send a message');
+    expect($(view, 'prompt-input')).toBeNull();
+  });
+});
+
+describe('denials and chips (D19, D21)', () => {
+  it('a denied call reads as the person’s decision, not as an error', async () => {
+    const fake = workspacePlatform([info(P)], {
+      [P]: [
+        { role: 'assistant', content: null, tool_calls: [{ id: 'w', name: 'write_file', arguments: { path: 'a.txt' } }] },
+        { role: 'tool', content: 'Error: denied by user: wrong name', tool_call_id: 'w' },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'w2', name: 'write_file', arguments: { path: 'b.txt' } }] },
+        { role: 'tool', content: 'Error: denied by user: the run was stopped', tool_call_id: 'w2' },
+      ],
+    });
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    await inAct(() => fake.emit(P, snapshot(P)));
+    const [card, stoppedCard] = $$(mounted.root, 'tool-card');
+    expect(stoppedCard.dataset.state).toBe('stopped');
+    expect(card.dataset.state).toBe('denied');
+    expect(card.querySelector('.tool-state')!.textContent).toBe('denied by you');
+    expect([...card.querySelectorAll('.tool-label')].at(-1)!.textContent).toBe('Denied');
+  });
+});
+
+describe('Stop keeps what was streamed (D2, on screen)', () => {
+  it('the partial answer stays, marked as stopped', async () => {
+    const fake = workspacePlatform([info(P)]);
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    await inAct(() => fake.emit(P, snapshot(P, { running: true }), appended(P, { role: 'user', content: 'long answer please', id: 'm1' }), kind(P, 'content.delta', { text: 'Ninety-two sentences, ' }), kind(P, 'content.delta', { text: 'the first one.' })));
+    await inAct(() => fake.emit(P, kind(P, 'run.cancelled', null)));
+    const stopped = $(mounted.root, 'run-stopped')!;
+    expect($(stopped, 'stopped-partial')!.textContent).toContain('Ninety-two sentences, the first one.');
+    expect(stopped.textContent).toContain('Stopped here.');
+  });
+});
+
+describe('a paused session after a restart (D13)', () => {
+  it('says it is paused and how to go on', async () => {
+    const fake = workspacePlatform([info(P, { state: 'paused' })], { [P]: [{ role: 'user', content: 'go', id: 'm1' }] });
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    await inAct(() => fake.emit(P, snapshot(P, { paused: true })));
+    expect($(mounted.root, 'paused-notice')!.textContent).toContain('paused');
+    const item = $$(mounted.root, 'session-item')[0];
+    expect($(item, 'session-state')!.querySelector('svg')!.dataset.icon).toBe('paused');
+    // Going on clears it.
+    await inAct(() => fake.emit(P, { type: 'message_status', session_id: P, message_id: 'm2', status: 'started' }));
+    expect($(mounted.root, 'paused-notice')).toBeNull();
+  });
+});
