@@ -43,7 +43,15 @@ fi
 
 step "Rust builds: the bumblehive binary and the desktop app"
 cargo build --bin bumblehive
-cargo build -p bumblehive-desktop
+# E2E_DESKTOP_APP names a desktop binary already built (test-all.sh passes the release
+# build that scripts/package.sh made): no second build of the desktop crate.
+if [ -n "${E2E_DESKTOP_APP:-}" ]; then
+  E2E_DESKTOP_APP=$(realpath "$E2E_DESKTOP_APP")
+  [ -x "$E2E_DESKTOP_APP" ] || { echo "E2E_DESKTOP_APP=$E2E_DESKTOP_APP is not an executable" >&2; exit 1; }
+  export E2E_DESKTOP_APP
+else
+  cargo build -p bumblehive-desktop
+fi
 
 export E2E_NO_BUILD=1
 status=0

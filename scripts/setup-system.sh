@@ -4,6 +4,7 @@
 #   (no group)  what the runtime and its tests need
 #   desktop     WebKitGTK and friends for the Tauri window
 #   e2e         a virtual display, WebKit's WebDriver and Chromium for end-to-end tests
+#   package     what scripts/package.sh needs: dpkg-shlibdeps, .desktop checks, squashfs
 set -euo pipefail
 
 # bubblewrap: the sandbox `run_command` runs shell commands in (without it every command asks);
@@ -13,6 +14,7 @@ for group in "$@"; do
   case "$group" in
     desktop) packages+=(libwebkit2gtk-4.1-dev libxdo-dev libayatana-appindicator3-dev librsvg2-dev) ;;
     e2e) packages+=(xvfb xauth x11-utils xdotool imagemagick webkit2gtk-driver chromium) ;;
+    package) packages+=(dpkg-dev desktop-file-utils squashfs-tools libsquashfuse-dev libfuse3-dev zlib1g-dev) ;;
     *) echo "unknown group: $group" >&2; exit 2 ;;
   esac
 done

@@ -1,12 +1,30 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian/Ubuntu machine for Bumblehive's tests and runs every test:
 # Rust checks and tests, the web UI's tests, a benchmark smoke run, the real-model tier,
-# and the end-to-end tests in headless Chromium and in the real desktop window.
+# the Linux packages (built, installed, started, removed), and the end-to-end tests in
+# headless Chromium and in the real desktop window.
 # Each step installs only what is missing, so a second run is fast.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step's time is printed at the end (and on failure), for the CI time budget.
+times=()
+current=""; started=$SECONDS
+finish_step() {
+  [ -n "$current" ] && times+=("$(printf '%5ss  %s' $((SECONDS - started)) "$current")")
+  current=""
+}
+report_times() {
+  finish_step
+  printf '\n==> Step times\n'
+  printf '%s\n' "${times[@]}"
+}
+trap report_times EXIT
+step() {
+  finish_step
+  current=$*; started=$SECONDS
+  printf '\n==> %s\n' "$*"
+}
 
 step "System packages (only those missing)"
 ./scripts/setup-system.sh
@@ -25,7 +43,7 @@ step "Web UI: install, type-check, component tests, build (the desktop shell emb
 step "Benchmarks build and run once at a tiny size (figures: BENCHMARKS.md)"
 cargo bench --profile dev --bench runtime -- --quick
 
-step "Real-model tier: a small real model on 127.0.0.1 (built once, about 10 min; cached in ~/.cache/llm-test-server)"
+step "Real-model tier: a small real model on 127.0.0.1 (built once, about 10 min; cached in ~/.cache/bumblehive-llm)"
 ./scripts/real-model-tier.sh
 
 step "OS keyring tier: a real Secret Service (gnome-keyring) in a private D-Bus session"
@@ -35,5 +53,11 @@ step "Desktop shell lints (needs WebKitGTK, installed by the e2e step's setup)"
 ./scripts/setup-system.sh desktop
 cargo clippy -p bumblehive-desktop -- -D warnings
 
-step "End-to-end: web UI in headless Chromium, desktop window on Xvfb"
-./scripts/e2e.sh
+step "Packages: the .deb and the AppImage from one release build (target/packages/)"
+./scripts/package.sh
+
+step "Install check: the .deb installed into a clean Debian root (debootstrap), its menu entry opens the window, removed again"
+INSTALL_CHECK_CHROOT=1 ./scripts/install-check.sh
+
+step "End-to-end: web UI in headless Chromium, desktop window on Xvfb (the release build above)"
+E2E_DESKTOP_APP=target/release/bumblehive-desktop ./scripts/e2e.sh

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Parser)]
 #[command(
     name = "bumblehive",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("BUMBLEHIVE_COMMIT"), ")"),
     about = "A desktop agent runtime with background sub-agents"
 )]
 struct Cli {

@@ -18,7 +18,8 @@ import { flowSteps } from './flow.mjs';
 import { ROOT, UI_DIR, check, createRunner, freePort, outputDir, run, scratch, start, stopAll, until } from './lib.mjs';
 import { startMockModel } from './mock-model.mjs';
 
-const APP = join(ROOT, 'target', 'debug', 'bumblehive-desktop');
+// scripts/e2e.sh may hand over a build it already has (E2E_DESKTOP_APP, e.g. the release one).
+const APP = process.env.E2E_DESKTOP_APP || join(ROOT, 'target', 'debug', 'bumblehive-desktop');
 const TITLE = 'Bumblehive';
 const ELEMENT = 'element-6066-11e4-a52e-4f735466cecf';
 

@@ -40,6 +40,7 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
   const [apiKey, setApiKey] = useState('');
   const [keyState, setKeyState] = useState<{ status: 'idle' | 'saving' | 'saved' } | { status: 'error'; message: string }>({ status: 'idle' });
   const [logDir, setLogDir] = useState<string | null>(null);
+  const [about, setAbout] = useState<{ version: string; commit: string | null } | null>(null);
   const box = useRef<HTMLDivElement>(null);
 
   const load = async () => {
@@ -54,8 +55,19 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
     void load();
     platform
       .invoke('app_info', {})
-      .then((info: any) => setLogDir(typeof info?.log_dir === 'string' ? info.log_dir : null))
-      .catch(() => setLogDir(null));
+      .then((info: any) => {
+        setLogDir(typeof info?.log_dir === 'string' ? info.log_dir : null);
+        // `commit` is optional: a build from a source tarball has none to report.
+        setAbout(
+          typeof info?.version === 'string'
+            ? { version: info.version, commit: typeof info?.commit === 'string' && info.commit ? info.commit : null }
+            : null,
+        );
+      })
+      .catch(() => {
+        setLogDir(null);
+        setAbout(null);
+      });
     box.current?.focus();
     if (props.welcome) void runProbe();
   }, []);
@@ -238,6 +250,17 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
             {logDir && (
               <p class="muted" data-testid="settings-log-dir">
                 Logs: <code>{logDir}</code>
+              </p>
+            )}
+            {about && (
+              <p class="muted" data-testid="settings-about">
+                About: Bumblehive {about.version}
+                {about.commit && (
+                  <>
+                    {' '}
+                    (commit <code>{about.commit}</code>)
+                  </>
+                )}
               </p>
             )}
             {error && (

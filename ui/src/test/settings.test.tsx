@@ -39,7 +39,7 @@ describe('settings', () => {
 
   it('stores an API key through the keyring command, shows a keyring error, and shows where the logs are', async () => {
     const fake = workspacePlatform([info('p')]);
-    fake.handlers.app_info = () => ({ log_dir: '/data/bumblehive/logs' });
+    fake.handlers.app_info = () => ({ version: '0.1.0', commit: 'f9d3a0e1b2', log_dir: '/data/bumblehive/logs' });
     fake.handlers.set_api_key = () => {
       throw { error: { code: 'unavailable', message: 'no Secret Service on this machine' } };
     };
@@ -48,6 +48,8 @@ describe('settings', () => {
     await inAct(() => $(mounted.root, 'settings-button')!.click());
     const dialog = $(mounted.root, 'settings-dialog')!;
     expect($(dialog, 'settings-log-dir')!.textContent).toContain('/data/bumblehive/logs');
+    // The About line names the version and the commit the build came from.
+    expect($(dialog, 'settings-about')!.textContent).toBe('About: Bumblehive 0.1.0 (commit f9d3a0e1b2)');
     await inAct(() => typeInto($(dialog, 'settings-api-key')!, 'sk-secret'));
     await inAct(() => $(dialog, 'settings-api-key-save')!.click());
     expect(fake.callsOf('set_api_key').at(-1)).toEqual({ key: 'sk-secret' });
