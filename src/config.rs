@@ -341,6 +341,21 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// Whether the person configured a model server (a `provider` or `providers` block in the
+/// file), as opposed to running on the built-in default: the first run offers set-up.
+pub fn provider_configured(path: &Path) -> bool {
+    std::fs::read(path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+        .is_some_and(|value| {
+            value.get("provider").is_some_and(Value::is_object)
+                || value
+                    .get("providers")
+                    .and_then(Value::as_object)
+                    .is_some_and(|p| !p.is_empty())
+        })
+}
+
 /// `<config dir>/bumblehive/config.json`, unless `BUMBLEHIVE_CONFIG` names another file.
 pub fn default_config_path() -> PathBuf {
     if let Some(path) = std::env::var_os("BUMBLEHIVE_CONFIG") {

@@ -720,6 +720,8 @@ pub struct AppInfo {
     pub subagent_tasks: usize,
     /// Whether shell commands run in the OS sandbox, and if not, why (the UI says so once).
     pub sandbox: crate::sandbox::SandboxStatus,
+    /// Whether the config names a model server; when not, the first run offers set-up.
+    pub provider_configured: bool,
 }
 
 /// The error object of the command table: `{"error": {"code", "message"}}`.

@@ -110,6 +110,10 @@ impl RuntimeService {
             active_runs: self.active_runs(),
             subagent_tasks: self.subagents().len(),
             sandbox: crate::sandbox::status(),
+            provider_configured: shared
+                .config_path
+                .as_deref()
+                .is_some_and(crate::config::provider_configured),
         }
     }
 

@@ -1,4 +1,4 @@
-//! The `openai` provider against a real small model (llama.cpp's llama-server with Qwen2.5-Coder-0.5B from ../shared/tools/local-llm): a streamed text answer, and a run that reads a file of a real workspace. Skipped, with a line saying so, unless BUMBLEHIVE_REAL_MODEL_URL is set (scripts/real-model-tier.sh sets it).
+//! The `openai` provider against a real small model (llama.cpp's llama-server with Qwen2.5-Coder-0.5B from scripts/local-llm/server.sh): a streamed text answer, and a run that reads a file of a real workspace. Skipped, with a line saying so, unless BUMBLEHIVE_REAL_MODEL_URL is set (scripts/real-model-tier.sh sets it).
 
 use std::sync::Arc;
 use std::time::Duration;

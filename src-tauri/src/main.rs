@@ -259,10 +259,7 @@ fn checked_folder(path: &str, home: Option<PathBuf>) -> Result<PathBuf, String> 
 /// Whether the config file names a provider. Without one the runtime uses a default
 /// (Ollama's address), which the first screen must not present as the person's choice.
 fn provider_configured(config: &std::path::Path) -> bool {
-    std::fs::read(config)
-        .ok()
-        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
-        .is_some_and(|value| value.get("provider").is_some_and(Value::is_object))
+    bumblehive::config::provider_configured(config)
 }
 
 struct Args {
@@ -312,12 +309,21 @@ fn prefer_low_memory_rendering() {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Commands the agent runs must not read this process's memory or environment.
+    bumblehive::sandbox::harden_process();
     prefer_low_memory_rendering();
     let args = parse_args()?;
     let logs = args.data_dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let (writer, _guard) =
-        tracing_appender::non_blocking(tracing_appender::rolling::daily(&logs, "bumblehive.log"));
+    // Daily files, a week of them kept: logs must not grow without bound.
+    let appender = tracing_appender::rolling::RollingFileAppender::builder()
+        .rotation(tracing_appender::rolling::Rotation::DAILY)
+        .filename_prefix("bumblehive")
+        .filename_suffix("log")
+        .max_log_files(7)
+        .build(&logs)
+        .with_context(|| format!("cannot open the log in {}", logs.display()))?;
+    let (writer, _guard) = tracing_appender::non_blocking(appender);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -354,6 +360,23 @@ fn main() -> anyhow::Result<()> {
         .plugin(tauri_plugin_opener::init())
         .plugin(tauri_plugin_notification::init())
         .manage(desktop)
+        // A reload (or a crash of the web process) starts a new page that knows none of
+        // the old page's feeds: stop them, or each reload would leak one per session.
+        .on_page_load(|webview, payload| {
+            if payload.event() == tauri::webview::PageLoadEvent::Started {
+                let feeds: Vec<CancellationToken> = webview
+                    .state::<Arc<Desktop>>()
+                    .feeds
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .drain()
+                    .map(|(_, stop)| stop)
+                    .collect();
+                for stop in feeds {
+                    stop.cancel();
+                }
+            }
+        })
         .on_window_event(|window, event| {
             if let tauri::WindowEvent::CloseRequested { api, .. } = event {
                 // While work runs, the UI asks the person (it knows what runs); it calls
