@@ -362,6 +362,8 @@ pub enum Progress {
     #[serde(rename = "provider.retry")]
     ProviderRetry {
         attempt: u32,
+        // JSON numbers: a delay in milliseconds stays far below 2^53.
+        #[ts(type = "number")]
         delay_ms: u64,
         reason: String,
     },

@@ -3,6 +3,7 @@
 
 import type { ApprovalInfo } from './bindings/ApprovalInfo';
 import type { Event as WireEvent } from './bindings/Event';
+import type { Progress } from './bindings/Progress';
 import type { Message } from './bindings/Message';
 import type { MessageStatus } from './bindings/MessageStatus';
 import type { PendingMessage } from './bindings/PendingMessage';
@@ -426,7 +427,8 @@ export class SessionModel {
         this.set({ approvals: this.state.approvals.filter((a) => a.approval_id !== event.approval_id) });
         return;
       case 'event':
-        return this.onKind(event.session_id, event.kind, (event.data ?? {}) as any);
+        // `data` by `kind`, as the runtime's `Progress` type says (generated from Rust).
+        return this.onProgress(event.session_id, { kind: event.kind, data: event.data ?? {} } as Progress);
       case 'result':
         return this.onRunEnd(event.session_id, null);
       case 'error':
@@ -559,18 +561,18 @@ export class SessionModel {
     }
   }
 
-  private onKind(sessionId: string, kind: string, data: any): void {
+  private onProgress(sessionId: string, progress: Progress): void {
     const own = sessionId === this.sessionId;
-    switch (kind) {
+    switch (progress.kind) {
       case 'content.delta':
         this.patchTranscript(sessionId, (t) => ({
-          streaming: t.streaming + String(data.text ?? ''),
+          streaming: t.streaming + String(progress.data.text ?? ''),
           running: true,
           retry: null,
         }));
         return;
       case 'message.appended': {
-        const message = data.message as Message | undefined;
+        const message = progress.data.message as Message | undefined;
         if (!message) return;
         if (this.isEcho(sessionId, message)) return;
         this.patchTranscript(sessionId, (t) => ({
@@ -596,7 +598,7 @@ export class SessionModel {
       }
       case 'tool.call.started':
         this.patchTranscript(sessionId, (t) => ({
-          tools: { ...t.tools, [data.call_id]: { running: true } },
+          tools: { ...t.tools, [progress.data.call_id]: { running: true } },
           running: true,
         }));
         return;
@@ -604,7 +606,7 @@ export class SessionModel {
         this.patchTranscript(sessionId, (t) => ({
           tools: {
             ...t.tools,
-            [data.call_id]: { running: false, result: String(data.result ?? ''), isError: Boolean(data.is_error) },
+            [progress.data.call_id]: { running: false, result: String(progress.data.result ?? ''), isError: Boolean(progress.data.is_error) },
           },
         }));
         return;
@@ -621,21 +623,21 @@ export class SessionModel {
         this.options.onSessionsChanged?.();
         return;
       case 'message.discarded':
-        if (own) this.set({ pending: this.state.pending.filter((p) => p.message_id !== data.message_id) });
+        if (own) this.set({ pending: this.state.pending.filter((p) => p.message_id !== progress.data.message_id) });
         return;
       case 'subagent.state':
         this.set({
           children: this.state.children.map((c) =>
-            c.sessionId === sessionId || (data.task_id && c.taskId === data.task_id)
-              ? { ...c, state: data.state as SubagentState }
+            c.sessionId === sessionId || (progress.data.task_id && c.taskId === progress.data.task_id)
+              ? { ...c, state: progress.data.state as SubagentState }
               : c,
           ),
         });
-        if (data.state !== 'running' && data.state !== 'waiting_for_slot') this.options.onSessionsChanged?.();
+        if (progress.data.state !== 'running' && progress.data.state !== 'waiting_for_slot') this.options.onSessionsChanged?.();
         return;
       case 'provider.retry':
         this.patchTranscript(sessionId, () => ({
-          retry: { attempt: Number(data.attempt ?? 0), delay_ms: Number(data.delay_ms ?? 0), reason: String(data.reason ?? '') },
+          retry: { attempt: Number(progress.data.attempt ?? 0), delay_ms: Number(progress.data.delay_ms ?? 0), reason: String(progress.data.reason ?? '') },
         }));
         return;
     }
