@@ -80,9 +80,6 @@ impl RuntimeService {
             Registry::new(Arc::new(shared))
         });
         let (recovery, metas) = crate::recovery::recover(&registry.shared.store)?;
-        if recovery != RecoveryStats::default() {
-            tracing::warn!(?recovery, "recovered from an unclean stop");
-        }
         registry.shared.sum_tree_usage(&metas);
         Ok(RuntimeService { registry, recovery })
     }
