@@ -102,6 +102,9 @@ pub enum ProviderError {
     Server { status: u16, message: String },
     #[error("network error: {0}")]
     Network(String),
+    /// Nothing listens at a server on this machine: retrying will not start it.
+    #[error("{0}")]
+    Unreachable(String),
     #[error("malformed response: {0}")]
     Malformed(String),
     #[error("the account's quota is used up: {0}")]

@@ -778,8 +778,10 @@ async fn openai_keep_alive_comments_hold_off_the_idle_timeout() {
     assert_eq!(response.content.as_deref(), Some("awake"));
 }
 
+/// A local server that is not running refuses at once: that is reported at once, with a
+/// way forward, not retried for seconds (issue 17, UX review D7).
 #[tokio::test]
-async fn openai_connection_refused_is_retried_then_reported() {
+async fn openai_a_refused_local_server_is_reported_at_once_with_a_way_forward() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     drop(listener);
@@ -787,15 +789,15 @@ async fn openai_connection_refused_is_retried_then_reported() {
     config.extra.insert("max_retries".into(), json!(2));
     let provider = provider_from_config(&config).unwrap();
     let (result, events) = generate(&provider, simple_request("hi")).await;
-    let message = result.unwrap_err().to_string();
+    let err = result.unwrap_err();
+    assert!(matches!(err, ProviderError::Unreachable(_)), "{err:?}");
+    let message = err.to_string();
     assert!(
-        message.starts_with("network error: cannot connect to the model server"),
+        message.contains(&format!("no model server is running at http://127.0.0.1:{port}"))
+            && message.contains("Settings"),
         "{message}"
     );
-    assert_eq!(
-        retries(&events).iter().map(|r| r.0).collect::<Vec<_>>(),
-        [1, 2]
-    );
+    assert!(retries(&events).is_empty());
 }
 
 #[tokio::test]

@@ -338,11 +338,34 @@ fn network_error(err: &reqwest::Error) -> ProviderError {
     } else {
         "the request to the model server failed".to_string()
     };
+    let mut refused = false;
     let mut source: Option<&dyn std::error::Error> = Some(err);
     while let Some(cause) = source {
         message.push_str(": ");
         message.push_str(&cause.to_string());
+        refused |= cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
         source = cause.source();
+    }
+    // A local server that is not running refuses at once, every time: say so and how to
+    // go on, instead of retrying for seconds (UX review D7).
+    let local = err
+        .url()
+        .and_then(|url| url.host_str().map(str::to_string))
+        .is_some_and(|host| {
+            host == "localhost"
+                || host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        });
+    if refused && local {
+        let at = err.url().map(|u| u.origin().ascii_serialization()).unwrap_or_default();
+        return ProviderError::Unreachable(format!(
+            "no model server is running at {at} (connection refused). Start it (Ollama: `ollama serve`; llama.cpp: `llama-server`), or choose another provider in Settings."
+        ));
     }
     ProviderError::Network(message)
 }
@@ -367,7 +390,9 @@ fn sse_error(err: EventStreamError<ReadError>) -> ProviderError {
     match err {
         EventStreamError::Transport(ReadError::Silent(idle)) => silence(idle),
         EventStreamError::Transport(ReadError::Http(err)) => {
-            let ProviderError::Network(message) = network_error(&err) else {
+            let (ProviderError::Network(message) | ProviderError::Unreachable(message)) =
+                network_error(&err)
+            else {
                 return ProviderError::Network(err.to_string());
             };
             ProviderError::Network(format!("the response stream broke off ({message})"))
