@@ -793,8 +793,9 @@ async fn openai_a_refused_local_server_is_reported_at_once_with_a_way_forward() 
     assert!(matches!(err, ProviderError::Unreachable(_)), "{err:?}");
     let message = err.to_string();
     assert!(
-        message.contains(&format!("no model server is running at http://127.0.0.1:{port}"))
-            && message.contains("Settings"),
+        message.contains(&format!(
+            "no model server is running at http://127.0.0.1:{port}"
+        )) && message.contains("Settings"),
         "{message}"
     );
     assert!(retries(&events).is_empty());

@@ -362,7 +362,10 @@ fn network_error(err: &reqwest::Error) -> ProviderError {
                     .is_ok_and(|ip| ip.is_loopback())
         });
     if refused && local {
-        let at = err.url().map(|u| u.origin().ascii_serialization()).unwrap_or_default();
+        let at = err
+            .url()
+            .map(|u| u.origin().ascii_serialization())
+            .unwrap_or_default();
         return ProviderError::Unreachable(format!(
             "no model server is running at {at} (connection refused). Start it (Ollama: `ollama serve`; llama.cpp: `llama-server`), or choose another provider in Settings."
         ));
