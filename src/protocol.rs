@@ -359,6 +359,9 @@ pub enum Progress {
         task_id: String,
         state: SubagentState,
     },
+    /// The model made the same calls several batches in a row (the loop guard).
+    #[serde(rename = "loop.warning")]
+    LoopWarning { name: String, repeats: u32 },
     #[serde(rename = "provider.retry")]
     ProviderRetry {
         attempt: u32,

@@ -745,3 +745,58 @@ async fn session_files_are_private() {
     drop(begun);
     fx.shutdown().await;
 }
+
+/// The loop guard (issue 17): the same call with the same arguments several batches in
+/// a row gets a note to the model, and the person one notice per streak.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_call_again_and_again_gets_a_note_and_a_notice() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "same").unwrap();
+    let provider = Scripted::new(|request| {
+        let calls = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .count();
+        if calls < 5 {
+            ModelResponse::tool_calls(vec![call(
+                &format!("r{calls}"),
+                "read_file",
+                json!({"path": "a.txt"}),
+            )])
+        } else {
+            ModelResponse::text("done")
+        }
+    });
+    let service = service(dir.path(), provider, Config::default(), None);
+    let info = service
+        .create_session(dir.path().to_str().unwrap(), None)
+        .unwrap();
+    let ctl = service.controller(&info.session_id).unwrap();
+    let (mut events, _) = ctl.subscribe();
+    ctl.submit("read it".into(), None).unwrap();
+    let mut warnings = 0;
+    loop {
+        let event = tokio::time::timeout(WAIT, events.next_event())
+            .await
+            .unwrap()
+            .unwrap();
+        let value = serde_json::to_value(&event).unwrap();
+        if value["kind"] == "loop.warning" {
+            warnings += 1;
+            assert_eq!(value["data"]["name"], "read_file");
+        }
+        if value["type"] == "result" {
+            break;
+        }
+    }
+    assert_eq!(warnings, 1);
+    let history = service.store().load(&info.session_id).unwrap().messages;
+    let noted: Vec<bool> = history
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| m.text().contains("same call with the same arguments"))
+        .collect();
+    assert_eq!(noted, [false, false, true, true, true]);
+    service.shutdown().await;
+}

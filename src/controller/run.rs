@@ -43,7 +43,15 @@ struct Run {
     turn: TurnContext,
     /// Steered messages taken at a safe point whose append failed: back to pending.
     requeue: Vec<QueuedMessage>,
+    /// The last batch's calls (names and arguments) and how many batches in a row made
+    /// exactly those calls: the loop guard.
+    last_batch: String,
+    repeats: usize,
 }
+
+/// From this many identical batches in a row, the model is told it repeats itself and
+/// the person is shown a notice.
+const LOOP_AFTER: usize = 3;
 
 /// Starts a run task. A panic inside it ends the run as failed (an `error` event, the
 /// session paused and valid) instead of leaving it "running" forever (runtime review C17).
@@ -121,6 +129,8 @@ async fn run(ctl: Arc<SessionController>, first: Option<QueuedMessage>, token: C
         config,
         turn,
         requeue: Vec::new(),
+        last_batch: String::new(),
+        repeats: 0,
     };
     let outcome = run.drive(first).await;
     let Run {
@@ -205,7 +215,8 @@ impl Run {
                     }
                 }
             } else {
-                let cancelled = match self.tool_batch(calls).await {
+                let note = self.loop_guard(&calls);
+                let cancelled = match self.tool_batch(calls, note).await {
                     Ok(cancelled) => cancelled,
                     Err(err) => return Some(RunOutcome::Failed(err)),
                 };
@@ -336,7 +347,11 @@ impl Run {
     /// prefix is complete. On cancel, calls still open get a synthetic result, so the
     /// history never holds an assistant message with a call left unanswered (SPEC §2).
     /// Returns whether the batch was cancelled.
-    async fn tool_batch(&mut self, calls: Vec<ToolCall>) -> Result<bool, String> {
+    async fn tool_batch(
+        &mut self,
+        calls: Vec<ToolCall>,
+        note: Option<String>,
+    ) -> Result<bool, String> {
         let ctx = ToolContext {
             session_id: self.ctl.session_id().to_string(),
             workspace: PathBuf::from(&self.workspace),
@@ -382,13 +397,13 @@ impl Run {
                 next = running.next() => next,
             };
             let Some((index, result)) = next else { break };
-            results[index] = Some(self.finished(&calls[index], result));
+            results[index] = Some(self.finished(&calls[index], result, note.as_deref()));
             written = self.write_prefix(&mut results, written)?;
         }
         if cancelled {
             // Keep whatever already finished (or finishes now that it sees the cancel).
             while let Some(Some((index, result))) = running.next().now_or_never() {
-                results[index] = Some(self.finished(&calls[index], result));
+                results[index] = Some(self.finished(&calls[index], result, note.as_deref()));
             }
             // An approved change that has started is waited for: "Cancelled by user" must
             // not be recorded for a file that is changed anyway.
@@ -399,7 +414,8 @@ impl Run {
             while open_commit(&results) {
                 match tokio::time::timeout(COMMITTED_GRACE, running.next()).await {
                     Ok(Some((index, result))) => {
-                        results[index] = Some(self.finished(&calls[index], result));
+                        results[index] =
+                            Some(self.finished(&calls[index], result, note.as_deref()));
                     }
                     Ok(None) | Err(_) => break,
                 }
@@ -424,11 +440,48 @@ impl Run {
         Ok(cancelled)
     }
 
-    fn finished(&self, call: &ToolCall, result: Result<String, ToolError>) -> Message {
-        let (text, is_error) = match result {
+    /// Counts identical batches in a row; from [`LOOP_AFTER`] on returns the note each
+    /// result carries, and tells the person once per streak.
+    fn loop_guard(&mut self, calls: &[ToolCall]) -> Option<String> {
+        let key = calls
+            .iter()
+            .map(|c| format!("{}\u{0}{}", c.name, c.arguments))
+            .collect::<Vec<_>>()
+            .join("\u{1}");
+        if key == self.last_batch {
+            self.repeats += 1;
+        } else {
+            self.last_batch = key;
+            self.repeats = 1;
+        }
+        if self.repeats < LOOP_AFTER {
+            return None;
+        }
+        if self.repeats == LOOP_AFTER {
+            self.ctl.emit_progress(Progress::LoopWarning {
+                repeats: self.repeats as u32,
+                name: calls.first().map(|c| c.name.clone()).unwrap_or_default(),
+            });
+        }
+        Some(format!(
+            "\n\n[Bumblehive: this is the same call with the same arguments {} times in a row, and its result will not change. Do something different, or answer with what you have.]",
+            self.repeats
+        ))
+    }
+
+    fn finished(
+        &self,
+        call: &ToolCall,
+        result: Result<String, ToolError>,
+        note: Option<&str>,
+    ) -> Message {
+        let (mut text, is_error) = match result {
             Ok(text) => (text, false),
             Err(err) => (format!("Error: {err}"), true),
         };
+        if let Some(note) = note {
+            text.push_str(note);
+        }
         self.ctl.emit_progress(Progress::ToolCallFinished {
             call_id: call.id.clone(),
             name: call.name.clone(),
