@@ -16,4 +16,8 @@ active_runs: number, subagent_tasks: number,
 /**
  * Whether shell commands run in the OS sandbox, and if not, why (the UI says so once).
  */
-sandbox: SandboxStatus, };
+sandbox: SandboxStatus, 
+/**
+ * Whether the config names a model server; when not, the first run offers set-up.
+ */
+provider_configured: boolean, };
