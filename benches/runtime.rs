@@ -579,7 +579,10 @@ fn main() {
         )
         .expect("tempdir");
     // tmpfs, where a flush costs nothing: what is left is the runtime's own overhead.
-    let shm = Path::new("/dev/shm");
+    // A workspace may not be under /dev (a system folder), so not in /dev/shm: name a
+    // tmpfs folder elsewhere with BENCH_TMPFS (e.g. `mount -t tmpfs tmpfs /mnt/bench`).
+    let shm_dir = std::env::var_os("BENCH_TMPFS").map(PathBuf::from);
+    let shm = shm_dir.as_deref().unwrap_or(Path::new("/nonexistent"));
     let memory = shm
         .is_dir()
         .then(|| {

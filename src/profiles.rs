@@ -108,18 +108,7 @@ fn read_profile(path: &Path, format: Format) -> Result<Profile, String> {
         .and_then(|s| s.to_str())
         .unwrap_or("agent")
         .to_string();
-    let mut profile = Profile {
-        name: stem,
-        description: String::new(),
-        provider: None,
-        model: None,
-        tools: None,
-        disallowed_tools: Vec::new(),
-        max_turns: None,
-        instructions: String::new(),
-        source: path.display().to_string(),
-        notices: Vec::new(),
-    };
+    let mut profile = Profile::named(&stem, &path.display().to_string());
     match format {
         Format::Codex => read_codex(&text, &mut profile).map_err(|(line, m)| at(line, &m))?,
         Format::Ours | Format::Claude => {
@@ -388,18 +377,7 @@ mod tests {
     }
 
     fn read_profile_text(text: &str, format: Format) -> Result<Profile, (usize, String)> {
-        let mut profile = Profile {
-            name: String::new(),
-            description: String::new(),
-            provider: None,
-            model: None,
-            tools: None,
-            disallowed_tools: Vec::new(),
-            max_turns: None,
-            instructions: String::new(),
-            source: "test".into(),
-            notices: Vec::new(),
-        };
+        let mut profile = Profile::named("", "test");
         read_markdown(text, format, &mut profile)?;
         Ok(profile)
     }

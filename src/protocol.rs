@@ -668,6 +668,22 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// A profile with only a name and where it comes from; the rest is filled in.
+    pub fn named(name: &str, source: &str) -> Profile {
+        Profile {
+            name: name.to_string(),
+            description: String::new(),
+            provider: None,
+            model: None,
+            tools: None,
+            disallowed_tools: Vec::new(),
+            max_turns: None,
+            instructions: String::new(),
+            source: source.to_string(),
+            notices: Vec::new(),
+        }
+    }
+
     /// Whether the profile lets its agent use `tool`.
     pub fn allows(&self, tool: &str) -> bool {
         self.tools

@@ -255,7 +255,13 @@ impl RuntimeService {
         })
         .await
         .map_err(|err| RuntimeError::Unavailable(err.to_string()))??;
-        Ok(found
+        Ok(self.infos(found))
+    }
+
+    /// Session infos with the live state of those loaded (the stored one is right for
+    /// the others: nothing runs in them).
+    fn infos(&self, metas: Vec<crate::store::SessionMeta>) -> Vec<SessionInfo> {
+        metas
             .into_iter()
             .map(|meta| {
                 let state = self
@@ -264,7 +270,7 @@ impl RuntimeService {
                     .unwrap_or(meta.state);
                 meta.info(state)
             })
-            .collect())
+            .collect()
     }
 
     /// Files of a workspace for an @-mention, best matches first.
@@ -460,16 +466,7 @@ impl RuntimeService {
 
     pub fn list_sessions(&self, workspace: Option<&str>) -> Result<Vec<SessionInfo>, RuntimeError> {
         let metas = self.shared().store.list(workspace)?;
-        Ok(metas
-            .into_iter()
-            .map(|meta| {
-                let state = self
-                    .registry
-                    .live_state(&meta.session_id)
-                    .unwrap_or(meta.state);
-                meta.info(state)
-            })
-            .collect())
+        Ok(self.infos(metas))
     }
 
     /// Applies a merge patch to the config. Fails with `busy` while anything runs, and

@@ -122,18 +122,7 @@ pub fn unsandboxed() -> ToolRegistry {
 
 /// The standard tools, in their order, with `run_command` on the given settings.
 pub fn with_command(settings: bumblehive::sandbox::CommandSettings) -> ToolRegistry {
-    use bumblehive::tools::*;
-    let mut registry = ToolRegistry::default();
-    registry.register(Arc::new(ReadFile));
-    registry.register(Arc::new(ListDir));
-    registry.register(Arc::new(Glob));
-    registry.register(Arc::new(Grep));
-    registry.register(Arc::new(WriteFile));
-    registry.register(Arc::new(EditFile));
-    registry.register(RunCommand::configured(settings));
-    registry.register(Arc::new(SubAgent));
-    registry.register(Arc::new(MessageSubagent));
-    registry
+    ToolRegistry::standard_with(bumblehive::tools::RunCommand::configured(settings))
 }
 
 async fn call_off(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, ToolError> {

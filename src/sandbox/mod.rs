@@ -120,8 +120,9 @@ static SETTINGS: RwLock<Option<CommandSettings>> = RwLock::new(None);
 /// config change). Until called, the defaults apply.
 pub fn configure(settings: &CommandSettings) {
     *SETTINGS.write().unwrap_or_else(|p| p.into_inner()) = Some(settings.clone());
-    // Detects now, so the notice is logged at start rather than at the first command.
-    let _ = detect(settings.bwrap.as_deref());
+    // Not detected here: the probe starts bwrap (milliseconds), which `bumblehive run`
+    // would pay on every start. It runs at the first command or `app_info` (the desktop
+    // asks at start, so its notice still shows at once).
 }
 
 /// The command settings in force.

@@ -192,6 +192,11 @@ pub struct ToolRegistry {
 impl ToolRegistry {
     /// The standard tool set: read-only tools first, then the ones that change things.
     pub fn standard() -> Self {
+        Self::standard_with(Arc::new(RunCommand))
+    }
+
+    /// The standard tools with this `run_command` (e.g. one with its own sandbox settings).
+    pub fn standard_with(run_command: Arc<dyn Tool>) -> Self {
         let mut registry = ToolRegistry::default();
         registry.register(Arc::new(ReadFile));
         registry.register(Arc::new(ListDir));
@@ -199,7 +204,7 @@ impl ToolRegistry {
         registry.register(Arc::new(Grep));
         registry.register(Arc::new(WriteFile));
         registry.register(Arc::new(EditFile));
-        registry.register(Arc::new(RunCommand));
+        registry.register(run_command);
         registry.register(Arc::new(SubAgent));
         registry.register(Arc::new(MessageSubagent));
         registry
