@@ -42,7 +42,7 @@ export interface ToolLive {
 
 /** Something that happened in a transcript but is not a message: a stop or a failed run. */
 export interface Note {
-  kind: 'stopped' | 'error';
+  kind: 'stopped' | 'error' | 'notice';
   text: string;
   /** What the model had streamed when it was stopped (kept on screen, not thrown away). */
   partial?: string;
@@ -634,6 +634,18 @@ export class SessionModel {
           ),
         });
         if (progress.data.state !== 'running' && progress.data.state !== 'waiting_for_slot') this.options.onSessionsChanged?.();
+        return;
+      case 'loop.warning':
+        this.patchTranscript(sessionId, (t) => ({
+          notes: [
+            ...t.notes,
+            {
+              kind: 'notice',
+              text: `The agent made the same ${progress.data.name} call ${progress.data.repeats} times in a row; Bumblehive told it to try something else.`,
+              at: t.messages.length,
+            },
+          ],
+        }));
         return;
       case 'provider.retry':
         this.patchTranscript(sessionId, () => ({

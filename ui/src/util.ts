@@ -35,6 +35,8 @@ export function argumentHint(args: JsonValue | undefined): string {
 const RECENTS_KEY = 'bumblehive.recentWorkspaces';
 const LAST_SESSION_KEY = 'bumblehive.lastSession:';
 export const SETUP_KEY = 'bumblehive.providerChecked';
+/** Set once the person has seen that commands cannot be sandboxed here. */
+export const SANDBOX_KEY = 'bumblehive.sandbox-notice-seen';
 
 function storage(): Storage | null {
   try {

@@ -5,7 +5,7 @@ import type { SessionRef } from '../bindings/SessionRef';
 import { useAttention } from '../attention';
 import { toCommandError, type HostInfo, type Platform } from '../platform';
 import { parseUiState, withSession, withWorkspace, withoutLast, withoutWorkspace, type UiState } from '../uistate';
-import { SETUP_KEY, flag, forgetWorkspace, lastSession, readRecents, rememberSession, rememberWorkspace, setFlag } from '../util';
+import { SANDBOX_KEY, SETUP_KEY, flag, forgetWorkspace, lastSession, readRecents, rememberSession, rememberWorkspace, setFlag } from '../util';
 import { ContextMenu } from './ContextMenu';
 import { PlatformContext } from './context';
 import { Inbox } from './Inbox';
@@ -27,6 +27,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   const [selected, setSelected] = useState<string | null>(null);
   const [settings, setSettings] = useState<null | 'open' | 'welcome'>(null);
   const [offerSetup, setOfferSetup] = useState(false);
+  const [sandboxNotice, setSandboxNotice] = useState<string | null>(null);
   const [config, setConfig] = useState<any>(null);
   const [stats, setStats] = useState<PaneStats | null>(null);
   const [token, setToken] = useState('');
@@ -127,6 +128,16 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
         platform.initialWorkspace().catch(() => null),
         platform.invoke('get_config', {}).catch(() => null),
       ]);
+      // The sandbox's state: where commands cannot be sandboxed, say so once, clearly.
+      platform
+        .invoke('app_info', {})
+        .then((about) => {
+          const sandbox = about?.sandbox;
+          if (live && sandbox && !sandbox.available && !flag(SANDBOX_KEY)) {
+            setSandboxNotice(sandbox.reason ?? 'the sandbox is not available here');
+          }
+        })
+        .catch(() => undefined);
       if (!live) return;
       uiState.current = parseUiState(saved, { recents: readRecents() });
       setRecents(uiState.current.recents);
@@ -280,6 +291,24 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
           onSettings={() => setSettings('open')}
         />
         <main class="main">
+          {sandboxNotice && (
+            <div class="banner" data-testid="sandbox-banner" role="status">
+              <span>
+                Shell commands cannot run in the sandbox on this machine ({sandboxNotice}). Every command will ask for your approval first.
+              </span>
+              <button
+                type="button"
+                class="quiet"
+                data-testid="sandbox-dismiss"
+                onClick={() => {
+                  setFlag(SANDBOX_KEY);
+                  setSandboxNotice(null);
+                }}
+              >
+                Understood
+              </button>
+            </div>
+          )}
           {offerSetup && (
             <div class="banner setup-banner" data-testid="setup-banner">
               <span>No model provider chosen yet. Bumblehive can look for a local Ollama, LM Studio or llama.cpp server, or you enter one.</span>

@@ -86,6 +86,13 @@ function NoteView(props: { note: Note; canSend: boolean; onRetry?: () => Promise
   const { note } = props;
   const [error, setError] = useState<string | null>(null);
   const provider = note.kind === 'error' && PROVIDER_ERROR.test(note.text);
+  if (note.kind === 'notice') {
+    return (
+      <div class="note note-notice" data-testid="run-notice" role="status">
+        {note.text}
+      </div>
+    );
+  }
   return (
     <div class={`note note-${note.kind}`} data-testid={note.kind === 'error' ? 'run-error' : 'run-stopped'} role={note.kind === 'error' ? 'alert' : undefined}>
       {note.kind === 'error' ? (

@@ -115,6 +115,15 @@ describe('events rendered into the chat and the tabs', () => {
     expect($(root, 'progress')).toBeNull();
   });
 
+  it('says so when the agent repeats the same call (the loop guard)', async () => {
+    const { fake, root } = await openParent();
+    expect($(root, 'run-notice')).toBeNull();
+    await inAct(() => fake.emit(P, kind(P, 'loop.warning', { name: 'read_file', repeats: 3 })));
+    const notice = $(root, 'run-notice')!;
+    expect(notice.textContent).toContain('same read_file call 3 times');
+    expect(notice.getAttribute('role')).toBe('status');
+  });
+
   it('merges the history read from disk with events that arrived meanwhile, and re-syncs on a new snapshot', async () => {
     const history = [
       { role: 'user', content: 'first', id: 'msg-0' },

@@ -68,3 +68,31 @@ describe('first run', () => {
     expect(fake.callsOf('submit')).toEqual([{ session_id: 'p', content: 'summarise', config: null }]);
   });
 });
+
+describe('sandbox notice', () => {
+  it('says once, clearly, that commands cannot be sandboxed here and that every command asks', async () => {
+    const fake = workspacePlatform([info('p')]);
+    fake.host = { home_dir: '/home/me', provider_configured: true };
+    fake.handlers.app_info = () => ({
+      version: '0.1.0',
+      commit: 'x',
+      sandbox: { available: false, reason: 'bwrap is not installed', policy: 'sandbox', kind: 'bubblewrap' },
+    });
+    const mounted = await mountApp(fake, 'p');
+    unmount = mounted.unmount;
+    const banner = $(mounted.root, 'sandbox-banner')!;
+    expect(banner.textContent).toContain('bwrap is not installed');
+    expect(banner.textContent).toContain('Every command will ask');
+    await inAct(() => $(mounted.root, 'sandbox-dismiss')!.click());
+    expect($(mounted.root, 'sandbox-banner')).toBeNull();
+  });
+
+  it('says nothing where the sandbox works', async () => {
+    const fake = workspacePlatform([info('p')]);
+    fake.host = { home_dir: '/home/me', provider_configured: true };
+    fake.handlers.app_info = () => ({ version: '0.1.0', sandbox: { available: true, policy: 'sandbox', kind: 'bubblewrap' } });
+    const mounted = await mountApp(fake, 'p');
+    unmount = mounted.unmount;
+    expect($(mounted.root, 'sandbox-banner')).toBeNull();
+  });
+});
