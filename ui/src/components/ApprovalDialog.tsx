@@ -127,7 +127,9 @@ export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; 
           </button>
           {approval.rememberable && (
             <button type="button" disabled={busy} data-testid="approval-always" onClick={() => void decide(true, true)}>
-              Always allow {approval.tool} in this session
+              {approval.remember_label
+                ? approval.remember_label.charAt(0).toUpperCase() + approval.remember_label.slice(1)
+                : `Always allow ${approval.tool} in this session`}
             </button>
           )}
           <button type="button" class="danger" disabled={busy} data-testid="approval-deny" onClick={() => void decide(false, false)}>

@@ -71,6 +71,10 @@ describe('the approval dialog', () => {
     expect($(second.dialog, 'approval-always')).toBeNull();
     expect(second.dialog.textContent).toContain('The agent wants to run write_file');
     expect($(second.dialog, 'approval-arguments')!.textContent).toContain('"path": "src/auth.rs"');
+    // The button says what "always" covers: one command, never any command.
+    unmount?.();
+    const third = await withApproval({ tool: 'run_command', remember_label: 'always allow `cargo test` (with any further plain arguments) in this session' });
+    expect($(third.dialog, 'approval-always')!.textContent).toBe('Always allow `cargo test` (with any further plain arguments) in this session');
   });
 
   it('Deny sends the optional reason', async () => {
