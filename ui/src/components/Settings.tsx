@@ -8,6 +8,8 @@ export interface ProviderForm {
   base_url: string;
   model: string;
   api_key_env: string;
+  /** How shell commands run (`tools.command.policy`). */
+  command_policy: 'sandbox' | 'ask' | 'off';
 }
 
 /** The well-known local servers the first start offers to look for. */
@@ -23,6 +25,7 @@ export function formFromConfig(config: any): ProviderForm {
     base_url: typeof p.base_url === 'string' ? p.base_url : '',
     model: typeof p.model === 'string' ? p.model : '',
     api_key_env: typeof p.api_key_env === 'string' ? p.api_key_env : '',
+    command_policy: ['sandbox', 'ask', 'off'].includes(config?.tools?.command?.policy) ? config.tools.command.policy : 'sandbox',
   };
 }
 
@@ -42,11 +45,15 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
   const [logDir, setLogDir] = useState<string | null>(null);
   const [about, setAbout] = useState<{ version: string; commit: string | null } | null>(null);
   const box = useRef<HTMLDivElement>(null);
+  // The command policy as the config has it, so that only a change is sent.
+  const loadedPolicy = useRef<ProviderForm['command_policy']>('sandbox');
 
   const load = async () => {
     setLoadError(null);
     try {
-      setForm(formFromConfig(await platform.invoke('get_config', {})));
+      const loaded = formFromConfig(await platform.invoke('get_config', {}));
+      loadedPolicy.current = loaded.command_policy;
+      setForm(loaded);
     } catch (err) {
       setLoadError(toCommandError(err).message);
     }
@@ -97,9 +104,15 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
           api_key_env: form.api_key_env.trim() || null,
         },
       };
+      // Only a changed command policy is sent (a patch changes what it names).
+      if (loadedPolicy.current !== form.command_policy) {
+        (patch as Record<string, unknown>).tools = { command: { policy: form.command_policy } };
+      }
       const args: UpdateConfig = { patch };
       const config = await platform.invoke('update_config', args);
-      setForm(formFromConfig(config));
+      const next = formFromConfig(config);
+      loadedPolicy.current = next.command_policy;
+      setForm(next);
       setSaved(true);
       props.onSaved(config);
     } catch (err) {
@@ -131,7 +144,7 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
   };
   const use = (kind: ProviderForm['kind'], base_url: string, model?: string) => {
     setSaved(false);
-    setForm((f) => ({ ...(f ?? { kind, base_url, model: '', api_key_env: '' }), kind, base_url, model: model ?? f?.model ?? '' }));
+    setForm((f) => ({ ...(f ?? { kind, base_url, model: '', api_key_env: '', command_policy: 'sandbox' as const }), kind, base_url, model: model ?? f?.model ?? '' }));
   };
 
   const onKeyDown = (e: KeyboardEvent) => {
@@ -220,6 +233,14 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
               <input type="text" value={form.api_key_env} data-testid="settings-api-key-env" onInput={field('api_key_env')} placeholder="e.g. OPENAI_API_KEY (empty for local servers)" />
             </label>
             <p class="muted">The key itself is never stored here: Bumblehive reads it from that variable or the system keyring.</p>
+            <label>
+              <span>Shell commands</span>
+              <select value={form.command_policy} data-testid="settings-command-policy" onChange={field('command_policy')}>
+                <option value="sandbox">In the sandbox; run without asking (ask only for network or writes outside)</option>
+                <option value="ask">In the sandbox; ask every time</option>
+                <option value="off">Not sandboxed; ask every time</option>
+              </select>
+            </label>
             <label>
               <span>API key (kept in the system keyring)</span>
               <div class="row">

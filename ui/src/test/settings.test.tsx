@@ -9,6 +9,23 @@ afterEach(() => {
 });
 
 describe('settings', () => {
+  it('sets how shell commands run (tools.command.policy), sending it only when it changed', async () => {
+    const fake = workspacePlatform([info('p')]);
+    fake.handlers.update_config = ({ patch }) => ({ provider: { ...patch.provider }, tools: patch.tools ?? {} });
+    const mounted = await mountApp(fake, 'p');
+    unmount = mounted.unmount;
+    await inAct(() => $(mounted.root, 'settings-button')!.click());
+    const dialog = $(mounted.root, 'settings-dialog')!;
+    const select = $(dialog, 'settings-command-policy') as HTMLSelectElement;
+    expect(select.value).toBe('sandbox');
+    await inAct(() => $(dialog, 'settings-save')!.click());
+    expect(fake.callsOf('update_config').at(-1)!.patch.tools).toBeUndefined();
+    select.value = 'off';
+    await inAct(() => select.dispatchEvent(new Event('change', { bubbles: true })));
+    await inAct(() => $(dialog, 'settings-save')!.click());
+    expect(fake.callsOf('update_config').at(-1)!.patch.tools).toEqual({ command: { policy: 'off' } });
+  });
+
   it('reads the config, saves a provider patch, and shows busy clearly with Retry', async () => {
     const fake = workspacePlatform([info('p')]);
     fake.handlers.update_config = () => {
