@@ -690,6 +690,21 @@ async fn server_two_clients_see_the_same_events_and_a_stalled_one_slows_no_one()
         )
         .await
         .unwrap();
+    // Wait until the server has subscribed it (its first snapshot arrives): a client
+    // subscribed only after the flood would have nothing to fall behind on.
+    let needle = br#"{"type":"snapshot""#;
+    let first_snapshot = async {
+        let mut seen: Vec<u8> = Vec::new();
+        let mut buffer = [0u8; 512];
+        while !seen.windows(needle.len()).any(|w| w == needle) {
+            let n = stalled.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "the stalled client's stream ended at once");
+            seen.extend_from_slice(&buffer[..n]);
+        }
+    };
+    tokio::time::timeout(WAIT, first_snapshot)
+        .await
+        .expect("the stalled client was never subscribed");
     server
         .ok("submit", json!({"session_id": id, "content": "ROOT:flood"}))
         .await;
@@ -733,7 +748,6 @@ async fn server_two_clients_see_the_same_events_and_a_stalled_one_slows_no_one()
     }
     // The stalled client, read at last, was told to resync with a fresh snapshot.
     let resynced = async {
-        let needle = br#"{"type":"snapshot""#;
         let mut tail: Vec<u8> = Vec::new();
         let mut snapshots = 0;
         let mut buffer = vec![0u8; 65536];
@@ -743,15 +757,19 @@ async fn server_two_clients_see_the_same_events_and_a_stalled_one_slows_no_one()
             // Scan only what is new (plus a needle's length of overlap).
             tail.extend_from_slice(&buffer[..n]);
             snapshots += tail.windows(needle.len()).filter(|w| w == needle).count();
-            if snapshots >= 2 {
+            // The first snapshot was read above: one more is the resync.
+            if snapshots >= 1 {
                 return;
             }
             let keep = tail.len().saturating_sub(needle.len() - 1);
             tail.drain(..keep);
         }
     };
-    // The stalled socket is read only now: what the server still holds comes first.
-    tokio::time::timeout(WAIT * 5, resynced)
+    // The stalled socket is read only now. Its 2 KB window has been shut for the whole
+    // flood, so the server's kernel only learns it is open again at its next zero-window
+    // probe, whose interval backs off while the window stays shut (up to TCP_RTO_MAX,
+    // 120 s): wait past that, or the test depends on the host's timer state.
+    tokio::time::timeout(std::time::Duration::from_secs(150), resynced)
         .await
         .expect("the stalled client never got a fresh snapshot");
 }
