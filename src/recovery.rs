@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use crate::controller::{INTERRUPTED_RESULT, unanswered_calls};
+use crate::controller::interrupted_results;
 use crate::error::RuntimeError;
 use crate::protocol::{RunConfig, SessionId, SessionState, nth_report_message_id, report_text};
 use crate::store::{ReportRecord, SessionMeta, SessionStore};
@@ -44,19 +44,15 @@ pub(crate) fn recover(
         .filter(|m| m.state == SessionState::Running)
     {
         let loaded = store.load(&meta.session_id)?;
-        let unanswered = unanswered_calls(&loaded.messages);
-        if !unanswered.is_empty() && !loaded.damaged {
-            let results: Vec<_> = unanswered
-                .iter()
-                .map(|id| crate::protocol::Message::tool(id, INTERRUPTED_RESULT))
-                .collect();
+        let results = interrupted_results(&loaded.messages);
+        if !results.is_empty() && !loaded.damaged {
             store.append(&meta.session_id, &results)?;
             store.sync(&meta.session_id)?;
         }
         let finished_child = meta.task_id.is_some()
             && !meta.reported
             && final_answer(&loaded.messages).is_some()
-            && unanswered.is_empty();
+            && results.is_empty();
         if meta.task_id.is_some() && !meta.reported && !finished_child {
             meta.interrupted = true;
             stats.interrupted_children += 1;

@@ -112,6 +112,24 @@ async fn approval_asked_and_child_started(events: &mut Subscription, parent: &st
     }
 }
 
+/// A parent stopped while its write waited for approval, whose one child then reported:
+/// the report waits in the pending queue.
+async fn paused_with_a_queued_report(fx: &Delegation, root: &str) -> crate::support::Begun {
+    let mut begun = fx.begin(root, 1, true, None).await;
+    let parent = begun.session_id.clone();
+    approval_asked_and_child_started(&mut begun.events, &parent).await;
+    begun.controller.cancel().await;
+    fx.provider.gate(&format!("{root}-0")).set();
+    receive(
+        &mut begun.events,
+        "message_status",
+        Some(&parent),
+        Some("queued"),
+    )
+    .await;
+    begun
+}
+
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
@@ -121,18 +139,8 @@ fn open_fds() -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c1_a_discarded_report_stays_discarded_after_a_restart() {
     let mut fx = Delegation::new();
-    let mut begun = fx.begin("discard", 1, true, None).await;
+    let begun = paused_with_a_queued_report(&fx, "discard").await;
     let parent = begun.session_id.clone();
-    approval_asked_and_child_started(&mut begun.events, &parent).await;
-    begun.controller.cancel().await;
-    fx.provider.gate("discard-0").set();
-    receive(
-        &mut begun.events,
-        "message_status",
-        Some(&parent),
-        Some("queued"),
-    )
-    .await;
     let pending = begun.controller.pending();
     assert_eq!(pending.len(), 1);
     begun.controller.discard(&pending[0].message_id).unwrap();
@@ -663,18 +671,7 @@ async fn c17_a_panic_in_a_run_fails_that_run_and_nothing_else() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c19_steer_during_shutdown_starts_no_run() {
     let fx = Delegation::new();
-    let mut begun = fx.begin("late", 1, true, None).await;
-    let parent = begun.session_id.clone();
-    approval_asked_and_child_started(&mut begun.events, &parent).await;
-    begun.controller.cancel().await;
-    fx.provider.gate("late-0").set();
-    receive(
-        &mut begun.events,
-        "message_status",
-        Some(&parent),
-        Some("queued"),
-    )
-    .await;
+    let begun = paused_with_a_queued_report(&fx, "late").await;
     fx.wait_idle().await;
     fx.service.shutdown().await;
     let pending = begun.controller.pending();

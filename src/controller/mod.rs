@@ -769,12 +769,8 @@ impl SessionController {
             Some(history) => history,
             None => self.shared.store.load(&self.meta.session_id)?.messages,
         };
-        let unanswered = unanswered_calls(&history);
-        if !unanswered.is_empty() {
-            let results: Vec<Message> = unanswered
-                .iter()
-                .map(|id| Message::tool(id, INTERRUPTED_RESULT))
-                .collect();
+        let results = interrupted_results(&history);
+        if !results.is_empty() {
             self.shared.store.append(&self.meta.session_id, &results)?;
             history.extend(results);
         }
@@ -785,10 +781,7 @@ impl SessionController {
     /// run's copy of it).
     pub(crate) fn repair_stored_history(&self) -> Result<(), RuntimeError> {
         let history = self.shared.store.load(&self.meta.session_id)?.messages;
-        let results: Vec<Message> = unanswered_calls(&history)
-            .iter()
-            .map(|id| Message::tool(id, INTERRUPTED_RESULT))
-            .collect();
+        let results = interrupted_results(&history);
         if !results.is_empty() {
             self.shared.store.append(&self.meta.session_id, &results)?;
         }
@@ -1022,8 +1015,17 @@ fn started_task_ids(messages: &[Message]) -> impl Iterator<Item = String> + '_ {
         })
 }
 
+/// A synthetic result for each call of the last assistant message that has none, so the
+/// history is valid to send again (SPEC §2): what a run start, a panic and recovery add.
+pub(crate) fn interrupted_results(messages: &[Message]) -> Vec<Message> {
+    unanswered_calls(messages)
+        .iter()
+        .map(|id| Message::tool(id, INTERRUPTED_RESULT))
+        .collect()
+}
+
 /// Ids of the calls of the last assistant message that have no result yet.
-pub(crate) fn unanswered_calls(messages: &[Message]) -> Vec<String> {
+fn unanswered_calls(messages: &[Message]) -> Vec<String> {
     let Some(index) = messages.iter().rposition(|m| m.role == Role::Assistant) else {
         return Vec::new();
     };

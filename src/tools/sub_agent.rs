@@ -8,6 +8,26 @@ use super::{Access, ApprovalAsk, Tool, ToolContext, ToolError, parse_args};
 
 pub struct SubAgent;
 
+/// Both delegation tools are free by default but go through the gate, so that a
+/// configured `ask` policy applies; then they need the session's delegator.
+async fn delegator_after_gate<'a>(
+    ctx: &'a ToolContext,
+    tool: &str,
+    arguments: Value,
+    without: &str,
+) -> Result<&'a std::sync::Arc<dyn super::Delegator>, ToolError> {
+    ctx.ask(ApprovalAsk {
+        tool: tool.to_string(),
+        arguments,
+        diff: None,
+        access: Access::Read,
+    })
+    .await?;
+    ctx.delegator
+        .as_ref()
+        .ok_or_else(|| ToolError::Failed(without.to_string()))
+}
+
 #[derive(Deserialize)]
 struct SubAgentArgs {
     title: String,
@@ -46,19 +66,13 @@ Returns at once with a task id; the sub-agent's report arrives later as a user m
         if args.task.trim().is_empty() {
             return Err(ToolError::InvalidArguments("task must not be empty".into()));
         }
-        // Free by default; through the gate so that a configured `ask` policy applies.
-        ctx.ask(ApprovalAsk {
-            tool: self.name().to_string(),
+        let delegator = delegator_after_gate(
+            ctx,
+            self.name(),
             arguments,
-            diff: None,
-            access: Access::Read,
-        })
+            "this session cannot delegate further (subagents.max_depth)",
+        )
         .await?;
-        let Some(delegator) = &ctx.delegator else {
-            return Err(ToolError::Failed(
-                "this session cannot delegate further (subagents.max_depth)".into(),
-            ));
-        };
         let task_id = delegator
             .delegate(
                 ctx,
@@ -114,18 +128,13 @@ impl Tool for MessageSubagent {
                 "message must not be empty".into(),
             ));
         }
-        ctx.ask(ApprovalAsk {
-            tool: self.name().to_string(),
+        let delegator = delegator_after_gate(
+            ctx,
+            self.name(),
             arguments,
-            diff: None,
-            access: Access::Read,
-        })
+            "this session has no sub-agents to message",
+        )
         .await?;
-        let Some(delegator) = &ctx.delegator else {
-            return Err(ToolError::Failed(
-                "this session has no sub-agents to message".into(),
-            ));
-        };
         let status = delegator
             .follow_up(ctx, &args.task_id, args.message)
             .await
