@@ -495,7 +495,9 @@ async fn context(messages: usize, window: usize, calls: usize) {
         turn += 1;
     }
     history.truncate(messages);
-    let system = Message::system(bumblehive::system_prompt("/w", false));
+    let system = Message::system(
+        "You are Bumblehive, a coding agent working with a person on the files of one workspace.\nWorkspace: /w",
+    );
     let policy = Policy::default();
     let full = estimate_tokens(
         &compaction::build_messages(system.clone(), &history, None),

@@ -120,6 +120,10 @@ pub async fn execute(
             service.cancel_session(&a.session_id).await?;
             CommandOutput::Cancel(done())
         }
+        Command::Compact(a) => {
+            service.controller(&a.session_id)?.compact()?;
+            CommandOutput::Compact(done())
+        }
         Command::ResumeSubagent(a) => {
             service.resume_subagent(&a.session_id).await?;
             CommandOutput::ResumeSubagent(done())

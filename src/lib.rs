@@ -46,7 +46,7 @@ pub mod subagents;
 pub mod tools;
 pub mod workspace;
 
-pub use controller::{CANCELLED_RESULT, system_prompt};
+pub use controller::CANCELLED_RESULT;
 
 /// The git commit this build was made from, set by the build script when it can tell.
 pub const BUILD_COMMIT: &str = match option_env!("BUMBLEHIVE_COMMIT") {

@@ -268,6 +268,15 @@ pub struct Snapshot {
     /// Tokens of this session and of the whole tree below it.
     pub usage: Usage,
     pub tree_usage: Usage,
+    /// How full the model's window is, as of the last model call (`None` before one).
+    #[serde(default)]
+    pub context: Option<ContextMeter>,
+    /// The instruction files (AGENTS.md, CLAUDE.md, the user's) the last run loaded.
+    #[serde(default)]
+    pub instructions: Vec<InstructionFile>,
+    /// The id of the latest compaction, when the history has been compacted.
+    #[serde(default)]
+    pub compacted: Option<String>,
 }
 
 /// One event out of the core (SPEC §5). Every event names the session it is about;
@@ -362,6 +371,12 @@ pub enum Progress {
     /// The model made the same calls several batches in a row (the loop guard).
     #[serde(rename = "loop.warning")]
     LoopWarning { name: String, repeats: u32 },
+    /// The history was compacted before a model call (the UI draws its divider).
+    #[serde(rename = "context.compacted")]
+    Compacted { compaction: Compaction },
+    /// The context meter changed.
+    #[serde(rename = "context.usage")]
+    Context { meter: ContextMeter },
     #[serde(rename = "provider.retry")]
     ProviderRetry {
         attempt: u32,
@@ -398,6 +413,8 @@ pub mod kinds {
     pub const MESSAGE_DISCARDED: &str = "message.discarded";
     pub const SUBAGENT_STATE: &str = "subagent.state";
     pub const PROVIDER_RETRY: &str = "provider.retry";
+    pub const CONTEXT_COMPACTED: &str = "context.compacted";
+    pub const CONTEXT_USAGE: &str = "context.usage";
 }
 
 /// The arguments of the command table (SPEC §9).
@@ -481,6 +498,10 @@ pub mod commands {
     pub struct SessionWithMessages {
         pub info: SessionInfo,
         pub messages: Vec<Message>,
+        /// The history's compactions, oldest first: each is drawn as a divider before
+        /// message `first_kept` ("Earlier conversation summarised", with its summary).
+        #[serde(default)]
+        pub compactions: Vec<Compaction>,
         /// Set when the stored history was damaged and had to be repaired on load.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub notice: Option<String>,
@@ -641,6 +662,7 @@ pub mod commands {
         list_files => ListFiles(ListFiles) -> FileList;
         set_model => SetModel(SetModel) -> SessionInfo;
         list_agents => ListAgents(ListAgents) -> Profiles;
+        compact => Compact(SessionRef) -> Empty;
     }
 }
 
@@ -855,4 +877,113 @@ mod tests {
         let back: Message = serde_json::from_str(&text).unwrap_or_else(|_| Message::system(""));
         assert_eq!(back, message);
     }
+}
+
+// ---- Context: compaction markers, the context meter, loaded instruction files ----
+
+/// How a compaction dealt with the earlier conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionKind {
+    /// Old turns were replaced by a summary the model wrote.
+    Summary,
+    /// Only oversized old tool results were replaced by stubs; nothing was summarised.
+    Elided,
+    /// The summary could not be made (the call failed or did not fit): the oldest turns
+    /// were dropped, the person's messages and any earlier summary kept.
+    Dropped,
+}
+
+/// The marker of one compaction, stored as its own line kind in `messages.jsonl`
+/// (`{"compaction": {...}}`). The latest marker decides the request; indices are into
+/// the stored history, which is append-only, so they stay valid after a reload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct Compaction {
+    pub id: String,
+    pub kind: CompactionKind,
+    /// The history's length when the marker was made: usage that assistant messages before
+    /// it report was counted for a request that no longer exists.
+    #[ts(type = "number")]
+    pub at: usize,
+    /// The first message sent verbatim after the summary; everything before it is
+    /// represented by `kept_user` and `summary`.
+    #[ts(type = "number")]
+    pub first_kept: usize,
+    /// Messages of the person before `first_kept` that are sent verbatim (the session's
+    /// first user message always among them, first).
+    #[serde(default)]
+    #[ts(type = "Array<number>")]
+    pub kept_user: Vec<usize>,
+    /// Tool results at or after `first_kept` that are sent as a stub.
+    #[serde(default)]
+    #[ts(type = "Array<number>")]
+    pub elided: Vec<usize>,
+    /// The summary of everything before `first_kept` (earlier summaries included).
+    #[serde(default)]
+    pub summary: Option<String>,
+    /// Estimated tokens of the request before and after, for the divider and the meter.
+    #[serde(default)]
+    #[ts(type = "number")]
+    pub tokens_before: usize,
+    #[serde(default)]
+    #[ts(type = "number")]
+    pub tokens_after: usize,
+    /// Why no summary was made, for [`CompactionKind::Dropped`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The context meter of a session: the status line and each child tab show its label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct ContextMeter {
+    #[ts(type = "number")]
+    pub used: u64,
+    #[ts(type = "number")]
+    pub window: u64,
+    /// `used` of `window`, rounded down, at most 100 (shown as full when over).
+    pub percent: u8,
+}
+
+impl ContextMeter {
+    pub fn new(used: usize, window: u32) -> Self {
+        let used = u64::try_from(used).unwrap_or(u64::MAX);
+        let window = u64::from(window.max(1));
+        let percent = (used.saturating_mul(100) / window).min(100);
+        ContextMeter {
+            used,
+            window,
+            percent: u8::try_from(percent).unwrap_or(100),
+        }
+    }
+
+    /// "41 % of 32k".
+    pub fn label(&self) -> String {
+        // Windows are powers of two (32768) or round thousands (128000): both read as "32k".
+        let window = if self.window >= 1024 && self.window % 1024 == 0 {
+            format!("{}k", self.window / 1024)
+        } else if self.window >= 1000 {
+            format!("{}k", (self.window + 500) / 1000)
+        } else {
+            self.window.to_string()
+        };
+        format!("{} % of {window}", self.percent)
+    }
+}
+
+/// One file that was loaded, as the UI lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct InstructionFile {
+    pub path: String,
+    /// The file's size on disk.
+    #[ts(type = "number")]
+    pub bytes: u64,
+    /// Tokens of what the prompt carries of it (a quarter of its bytes).
+    #[ts(type = "number")]
+    pub tokens_estimate: u64,
+    /// Whether the cap cut it short.
+    pub truncated: bool,
 }

@@ -6,12 +6,16 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::approvals::ApprovalBook;
 use crate::config::{Config, ProviderConfig, ToolPolicy};
+use crate::context::environment::Environment;
+use crate::context::instructions::Instructions;
+use crate::context::window::ContextWindow;
 use crate::protocol::{Profiles, SessionId, Usage};
 use crate::provider::{ModelProvider, ModelSettings, ProviderError, ProviderFactory, ToolSpec};
 use crate::store::SessionStore;
@@ -39,6 +43,11 @@ pub struct TurnContext {
     pub instructions: String,
     /// The provider's name and the model, for the UI and usage.
     pub provider_name: String,
+    /// The provider block the run uses (its model included): the context window is
+    /// resolved from it.
+    pub block: ProviderConfig,
+    /// When and how the history is compacted (`context.compact_at`, the answer's room).
+    pub compaction: crate::context::compaction::Policy,
 }
 
 /// What a run asks for when it resolves its turn context.
@@ -100,7 +109,17 @@ pub struct Shared {
     pub(crate) tools: ToolRegistry,
     /// The `sub_agent` tool's back end; set once the registry exists.
     pub(crate) delegator: OnceLock<Arc<dyn Delegator>>,
+    /// Context windows found per provider, with the block they were found for: asking a
+    /// server once per provider is enough (a changed block asks again).
+    windows: Mutex<HashMap<String, (ProviderConfig, ContextWindow)>>,
+    /// The latest environment detection per workspace: sessions opened within
+    /// [`ENVIRONMENT_FRESH`] of it (a fan-out's children) share it instead of each
+    /// starting `git status`.
+    environments: Mutex<HashMap<PathBuf, (Instant, Arc<Environment>)>>,
 }
+
+/// How long one workspace's environment detection is reused by other sessions.
+const ENVIRONMENT_FRESH: Duration = Duration::from_secs(10);
 
 /// What a [`Shared`] is built from.
 pub(crate) struct SharedParts {
@@ -144,7 +163,64 @@ impl Shared {
             tree_usage: Mutex::new(HashMap::new()),
             tools,
             delegator: OnceLock::new(),
+            windows: Mutex::new(HashMap::new()),
+            environments: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The model's context window for a run's provider block (config, server, table or
+    /// default), found once per provider and block.
+    pub(crate) async fn context_window(&self, name: &str, block: &ProviderConfig) -> ContextWindow {
+        if let Some((seen, window)) = self
+            .windows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+        {
+            if seen == block {
+                return *window;
+            }
+        }
+        let window = crate::context::window::resolve(block).await;
+        self.windows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), (block.clone(), window));
+        window
+    }
+
+    /// The environment of a workspace for a session's system prompt.
+    pub(crate) async fn environment(&self, workspace: &Path) -> Arc<Environment> {
+        if let Some((when, env)) = self
+            .environments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(workspace)
+        {
+            if when.elapsed() < ENVIRONMENT_FRESH {
+                return env.clone();
+            }
+        }
+        let env = Arc::new(Environment::detect(workspace).await);
+        let mut cache = self.environments.lock().unwrap_or_else(|p| p.into_inner());
+        cache.retain(|_, (when, _)| when.elapsed() < ENVIRONMENT_FRESH);
+        cache.insert(workspace.to_path_buf(), (Instant::now(), env.clone()));
+        env
+    }
+
+    /// The project instructions of a workspace (AGENTS.md / CLAUDE.md and the user's file
+    /// beside the config), read on a blocking thread.
+    pub(crate) async fn instructions(&self, workspace: &Path) -> Instructions {
+        let workspace = workspace.to_path_buf();
+        let user_dir = self.user_dir();
+        tokio::task::spawn_blocking(move || {
+            crate::context::instructions::load(&workspace, None, user_dir.as_deref())
+        })
+        .await
+        .unwrap_or_else(|err| Instructions {
+            notices: vec![format!("cannot read the instruction files: {err}")],
+            ..Instructions::default()
+        })
     }
 
     pub fn config(&self) -> Config {
@@ -285,6 +361,9 @@ impl Shared {
             limits,
             instructions: profile.map(|p| p.instructions).unwrap_or_default(),
             provider_name: provider_name.to_string(),
+            compaction: crate::context::compaction::Policy::from_config(&config.context)
+                .with_reserve_output(block.max_tokens),
+            block,
         })
     }
 

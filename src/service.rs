@@ -460,6 +460,7 @@ impl RuntimeService {
         Ok(commands::SessionWithMessages {
             info: loaded.meta.info(state),
             messages: loaded.messages,
+            compactions: loaded.compactions,
             notice: loaded.notice,
         })
     }

@@ -1,4 +1,4 @@
-//! The on-disk session store: one folder per session with `meta.json` (atomic replace) and `messages.jsonl` (append-only, one message per line).
+//! The on-disk session store: one folder per session with `meta.json` (atomic replace) and `messages.jsonl` (append-only, one message per line, plus `{"compaction": …}` marker lines).
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
-use crate::protocol::{Message, SessionId, SessionInfo, SessionState, Usage};
+use crate::protocol::{Compaction, Message, SessionId, SessionInfo, SessionState, Usage};
 
 const META: &str = "meta.json";
 const MESSAGES: &str = "messages.jsonl";
@@ -143,6 +143,9 @@ impl SessionMeta {
 pub struct LoadedSession {
     pub meta: SessionMeta,
     pub messages: Vec<Message>,
+    /// The compaction markers among the lines, oldest first; the last one decides what the
+    /// next request sends (`context::compaction::build_messages`).
+    pub compactions: Vec<Compaction>,
     pub notice: Option<String>,
     /// Lines other than a torn last one were unreadable: the session must not be written.
     pub damaged: bool,
@@ -307,11 +310,16 @@ impl SessionStore {
             })?;
             bytes.push(b'\n');
         }
+        self.append_bytes(id, &bytes)
+    }
+
+    /// One write of whole lines to a session's history.
+    fn append_bytes(&self, id: &str, bytes: &[u8]) -> Result<(), StoreError> {
         let writer = self.writer(id)?;
         let mut file = writer
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Err(err) = file.write_all(&bytes) {
+        if let Err(err) = file.write_all(bytes) {
             // A failed write may leave a torn line: close the file so the next append
             // reopens it and cuts the tail off first (runtime review C7).
             drop(file);
@@ -319,6 +327,20 @@ impl SessionStore {
             return Err(StoreError::io(&self.root.join(id).join(MESSAGES), err));
         }
         Ok(())
+    }
+
+    /// Appends a compaction marker as its own line: the messages before it stay as they
+    /// are, so the history keeps everything and a reload rebuilds the same request.
+    pub fn append_compaction(&self, id: &str, marker: &Compaction) -> Result<(), StoreError> {
+        let mut bytes = serde_json::to_vec(&MarkerLine {
+            compaction: marker.clone(),
+        })
+        .map_err(|err| StoreError::Io {
+            path: id.to_string(),
+            source: std::io::Error::other(err),
+        })?;
+        bytes.push(b'\n');
+        self.append_bytes(id, &bytes)
     }
 
     /// Closes a session's history file (its run ended); the next append reopens it.
@@ -407,7 +429,12 @@ impl SessionStore {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(err) => return Err(StoreError::io(&path, err)),
         };
-        let (messages, notice, damaged) = parse_history(&text);
+        let History {
+            messages,
+            compactions,
+            notice,
+            damaged,
+        } = parse_history(&text);
         if let Some(notice) = &notice {
             tracing::warn!(session = id, "{notice}");
         }
@@ -422,6 +449,7 @@ impl SessionStore {
         Ok(LoadedSession {
             meta,
             messages,
+            compactions,
             notice,
             damaged,
         })
@@ -585,10 +613,29 @@ fn read_meta(path: &Path, id: &str) -> Result<SessionMeta, StoreError> {
     })
 }
 
-/// Parses JSON lines; returns the messages, what was skipped and why, and whether a
-/// line other than a torn last one was unreadable.
-pub fn parse_history(bytes: &[u8]) -> (Vec<Message>, Option<String>, bool) {
-    let mut messages = Vec::new();
+/// A history file read back: the messages, the compaction markers between them, and
+/// what was skipped.
+#[derive(Debug, Default)]
+pub struct History {
+    pub messages: Vec<Message>,
+    pub compactions: Vec<Compaction>,
+    /// What was skipped and why.
+    pub notice: Option<String>,
+    /// A line other than a torn last one was unreadable.
+    pub damaged: bool,
+}
+
+/// A marker line: an object with the one key `compaction`, which no message has, so the
+/// two kinds of line cannot be mistaken for each other.
+#[derive(Serialize, Deserialize)]
+struct MarkerLine {
+    compaction: Compaction,
+}
+
+/// Parses JSON lines: messages, and compaction markers (kept out of the messages, so
+/// every reader of the history sees SPEC §2's shape).
+pub fn parse_history(bytes: &[u8]) -> History {
+    let mut history = History::default();
     let mut damaged = Vec::new();
     let mut torn = false;
     let ends_clean = bytes.last().is_none_or(|b| *b == b'\n');
@@ -599,20 +646,23 @@ pub fn parse_history(bytes: &[u8]) -> (Vec<Message>, Option<String>, bool) {
             continue;
         }
         match serde_json::from_slice::<Message>(line) {
-            Ok(message) => messages.push(message),
-            Err(_) if index + 1 == count && !ends_clean => torn = true,
-            Err(_) => damaged.push(index + 1),
+            Ok(message) => history.messages.push(message),
+            Err(_) => match serde_json::from_slice::<MarkerLine>(line) {
+                Ok(marker) => history.compactions.push(marker.compaction),
+                Err(_) if index + 1 == count && !ends_clean => torn = true,
+                Err(_) => damaged.push(index + 1),
+            },
         }
     }
-    let notice = match (torn, damaged.is_empty()) {
+    history.notice = match (torn, damaged.is_empty()) {
         (false, true) => None,
         (true, true) => Some("the last message was cut off by a crash and was skipped".into()),
         (_, false) => Some(format!(
             "damaged history: line(s) {damaged:?} of {MESSAGES} could not be read and were skipped; the session is read-only"
         )),
     };
-    let is_damaged = !damaged.is_empty();
-    (messages, notice, is_damaged)
+    history.damaged = !damaged.is_empty();
+    history
 }
 
 /// Opens a history for appending; a torn tail left by a crash is cut off first so the
@@ -709,12 +759,39 @@ mod tests {
 
     #[test]
     fn damaged_middle_line_is_reported_not_fatal() {
-        let (messages, notice, damaged) = parse_history(
+        let history = parse_history(
             b"{\"role\":\"user\",\"content\":\"a\"}\nnot json\n{\"role\":\"user\",\"content\":\"b\"}\n",
         );
-        assert_eq!(messages.len(), 2);
-        assert!(damaged);
-        assert!(notice.unwrap().contains("line(s) [2]"));
+        assert_eq!(history.messages.len(), 2);
+        assert!(history.damaged);
+        assert!(history.notice.unwrap().contains("line(s) [2]"));
+    }
+
+    #[test]
+    fn compaction_markers_are_lines_of_their_own_and_not_messages() {
+        let (_dir, store) = store();
+        let meta = store.create(new("/w")).unwrap();
+        let id = &meta.session_id;
+        store.append(id, &[Message::user("u1", "first")]).unwrap();
+        let marker = Compaction {
+            id: "m1".into(),
+            kind: crate::protocol::CompactionKind::Summary,
+            at: 1,
+            first_kept: 1,
+            kept_user: vec![0],
+            elided: Vec::new(),
+            summary: Some("the gist".into()),
+            tokens_before: 900,
+            tokens_after: 100,
+            note: None,
+        };
+        store.append_compaction(id, &marker).unwrap();
+        store.append(id, &[Message::user("u2", "second")]).unwrap();
+        let loaded = store.load(id).unwrap();
+        let texts: Vec<&str> = loaded.messages.iter().map(|m| m.text()).collect();
+        assert_eq!(texts, ["first", "second"]);
+        assert_eq!(loaded.compactions, vec![marker]);
+        assert!(!loaded.damaged && loaded.notice.is_none());
     }
 
     #[test]

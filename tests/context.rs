@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use crate::mock_llm::{MockLlm, MockResponse, RecordedRequest, openai};
 use crate::providers_openai::openai_config;
-use crate::support::WAIT;
+use crate::support::{WAIT, assert_message_order};
 
 fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -989,4 +989,631 @@ async fn real_model_context_one_compaction_within_the_servers_window() {
     assert!(!response.content.unwrap_or_default().trim().is_empty());
     let usage = response.usage.expect("llama-server reports usage");
     assert!((usage.input_tokens as usize) < size, "{usage:?}");
+}
+
+// ---------------------------------------------------------------- through the runtime
+//
+// The tests above check the builder's pieces one by one. These drive the real run loop:
+// a service, its sessions and the standard tools (a real `read_file` on real files), the
+// scripted model server over HTTP, and the history on disk.
+
+mod runtime {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use bumblehive::config::{Config, ContextConfig};
+    use bumblehive::controller::{SessionController, Subscription};
+    use bumblehive::protocol::{Event, Snapshot, kinds};
+    use bumblehive::service::{RuntimeService, ServiceOptions};
+
+    use super::*;
+    use crate::providers_openai::{of_kind, run_events};
+
+    /// A whole run of 200 turns can take a while on a loaded machine.
+    const TURN_WAIT: Duration = Duration::from_secs(30);
+
+    pub struct Fx {
+        pub service: RuntimeService,
+        pub dir: tempfile::TempDir,
+    }
+
+    impl Fx {
+        pub fn new(mock: &MockLlm, window: Option<u32>, compact_at: f64) -> Fx {
+            let dir = tempfile::tempdir().unwrap();
+            Fx::at(dir, mock, window, compact_at)
+        }
+
+        pub fn at(
+            dir: tempfile::TempDir,
+            mock: &MockLlm,
+            window: Option<u32>,
+            compact_at: f64,
+        ) -> Fx {
+            Fx::with_tools(dir, mock, window, compact_at, None)
+        }
+
+        /// With only `read_file`: the standard tools' schemas alone take about a
+        /// thousand tokens, too much of a 2,000-token window to test compaction in.
+        pub fn reading(mock: &MockLlm, window: u32) -> Fx {
+            let mut tools = bumblehive::tools::ToolRegistry::default();
+            tools.register(Arc::new(bumblehive::tools::ReadFile));
+            Fx::with_tools(
+                tempfile::tempdir().unwrap(),
+                mock,
+                Some(window),
+                0.85,
+                Some(tools),
+            )
+        }
+
+        pub fn with_tools(
+            dir: tempfile::TempDir,
+            mock: &MockLlm,
+            window: Option<u32>,
+            compact_at: f64,
+            tools: Option<bumblehive::tools::ToolRegistry>,
+        ) -> Fx {
+            let mut provider = openai_config(mock);
+            provider.context_window = window;
+            let config = Config {
+                provider,
+                context: ContextConfig { compact_at },
+                ..Config::default()
+            };
+            let service = RuntimeService::new(ServiceOptions {
+                data_dir: dir.path().join("data"),
+                config_path: Some(dir.path().join("config").join("config.json")),
+                config: Some(config),
+                provider_factory: Arc::new(provider_from_config),
+                tools,
+            })
+            .unwrap();
+            std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+            Fx { service, dir }
+        }
+
+        pub fn workspace(&self) -> PathBuf {
+            self.dir.path().join("ws")
+        }
+
+        pub fn session(&self) -> (Arc<SessionController>, Subscription) {
+            let info = self
+                .service
+                .create_session(self.workspace().to_str().unwrap(), None)
+                .unwrap();
+            let controller = self.service.controller(&info.session_id).unwrap();
+            let (events, _) = controller.subscribe();
+            (controller, events)
+        }
+    }
+
+    /// The person's message `question N`: the model reads `big.txt` every 7th turn and
+    /// `a.txt` otherwise, then answers; summary requests get a handoff note; a report
+    /// gets a short answer. Usage is a quarter of the request's bytes.
+    pub fn script(mock: &MockLlm) {
+        mock.respond_with(|request| {
+            let prompt = (request.raw_body.len() / 4) as u64;
+            if is_summary_request(request) {
+                return MockResponse::sse(openai::text_answer(
+                    &["## Goal\nKeep answering questions about a.txt.\n## Files touched\na.txt, big.txt"],
+                    (prompt, 20),
+                ));
+            }
+            let messages = request.body["messages"].as_array().unwrap();
+            let last = messages.last().unwrap();
+            let text = last["content"].as_str().unwrap_or("");
+            if last["role"] == "tool" || text.starts_with("[Background tool result]") {
+                return MockResponse::sse(openai::text_answer(&["done with that"], (prompt, 5)));
+            }
+            let turn: usize = text
+                .strip_prefix("question ")
+                .and_then(|rest| rest.split(':').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            let path = if turn % 7 == 3 { "big.txt" } else { "a.txt" };
+            MockResponse::sse(openai::tool_answer(
+                &[(
+                    &format!("call-{}-{prompt}", messages.len()),
+                    "read_file",
+                    json!({ "path": path }),
+                )],
+                (prompt, 10),
+            ))
+        });
+    }
+
+    pub fn files(fx: &Fx) {
+        let line = "the quick brown fox jumps over the lazy dog 0123456789\n";
+        std::fs::write(fx.workspace().join("a.txt"), line.repeat(8)).unwrap();
+        std::fs::write(fx.workspace().join("big.txt"), line.repeat(60)).unwrap();
+    }
+
+    pub async fn turn(
+        controller: &SessionController,
+        events: &mut Subscription,
+        n: usize,
+    ) -> Vec<Value> {
+        controller
+            .submit(format!("question {n}: what is in the file?"), None)
+            .unwrap();
+        let (seen, end) =
+            tokio::time::timeout(TURN_WAIT, run_events(events, controller.session_id()))
+                .await
+                .expect("turn hung");
+        assert!(matches!(end, Event::Result { .. }), "turn {n}: {end:?}");
+        seen
+    }
+
+    fn chats(mock: &MockLlm) -> Vec<RecordedRequest> {
+        mock.requests()
+            .into_iter()
+            .filter(|r| !is_summary_request(r))
+            .collect()
+    }
+
+    /// SPEC §2's shape on the wire: one system message first, the first question next,
+    /// each assistant's tool calls answered right after it, in order.
+    fn assert_wire_shape(messages: &[Value], first: &str) {
+        assert_eq!(messages[0]["role"], "system");
+        assert_eq!(messages.iter().filter(|m| m["role"] == "system").count(), 1);
+        assert_eq!(messages[1]["content"], first);
+        let mut i = 1;
+        while i < messages.len() {
+            let calls = messages[i]["tool_calls"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for (k, call) in calls.iter().enumerate() {
+                let result = &messages[i + 1 + k];
+                assert_eq!(result["role"], "tool", "a call left unanswered at {i}");
+                assert_eq!(result["tool_call_id"], call["id"]);
+            }
+            if calls.is_empty() {
+                assert_ne!(messages[i]["role"], "tool", "a stray tool result at {i}");
+            }
+            i += 1 + calls.len();
+        }
+    }
+
+    fn snapshot(controller: &SessionController) -> Snapshot {
+        controller.snapshot()
+    }
+
+    #[tokio::test]
+    async fn context_runtime_200_turns_stay_under_a_2000_token_window() {
+        let mock = MockLlm::start().await;
+        script(&mock);
+        let fx = Fx::reading(&mock, 2000);
+        files(&fx);
+        let (controller, mut events) = fx.session();
+        let mut compacted_events = 0;
+        let mut meters = 0;
+        for n in 0..200 {
+            let seen = turn(&controller, &mut events, n).await;
+            compacted_events += of_kind(&seen, kinds::CONTEXT_COMPACTED).len();
+            meters += of_kind(&seen, kinds::CONTEXT_USAGE).len();
+        }
+        let id = controller.session_id().to_string();
+        let stored = fx.service.get_session(&id).unwrap();
+        // The stored history keeps everything, in SPEC §2's shape; markers are not messages.
+        assert_eq!(stored.messages.len(), 200 * 4);
+        assert_message_order(&stored.messages);
+        assert!(
+            stored.compactions.len() >= 10,
+            "{} compactions",
+            stored.compactions.len()
+        );
+        assert_eq!(stored.compactions.len(), compacted_events);
+        assert!(meters >= 200);
+        let chats = chats(&mock);
+        assert_eq!(chats.len(), 400);
+        let mut largest = 0;
+        for request in &chats {
+            let messages = request.body["messages"].as_array().unwrap();
+            assert_wire_shape(messages, "question 0: what is in the file?");
+            let size = request.raw_body.len() / 4;
+            largest = largest.max(size);
+            assert!(size < 2000, "a request of {size} tokens went out");
+        }
+        for request in mock.requests().iter().filter(|r| is_summary_request(r)) {
+            assert!(request.raw_body.len() / 4 < 2000, "summary request too big");
+        }
+        let last = chats.last().unwrap().body["messages"].to_string();
+        assert!(last.contains(SUMMARY_HEADER));
+        let meter = snapshot(&controller).context.expect("a context meter");
+        assert_eq!(meter.window, 2000);
+        assert!(meter.percent < 100);
+        println!(
+            "200 turns through the runtime: {} compactions, largest request {largest} tokens of 2000; meter {}",
+            stored.compactions.len(),
+            meter.label()
+        );
+    }
+
+    #[tokio::test]
+    async fn context_runtime_a_restart_after_a_compaction_sends_the_same_request() {
+        let mock = MockLlm::start().await;
+        script(&mock);
+        let fx = Fx::reading(&mock, 2000);
+        files(&fx);
+        let (controller, mut events) = fx.session();
+        for n in 0..30 {
+            turn(&controller, &mut events, n).await;
+        }
+        let id = controller.session_id().to_string();
+        assert!(!fx.service.get_session(&id).unwrap().compactions.is_empty());
+        drop(events);
+        drop(controller);
+        tokio::time::timeout(WAIT, fx.service.shutdown())
+            .await
+            .unwrap();
+        let Fx { service, dir } = fx;
+        drop(service);
+
+        // The copy before: what the running service sends next, from its memory...
+        let copy = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(dir.path().join("data"))
+            .arg(copy.path())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let reading = || {
+            let mut tools = bumblehive::tools::ToolRegistry::default();
+            tools.register(Arc::new(bumblehive::tools::ReadFile));
+            Some(tools)
+        };
+        let before = Fx::with_tools(dir, &mock, Some(2000), 0.85, reading());
+        let controller = before.service.controller(&id).unwrap();
+        let (mut events, _) = controller.subscribe();
+        let count = mock.requests().len();
+        // ... is one turn's first request; then the same turn from a fresh load of the copy.
+        turn(&controller, &mut events, 30).await;
+        let first = mock.requests()[count].body["messages"].clone();
+        let after = Fx::with_tools(copy, &mock, Some(2000), 0.85, reading());
+        // The copy's sessions name the original workspace: same environment, same prompt.
+        let controller = after.service.controller(&id).unwrap();
+        let (mut events, _) = controller.subscribe();
+        let count = mock.requests().len();
+        turn(&controller, &mut events, 30).await;
+        let second = mock.requests()[count].body["messages"].clone();
+        assert_eq!(first, second);
+        // Built from the marker: fewer messages than the history holds.
+        let stored = after.service.get_session(&id).unwrap().messages.len();
+        assert!(first.as_array().unwrap().len() < stored, "not compacted");
+    }
+
+    /// A history of long answers made with a large window, then the window set to
+    /// `window` (as when the person picks a smaller model): the next run meets it.
+    async fn long_history(
+        mock: &MockLlm,
+        fx: &Fx,
+        turns: usize,
+        window: u32,
+    ) -> (Arc<SessionController>, Subscription) {
+        fx.service
+            .update_config(&json!({"provider": {"context_window": 100_000}}))
+            .unwrap();
+        let (controller, mut events) = fx.session();
+        for n in 0..turns {
+            mock.push_sse(openai::text_answer(
+                &[&format!("answer {n}: {}", "y ".repeat(300))],
+                (0, 0),
+            ));
+            controller.submit(format!("note {n}"), None).unwrap();
+            let (_, end) = run_events(&mut events, controller.session_id()).await;
+            assert!(matches!(end, Event::Result { .. }), "{end:?}");
+        }
+        fx.service
+            .update_config(&json!({"provider": {"context_window": window}}))
+            .unwrap();
+        (controller, events)
+    }
+
+    #[tokio::test]
+    async fn context_runtime_too_long_from_the_server_compacts_once_and_retries_once() {
+        let mock = MockLlm::start().await;
+        let fx = Fx::reading(&mock, 4000);
+        let (controller, mut events) = long_history(&mock, &fx, 8, 4000).await;
+        let too_long = r#"{"error":{"message":"This model's maximum context length is 4000 tokens. However, your messages resulted in 4400 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
+        mock.push(MockResponse::error(400, too_long));
+        mock.push_sse(openai::text_answer(&["## Goal\nnotes"], (300, 10)));
+        mock.push_sse(openai::text_answer(&["recovered"], (500, 3)));
+        let count = mock.requests().len();
+        controller.submit("and now?".into(), None).unwrap();
+        let (seen, end) = run_events(&mut events, controller.session_id()).await;
+        assert_eq!(
+            end,
+            Event::Result {
+                session_id: controller.session_id().to_string(),
+                content: "recovered".into()
+            }
+        );
+        assert_eq!(of_kind(&seen, kinds::CONTEXT_COMPACTED).len(), 1);
+        let requests = &mock.requests()[count..];
+        assert_eq!(requests.len(), 3);
+        assert!(is_summary_request(&requests[1]));
+        assert!(requests[2].raw_body.len() < requests[0].raw_body.len());
+
+        // Too long again right after the compaction: the run fails, it does not loop,
+        // and the session takes the next message.
+        mock.push(MockResponse::error(400, too_long));
+        mock.push_sse(openai::text_answer(&["## Goal\nnotes, again"], (300, 10)));
+        mock.push(MockResponse::error(400, too_long));
+        let count = mock.requests().len();
+        controller.submit("once more".into(), None).unwrap();
+        let (_, end) = run_events(&mut events, controller.session_id()).await;
+        let Event::Error { message, .. } = end else {
+            panic!("{end:?}")
+        };
+        assert!(message.contains("too long"), "{message}");
+        // One compaction and one retry: three requests, then the error.
+        assert_eq!(mock.requests().len() - count, 3);
+        mock.push_sse(openai::text_answer(&["fine again"], (100, 3)));
+        controller.submit("and now?".into(), None).unwrap();
+        let (_, end) = run_events(&mut events, controller.session_id()).await;
+        assert!(matches!(end, Event::Result { .. }), "{end:?}");
+    }
+
+    #[tokio::test]
+    async fn context_runtime_a_failed_summary_call_drops_the_oldest_turns_and_goes_on() {
+        let mock = MockLlm::start().await;
+        let fx = Fx::reading(&mock, 2000);
+        let (controller, mut events) = long_history(&mock, &fx, 12, 2000).await;
+        // The next request is over the threshold: the summary call comes first and fails.
+        mock.push(MockResponse::error(
+            400,
+            r#"{"error":{"message":"prompt is too long: 2300 tokens > 2000 maximum","type":"invalid_request_error"}}"#,
+        ));
+        mock.push_sse(openai::text_answer(&["still here"], (400, 3)));
+        let count = mock.requests().len();
+        controller.submit("and now?".into(), None).unwrap();
+        let (_, end) = run_events(&mut events, controller.session_id()).await;
+        assert!(
+            matches!(&end, Event::Result { content, .. } if content == "still here"),
+            "{end:?}"
+        );
+        let requests = &mock.requests()[count..];
+        assert_eq!(requests.len(), 2);
+        assert!(is_summary_request(&requests[0]));
+        let sent = requests[1].body["messages"].to_string();
+        assert!(sent.contains("no summary of it could be made"), "{sent}");
+        let stored = fx.service.get_session(controller.session_id()).unwrap();
+        assert_eq!(
+            stored.compactions.last().unwrap().kind,
+            CompactionKind::Dropped
+        );
+        assert_eq!(stored.messages[0].text(), "note 0");
+        assert_message_order(&stored.messages);
+    }
+
+    #[tokio::test]
+    async fn context_runtime_a_report_arriving_during_the_summary_is_delivered_once_after_it() {
+        let mock = MockLlm::start().await;
+        let fx = Fx::new(&mock, Some(8000), 0.85);
+        let (controller, mut events) = fx.session();
+        let id = controller.session_id().to_string();
+        // The parent delegates; the child's answer and the summary are held by the test.
+        let (child_live, child_stream) = MockResponse::live();
+        let (summary_live, summary_stream) = MockResponse::live();
+        let held = Arc::new(Mutex::new((Some(child_live), Some(summary_live))));
+        {
+            let held = held.clone();
+            mock.respond_with(move |request| {
+                let system = request.body["messages"][0]["content"]
+                    .as_str()
+                    .unwrap_or("");
+                if is_summary_request(request) {
+                    return held.lock().unwrap().1.take().expect("one summary");
+                }
+                if system.starts_with("You are a Bumblehive sub-agent") {
+                    return held.lock().unwrap().0.take().expect("one child request");
+                }
+                let messages = request.body["messages"].as_array().unwrap();
+                let last = messages.last().unwrap();
+                if last["role"] == "user" && last["content"] == "delegate the docs" {
+                    return MockResponse::sse(openai::tool_answer(
+                        &[(
+                            "call-docs",
+                            "sub_agent",
+                            json!({"title": "Docs", "task": "write the README section"}),
+                        )],
+                        (100, 10),
+                    ));
+                }
+                MockResponse::sse(openai::text_answer(&["noted"], (100, 3)))
+            });
+        }
+        controller.submit("delegate the docs".into(), None).unwrap();
+        let (_, end) = run_events(&mut events, &id).await;
+        assert!(matches!(end, Event::Result { .. }), "{end:?}");
+        // The child is waiting on its model; the person compacts the idle parent.
+        mock.wait_for_requests(3).await;
+        controller.compact().unwrap();
+        let requests = mock.wait_for_requests(4).await;
+        let handoff = requests
+            .iter()
+            .find(|r| is_summary_request(r))
+            .expect("the summary request")
+            .body["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(handoff.contains("\"Docs\""), "{handoff}");
+        assert!(handoff.contains("write the README section"), "{handoff}");
+        // The child finishes while the summary is still being written.
+        for chunk in [
+            openai::data(&openai::role()),
+            openai::data(&openai::text("README written")),
+            openai::data(&openai::finish("stop")),
+            "data: [DONE]\n\n".to_string(),
+        ] {
+            child_stream.send(chunk);
+        }
+        let report_steered = tokio::time::timeout(WAIT, async {
+            loop {
+                let event = events.next_event().await.unwrap();
+                if let Event::MessageStatus {
+                    session_id,
+                    message_id,
+                    status,
+                } = &event
+                {
+                    if session_id == &id && message_id.starts_with("subagent:") {
+                        return *status;
+                    }
+                }
+            }
+        })
+        .await
+        .expect("the report reached the parent");
+        assert_eq!(report_steered, bumblehive::protocol::MessageStatus::Steered);
+        for chunk in [
+            openai::data(&openai::role()),
+            openai::data(&openai::text("## Goal\nDocs child running")),
+            openai::data(&openai::finish("stop")),
+            "data: [DONE]\n\n".to_string(),
+        ] {
+            summary_stream.send(chunk);
+        }
+        let (seen, end) = run_events(&mut events, &id).await;
+        assert!(
+            matches!(&end, Event::Result { content, .. } if content == "noted"),
+            "{end:?}"
+        );
+        assert_eq!(of_kind(&seen, kinds::CONTEXT_COMPACTED).len(), 1);
+        let stored = fx.service.get_session(&id).unwrap();
+        let reports: Vec<usize> = stored
+            .messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.id.as_deref().is_some_and(|i| i.starts_with("subagent:")))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(reports.len(), 1, "the report is delivered once");
+        let marker = stored.compactions.last().unwrap();
+        assert!(
+            reports[0] >= marker.at,
+            "the report comes after the compaction"
+        );
+        assert_message_order(&stored.messages);
+        // The request after the compaction: the summary, then the report, once, at the end.
+        let last = mock.requests().last().unwrap().body["messages"].clone();
+        let messages = last.as_array().unwrap();
+        assert_wire_shape(messages, "delegate the docs");
+        let text = |m: &Value| m["content"].as_str().unwrap_or("").to_string();
+        let summary = messages
+            .iter()
+            .position(|m| text(m).starts_with(SUMMARY_HEADER));
+        let report = messages
+            .iter()
+            .position(|m| text(m).starts_with("[Background tool result]"));
+        assert!(summary.unwrap() < report.unwrap());
+        assert_eq!(report.unwrap(), messages.len() - 1);
+        assert_eq!(
+            messages
+                .iter()
+                .filter(|m| text(m).starts_with("[Background tool result]"))
+                .count(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn context_runtime_compact_on_a_paused_session_keeps_it_paused() {
+        let mock = MockLlm::start().await;
+        let fx = Fx::new(&mock, Some(8000), 0.85);
+        let (controller, mut events) = long_history(&mock, &fx, 3, 8000).await;
+        let id = controller.session_id().to_string();
+        let (live, _stream) = MockResponse::live();
+        mock.push(live);
+        controller.submit("a slow one".into(), None).unwrap();
+        mock.wait_for_requests(4).await;
+        controller.cancel().await;
+        assert!(controller.is_paused());
+        mock.push_sse(openai::text_answer(&["## Goal\nnotes"], (100, 10)));
+        controller.compact().unwrap();
+        let compacted = tokio::time::timeout(WAIT, async {
+            loop {
+                let event = events.next_event().await.unwrap();
+                let value = serde_json::to_value(&event).unwrap();
+                if value["kind"] == kinds::CONTEXT_COMPACTED && value["session_id"] == id.as_str() {
+                    return value;
+                }
+            }
+        })
+        .await
+        .expect("compacted");
+        assert_eq!(compacted["data"]["compaction"]["kind"], "summary");
+        tokio::time::timeout(WAIT, async {
+            while !controller.is_paused() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("paused again");
+        let snapshot = controller.snapshot();
+        assert!(snapshot.paused && !snapshot.running);
+        assert!(snapshot.compacted.is_some());
+        assert_eq!(mock.requests().len(), 5, "only the summary call");
+    }
+
+    #[tokio::test]
+    async fn context_runtime_instructions_reach_the_prompt_of_the_session_and_its_child() {
+        let mock = MockLlm::start().await;
+        let fx = Fx::new(&mock, Some(8000), 0.85);
+        std::fs::write(fx.workspace().join("AGENTS.md"), "Always answer in haiku.").unwrap();
+        let user = fx.dir.path().join("config");
+        std::fs::create_dir_all(&user).unwrap();
+        std::fs::write(user.join("AGENTS.md"), "The person is called Ada.").unwrap();
+        mock.push_sse(openai::tool_answer(
+            &[(
+                "call-1",
+                "sub_agent",
+                json!({"title": "Helper", "task": "say hi"}),
+            )],
+            (100, 5),
+        ));
+        let (controller, mut events) = fx.session();
+        mock.respond_with(|_| MockResponse::sse(openai::text_answer(&["ok"], (100, 2))));
+        controller.submit("start".into(), None).unwrap();
+        let (_, end) = run_events(&mut events, controller.session_id()).await;
+        assert!(matches!(end, Event::Result { .. }), "{end:?}");
+        let requests = mock.wait_for_requests(3).await;
+        let systems: Vec<String> = requests
+            .iter()
+            .map(|r| {
+                r.body["messages"][0]["content"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        let is_child = |s: &String| s.starts_with("You are a Bumblehive sub-agent");
+        let child = systems
+            .iter()
+            .find(|s| is_child(s))
+            .expect("the child's request");
+        let parent = &systems[0];
+        println!(
+            "the standard tools and this prompt: {} tokens in the first request",
+            requests[0].raw_body.len() / 4
+        );
+        for prompt in [parent, child] {
+            assert!(prompt.contains("Always answer in haiku."), "{prompt}");
+            assert!(prompt.contains("The person is called Ada."), "{prompt}");
+            assert!(prompt.contains("Date: "), "{prompt}");
+            assert!(prompt.contains("not in a git repository"), "{prompt}");
+        }
+        assert!(child.contains("Your title: Helper"), "{child}");
+        // The prefix is stable: the parent's two requests have the same system message.
+        let parents: Vec<&String> = systems.iter().filter(|s| !is_child(s)).collect();
+        assert!(parents.len() >= 2);
+        assert!(parents.iter().all(|s| *s == parents[0]));
+        let files = controller.snapshot().instructions;
+        let names: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(files.len(), 2, "{names:?}");
+        assert!(names[0].ends_with("config/AGENTS.md") && names[1].ends_with("ws/AGENTS.md"));
+    }
 }

@@ -264,6 +264,15 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // Like a real OpenAI or Anthropic server, only the model endpoints answer: a client
+    // that looks for llama.cpp's `/props` or Ollama's `/api/show` (the context window)
+    // gets a 404 and consumes nothing of the script.
+    let path = uri.path();
+    if method != Method::POST
+        || !(path.ends_with("/chat/completions") || path.ends_with("/messages"))
+    {
+        return plain(StatusCode::NOT_FOUND, format!("mock: no endpoint {path}"));
+    }
     let raw_body = String::from_utf8_lossy(&body).into_owned();
     let request = RecordedRequest {
         method: method.to_string(),

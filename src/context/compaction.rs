@@ -8,11 +8,9 @@
 
 use std::collections::BTreeSet;
 
-use serde::{Deserialize, Serialize};
-use ts_rs::TS;
-
 use super::window::{message_tokens, serialized_len};
 use crate::config::ContextConfig;
+pub use crate::protocol::{Compaction, CompactionKind};
 use crate::protocol::{Message, Role};
 use crate::provider::{ModelProvider, ModelRequest, ModelSettings, ProviderError, ProviderSink};
 
@@ -92,60 +90,6 @@ impl Policy {
     fn share(window: usize, fraction: f64) -> usize {
         (window as f64 * fraction) as usize
     }
-}
-
-/// How a compaction dealt with the earlier conversation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
-#[ts(export)]
-#[serde(rename_all = "snake_case")]
-pub enum CompactionKind {
-    /// Old turns were replaced by a summary the model wrote.
-    Summary,
-    /// Only oversized old tool results were replaced by stubs; nothing was summarised.
-    Elided,
-    /// The summary could not be made (the call failed or did not fit): the oldest turns
-    /// were dropped, the person's messages and any earlier summary kept.
-    Dropped,
-}
-
-/// The marker of one compaction, stored as its own line kind in `messages.jsonl`
-/// (`{"compaction": {...}}`). The latest marker decides the request; indices are into
-/// the stored history, which is append-only, so they stay valid after a reload.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
-#[ts(export)]
-pub struct Compaction {
-    pub id: String,
-    pub kind: CompactionKind,
-    /// The history's length when the marker was made: usage that assistant messages before
-    /// it report was counted for a request that no longer exists.
-    #[ts(type = "number")]
-    pub at: usize,
-    /// The first message sent verbatim after the summary; everything before it is
-    /// represented by `kept_user` and `summary`.
-    #[ts(type = "number")]
-    pub first_kept: usize,
-    /// Messages of the person before `first_kept` that are sent verbatim (the session's
-    /// first user message always among them, first).
-    #[serde(default)]
-    #[ts(type = "Array<number>")]
-    pub kept_user: Vec<usize>,
-    /// Tool results at or after `first_kept` that are sent as a stub.
-    #[serde(default)]
-    #[ts(type = "Array<number>")]
-    pub elided: Vec<usize>,
-    /// The summary of everything before `first_kept` (earlier summaries included).
-    #[serde(default)]
-    pub summary: Option<String>,
-    /// Estimated tokens of the request before and after, for the divider and the meter.
-    #[serde(default)]
-    #[ts(type = "number")]
-    pub tokens_before: usize,
-    #[serde(default)]
-    #[ts(type = "number")]
-    pub tokens_after: usize,
-    /// Why no summary was made, for [`CompactionKind::Dropped`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
 }
 
 /// What a compaction will do, decided from the history alone.

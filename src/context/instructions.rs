@@ -13,20 +13,7 @@ pub const INSTRUCTIONS_CAP: usize = 32 * 1024;
 pub const PRIMARY: &str = "AGENTS.md";
 pub const FALLBACK: &str = "CLAUDE.md";
 
-/// One file that was loaded, as the UI lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, TS)]
-#[ts(export)]
-pub struct InstructionFile {
-    pub path: String,
-    /// The file's size on disk.
-    #[ts(type = "number")]
-    pub bytes: u64,
-    /// Tokens of what the prompt carries of it (a quarter of its bytes).
-    #[ts(type = "number")]
-    pub tokens_estimate: u64,
-    /// Whether the cap cut it short.
-    pub truncated: bool,
-}
+pub use crate::protocol::InstructionFile;
 
 /// The instructions of a session: the files loaded, their text as the prompt carries it,
 /// and notices about files that could not be read or were cut.

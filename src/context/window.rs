@@ -7,6 +7,7 @@ use serde_json::Value;
 use ts_rs::TS;
 
 use crate::config::ProviderConfig;
+pub use crate::protocol::ContextMeter;
 use crate::protocol::{Message, Role};
 use crate::provider::ToolSpec;
 
@@ -302,44 +303,6 @@ pub fn used_tokens(
             counted.max(estimate_tokens(request, tools))
         }
         None => estimate_tokens(request, tools),
-    }
-}
-
-/// The context meter of a session: the status line and each child tab show its label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
-#[ts(export)]
-pub struct ContextMeter {
-    #[ts(type = "number")]
-    pub used: u64,
-    #[ts(type = "number")]
-    pub window: u64,
-    /// `used` of `window`, rounded down, at most 100 (shown as full when over).
-    pub percent: u8,
-}
-
-impl ContextMeter {
-    pub fn new(used: usize, window: u32) -> Self {
-        let used = u64::try_from(used).unwrap_or(u64::MAX);
-        let window = u64::from(window.max(1));
-        let percent = (used.saturating_mul(100) / window).min(100);
-        ContextMeter {
-            used,
-            window,
-            percent: u8::try_from(percent).unwrap_or(100),
-        }
-    }
-
-    /// "41 % of 32k".
-    pub fn label(&self) -> String {
-        // Windows are powers of two (32768) or round thousands (128000): both read as "32k".
-        let window = if self.window >= 1024 && self.window % 1024 == 0 {
-            format!("{}k", self.window / 1024)
-        } else if self.window >= 1000 {
-            format!("{}k", (self.window + 500) / 1000)
-        } else {
-            self.window.to_string()
-        };
-        format!("{} % of {window}", self.percent)
     }
 }
 

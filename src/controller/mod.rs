@@ -15,16 +15,17 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::context::environment::Environment;
 use crate::error::RuntimeError;
 use crate::protocol::{
-    Event, Message, MessageStatus, PendingMessage, Progress, Role, RunConfig, SessionId,
-    SessionState, Snapshot, Usage,
+    Compaction, ContextMeter, Event, InstructionFile, Message, MessageStatus, PendingMessage,
+    Progress, Role, RunConfig, SessionId, SessionState, Snapshot, Usage,
 };
 use crate::runtime::Shared;
 use crate::store::{LoadedSession, SessionMeta};
 use crate::subagents::ChildOutcome;
 
-pub use run::{CANCELLED_RESULT, INTERRUPTED_RESULT, system_prompt};
+pub use run::{CANCELLED_RESULT, INTERRUPTED_RESULT};
 
 /// How many events a subscriber of a top-level session may fall behind before it is told
 /// to re-read the snapshot. The buffer is allocated up front, so it stays small per slot
@@ -60,6 +61,11 @@ pub enum RunOutcome {
     Completed(String),
     Failed(String),
     Cancelled,
+    /// A run started by the `compact` command compacted the history and ended with
+    /// nothing else to do; `paused` when the session was paused before and stays so.
+    Compacted {
+        paused: bool,
+    },
 }
 
 pub(crate) struct ActiveRun {
@@ -68,6 +74,8 @@ pub(crate) struct ActiveRun {
     inbox: Vec<QueuedMessage>,
     done: CancellationToken,
     waiters: Vec<oneshot::Sender<RunOutcome>>,
+    /// The `compact` command asked for a compaction before the next model call.
+    compact: bool,
 }
 
 /// The life of a session. Every rule of SPEC §4 is a `match` over this.
@@ -133,10 +141,22 @@ pub(crate) struct State {
     meta: SessionMeta,
     /// Why the session must not be written (a damaged history), if so.
     read_only: Option<String>,
+    /// The latest compaction marker of the history (what the next request is built from).
+    compaction: Option<Compaction>,
+    /// The context meter as of the last model call (or its estimate before one).
+    context: Option<ContextMeter>,
+    /// The instruction files the last run loaded.
+    instructions: Vec<InstructionFile>,
+    /// The environment the system prompt describes, looked at once per loaded session so
+    /// the prompt's prefix stays the same from turn to turn (providers cache it).
+    environment: Option<Arc<Environment>>,
 }
 
 /// What the subscriber receives.
 #[derive(Debug, Clone, PartialEq)]
+// One value per `recv`, moved once: boxing the event would add an allocation per event
+// for nothing (the channel itself shares events behind an `Arc`).
+#[allow(clippy::large_enum_variant)]
 pub enum Received {
     Event(Event),
     /// The subscriber fell behind and missed this many events: re-read the snapshot.
@@ -196,6 +216,7 @@ impl SessionController {
         let LoadedSession {
             meta,
             messages,
+            mut compactions,
             notice,
             damaged,
         } = loaded;
@@ -232,6 +253,10 @@ impl SessionController {
                 .collect(),
             meta: meta.clone(),
             read_only: if damaged { notice } else { None },
+            compaction: compactions.pop(),
+            context: None,
+            instructions: Vec::new(),
+            environment: None,
         };
         Arc::new_cyclic(|this| SessionController {
             meta,
@@ -367,6 +392,9 @@ impl SessionController {
             subagents: self.shared.subagents.snapshot(id),
             usage: state.usage,
             tree_usage: self.shared.tree_usage(id, state.usage),
+            context: state.context,
+            instructions: state.instructions.clone(),
+            compacted: state.compaction.as_ref().map(|c| c.id.clone()),
         }
     }
 
@@ -449,7 +477,7 @@ impl SessionController {
                 MessageStatus::Queued
             }
             Route::Start => {
-                self.start_run_locked(state, Some(message));
+                self.start_run_locked(state, Some(message), run::Mode::Normal);
                 MessageStatus::Started
             }
         };
@@ -608,16 +636,49 @@ impl SessionController {
             let _ = tx.send(RunOutcome::Cancelled);
             return rx;
         }
-        self.start_run_locked(&mut state, None);
+        self.start_run_locked(&mut state, None, run::Mode::Normal);
         if let Some(run) = state.phase.run_mut() {
             run.waiters.push(tx);
         }
         rx
     }
 
+    /// The `compact` command: a running session compacts before its next model call; an
+    /// idle or paused one runs a compaction on its own (a run that makes no other model
+    /// call and leaves a paused session paused).
+    pub fn compact(&self) -> Result<(), RuntimeError> {
+        let mut state = self.lock();
+        if let Some(reason) = &state.read_only {
+            return Err(RuntimeError::InvalidArgument(reason.clone()));
+        }
+        match &mut state.phase {
+            Phase::Running(run) => {
+                run.compact = true;
+                Ok(())
+            }
+            Phase::Idle | Phase::Paused if !self.shared.root.is_cancelled() => {
+                let paused = matches!(state.phase, Phase::Paused);
+                self.start_run_locked(&mut state, None, run::Mode::Compact { paused });
+                Ok(())
+            }
+            Phase::Idle | Phase::Paused => {
+                Err(RuntimeError::Unavailable("the app is shutting down".into()))
+            }
+            Phase::Deleted(_) => Err(RuntimeError::NotFound(self.meta.session_id.clone())),
+        }
+    }
+
+    /// Whether `compact` asked for a compaction since the last call (and clears it).
+    pub(crate) fn take_compact_request(&self) -> bool {
+        self.lock()
+            .phase
+            .run_mut()
+            .is_some_and(|run| std::mem::take(&mut run.compact))
+    }
+
     /// Starts a run; without a first message it continues from the history (resuming an
     /// interrupted child).
-    fn start_run_locked(&self, state: &mut State, first: Option<QueuedMessage>) {
+    fn start_run_locked(&self, state: &mut State, first: Option<QueuedMessage>, mode: run::Mode) {
         let Some(this) = self.this.upgrade() else {
             return;
         };
@@ -631,9 +692,10 @@ impl SessionController {
             inbox: Vec::new(),
             done,
             waiters: Vec::new(),
+            compact: false,
         });
         self.shared.run_started();
-        run::spawn(this, first, token);
+        run::spawn(this, first, token, mode);
     }
 
     /// Safe point 2: a final answer ends the run only if nothing was steered in meanwhile.
@@ -703,7 +765,10 @@ impl SessionController {
         };
         // A history that failed to load stays unloaded, so the next run reads it again.
         state.history = history;
-        let stopped = !matches!(outcome, RunOutcome::Completed(_));
+        let stopped = !matches!(
+            outcome,
+            RunOutcome::Completed(_) | RunOutcome::Compacted { paused: false }
+        );
         let mut returned = requeue;
         returned.extend(run.inbox.iter().cloned());
         if deleted {
@@ -753,6 +818,13 @@ impl SessionController {
                 }
                 self.emit_progress(Progress::RunCancelled {});
             }
+            // Its `context.compacted` event said what happened; a paused session's steered
+            // reports went back to its queue.
+            RunOutcome::Compacted { .. } => {
+                for message in &returned {
+                    self.emit_status(&message.message_id, MessageStatus::Queued);
+                }
+            }
         }
         for waiter in run.waiters {
             let _ = waiter.send(outcome.clone());
@@ -763,18 +835,59 @@ impl SessionController {
     /// Takes the history for a run (loading it from disk the first time). Calls that an
     /// earlier run left unanswered (a failed write, a panic) get a synthetic result first,
     /// so the request is valid again (SPEC §2, runtime review C7).
-    pub(crate) fn take_history(&self) -> Result<Vec<Message>, RuntimeError> {
-        let cached = self.lock().history.take();
-        let mut history = match cached {
-            Some(history) => history,
-            None => self.shared.store.load(&self.meta.session_id)?.messages,
+    pub(crate) fn take_history(&self) -> Result<(Vec<Message>, Option<Compaction>), RuntimeError> {
+        let (cached, marker) = {
+            let mut state = self.lock();
+            (state.history.take(), state.compaction.clone())
+        };
+        let (mut history, marker) = match cached {
+            Some(history) => (history, marker),
+            None => {
+                let mut loaded = self.shared.store.load(&self.meta.session_id)?;
+                let marker = loaded.compactions.pop();
+                self.lock().compaction = marker.clone();
+                (loaded.messages, marker)
+            }
         };
         let results = interrupted_results(&history);
         if !results.is_empty() {
             self.shared.store.append(&self.meta.session_id, &results)?;
             history.extend(results);
         }
-        Ok(history)
+        Ok((history, marker))
+    }
+
+    /// A compaction was stored: the next run (and a reload) builds its requests from it.
+    pub(crate) fn set_compaction(&self, marker: Compaction) {
+        self.lock().compaction = Some(marker.clone());
+        self.emit_progress(Progress::Compacted { compaction: marker });
+    }
+
+    /// The context meter changed (a model call's reported usage or an estimate).
+    pub(crate) fn set_context(&self, meter: ContextMeter) {
+        let mut state = self.lock();
+        if state.context == Some(meter) {
+            return;
+        }
+        state.context = Some(meter);
+        drop(state);
+        self.emit_progress(Progress::Context { meter });
+    }
+
+    /// The instruction files a run loaded, for the UI's list.
+    pub(crate) fn set_instructions(&self, files: Vec<InstructionFile>) {
+        self.lock().instructions = files;
+    }
+
+    /// The environment of this session's prompt: detected once per loaded session (a
+    /// child shares its workspace's recent detection, see `Shared::environment`).
+    pub(crate) async fn environment(&self, workspace: &std::path::Path) -> Arc<Environment> {
+        if let Some(env) = self.lock().environment.clone() {
+            return env;
+        }
+        let env = self.shared.environment(workspace).await;
+        self.lock().environment = Some(env.clone());
+        env
     }
 
     /// Answers, on disk, the calls the stored history leaves open (after a panic lost the
@@ -986,7 +1099,9 @@ impl SessionController {
             outcome = outcome => match outcome {
                 Ok(RunOutcome::Completed(answer)) => ChildOutcome::Completed(answer),
                 Ok(RunOutcome::Failed(message)) => ChildOutcome::Failed(message),
-                Ok(RunOutcome::Cancelled) | Err(_) => ChildOutcome::Stopped,
+                Ok(RunOutcome::Cancelled | RunOutcome::Compacted { .. }) | Err(_) => {
+                    ChildOutcome::Stopped
+                }
             },
             _ = token.cancelled() => {
                 self.cancel().await;

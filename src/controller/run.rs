@@ -1,6 +1,6 @@
 //! The run loop (SPEC §2, §4): model call → tool batch → model call … until a final answer, with the steer inbox drained only at safe points and synthetic results for calls a cancel left open.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -10,8 +10,9 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use super::{QueuedMessage, RunOutcome, SessionController};
-use crate::protocol::{Message, Progress, RunConfig, ToolCall};
-use crate::provider::{ModelRequest, ProviderEvent};
+use crate::context::prompt::{ChildRole, PromptParts, system_prompt};
+use crate::protocol::{Compaction, ContextMeter, Message, Progress, RunConfig, ToolCall};
+use crate::provider::{ModelRequest, ProviderError, ProviderEvent};
 use crate::runtime::TurnContext;
 use crate::tools::{COMMITTED, ToolContext, ToolError};
 
@@ -25,13 +26,23 @@ pub const INTERRUPTED_RESULT: &str = "Interrupted: Bumblehive stopped before thi
 /// have started: their result must say truthfully that they happened (runtime review C8).
 const COMMITTED_GRACE: Duration = Duration::from_secs(30);
 
-pub fn system_prompt(workspace: &str, is_child: bool) -> String {
-    let role = if is_child {
-        "You are a Bumblehive sub-agent: a parent agent delegated one task to you. Do it, then answer with a concise report; that answer is sent to the parent."
-    } else {
-        "You are Bumblehive, a coding agent working with a person on the files of one workspace. Use the tools to read and change files; changes need the person's approval. Delegate independent pieces of work with sub_agent; their reports arrive later as messages."
-    };
-    format!("{role}\nWorkspace: {workspace}\nRelative paths are resolved in the workspace.")
+/// What a run is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// A message (or a resume) to work on.
+    Normal,
+    /// The `compact` command on a session that was not running: compact, then end,
+    /// unless something was steered in meanwhile (then the run goes on with it).
+    Compact { paused: bool },
+}
+
+/// What a run knows about the model's context, resolved when it starts.
+struct RunContext {
+    /// The system message, the same for every call of the run (providers cache it).
+    system: Message,
+    window: usize,
+    /// The latest compaction marker.
+    marker: Option<Compaction>,
 }
 
 struct Run {
@@ -47,6 +58,8 @@ struct Run {
     /// exactly those calls: the loop guard.
     last_batch: String,
     repeats: usize,
+    context: RunContext,
+    mode: Mode,
 }
 
 /// From this many identical batches in a row, the model is told it repeats itself and
@@ -59,10 +72,11 @@ pub(super) fn spawn(
     ctl: Arc<SessionController>,
     first: Option<QueuedMessage>,
     token: CancellationToken,
+    mode: Mode,
 ) {
     tokio::spawn(async move {
         let guard = ctl.clone();
-        let outcome = std::panic::AssertUnwindSafe(run(ctl, first, token))
+        let outcome = std::panic::AssertUnwindSafe(run(ctl, first, token, mode))
             .catch_unwind()
             .await;
         if let Err(panic) = outcome {
@@ -89,10 +103,15 @@ pub(super) fn spawn(
 }
 
 /// Runs one activity of a session until it ends; the controller learns the outcome.
-async fn run(ctl: Arc<SessionController>, first: Option<QueuedMessage>, token: CancellationToken) {
+async fn run(
+    ctl: Arc<SessionController>,
+    first: Option<QueuedMessage>,
+    token: CancellationToken,
+    mode: Mode,
+) {
     let requeue: Vec<QueuedMessage> = first.iter().cloned().collect();
-    let history = match ctl.take_history() {
-        Ok(history) => history,
+    let (history, marker) = match ctl.take_history() {
+        Ok(taken) => taken,
         Err(err) => {
             let message = format!("cannot load the session's history: {err}");
             ctl.stop_run(None, RunOutcome::Failed(message), requeue);
@@ -121,6 +140,7 @@ async fn run(ctl: Arc<SessionController>, first: Option<QueuedMessage>, token: C
             return;
         }
     };
+    let context = resolve_context(&ctl, &turn, Path::new(&workspace), marker).await;
     let mut run = Run {
         ctl,
         history,
@@ -131,6 +151,8 @@ async fn run(ctl: Arc<SessionController>, first: Option<QueuedMessage>, token: C
         requeue: Vec::new(),
         last_batch: String::new(),
         repeats: 0,
+        context,
+        mode,
     };
     let outcome = run.drive(first).await;
     let Run {
@@ -144,6 +166,50 @@ async fn run(ctl: Arc<SessionController>, first: Option<QueuedMessage>, token: C
         // What the stopped run appended is flushed before the session is told it ended.
         sync_history(&ctl).await;
         ctl.stop_run(Some(history), outcome, requeue);
+    }
+}
+
+/// The system prompt and the window, once per run. The environment, the window and the
+/// instruction files are looked up at once, since each may wait on a process, a server
+/// or the disk.
+async fn resolve_context(
+    ctl: &Arc<SessionController>,
+    turn: &TurnContext,
+    workspace: &Path,
+    marker: Option<Compaction>,
+) -> RunContext {
+    let (environment, window, instructions) = tokio::join!(
+        ctl.environment(workspace),
+        ctl.shared.context_window(&turn.provider_name, &turn.block),
+        ctl.shared.instructions(workspace),
+    );
+    for notice in &instructions.notices {
+        tracing::warn!(session = %ctl.session_id(), "instructions: {notice}");
+    }
+    ctl.set_instructions(instructions.files.clone());
+    let meta = ctl.meta();
+    let settings = crate::sandbox::settings();
+    let sandbox = crate::sandbox::prompt_note(&settings);
+    let mut system = system_prompt(&PromptParts {
+        child: meta
+            .parent_session_id
+            .as_ref()
+            .map(|_| ChildRole { title: &meta.title }),
+        environment: &environment,
+        instructions: &instructions,
+        sandbox: sandbox.as_deref(),
+        can_delegate: turn.specs.iter().any(|spec| spec.name == "sub_agent"),
+        approvals: true,
+        tools_note: None,
+    });
+    if !turn.instructions.is_empty() {
+        system.push_str("\n\n# Your instructions as this agent\n");
+        system.push_str(&turn.instructions);
+    }
+    RunContext {
+        system: Message::system(system),
+        window: window.tokens as usize,
+        marker,
     }
 }
 
@@ -164,6 +230,32 @@ impl Run {
     async fn drive(&mut self, first: Option<QueuedMessage>) -> Option<RunOutcome> {
         if let Err(err) = self.append_users(first.into_iter().collect()) {
             return Some(RunOutcome::Failed(err));
+        }
+        if let Mode::Compact { paused } = self.mode {
+            let plan = self.prepare(true).plan;
+            if let Some(plan) = plan {
+                match self.compact(plan).await {
+                    Ok(true) => {}
+                    Ok(false) => return Some(RunOutcome::Cancelled),
+                    Err(err) => return Some(RunOutcome::Failed(err)),
+                }
+            }
+            let used = self.prepare(false).used;
+            self.ctl
+                .set_context(ContextMeter::new(used, self.context.window as u32));
+            // A paused session stays paused: what was steered in meanwhile goes back to
+            // its queue. Otherwise the run goes on with it, as a steered message would.
+            let steered = if paused {
+                Vec::new()
+            } else {
+                self.ctl.take_inbox()
+            };
+            if steered.is_empty() {
+                return Some(RunOutcome::Compacted { paused });
+            }
+            if let Err(err) = self.append_users(steered) {
+                return Some(RunOutcome::Failed(err));
+            }
         }
         let mut steps = 0;
         loop {
@@ -294,17 +386,129 @@ impl Run {
     }
 
     /// One model call; `Ok(Err(text streamed so far))` when cancelled.
-    async fn model_call(&self) -> Result<Result<crate::provider::ModelResponse, String>, String> {
-        let provider = self.turn.provider.clone();
-        let mut messages = Vec::with_capacity(self.history.len() + 1);
-        let mut system =
-            system_prompt(&self.workspace, self.ctl.meta().parent_session_id.is_some());
-        if !self.turn.instructions.is_empty() {
-            system.push_str("\n\nYour instructions as this agent:\n");
-            system.push_str(&self.turn.instructions);
+    ///
+    /// The context builder goes first: the request is built from the history and the
+    /// latest compaction marker, and compacted when it nears the window (or when the
+    /// `compact` command asked). A provider's "context too long" compacts once and
+    /// retries once. At most one compaction per model call, so it can never loop.
+    async fn model_call(
+        &mut self,
+    ) -> Result<Result<crate::provider::ModelResponse, String>, String> {
+        let force = self.ctl.take_compact_request();
+        let mut prepared = self.prepare(force);
+        let mut compacted = false;
+        if let Some(plan) = prepared.plan.take() {
+            if !self.compact(plan).await? {
+                return Ok(Err(String::new()));
+            }
+            compacted = true;
+            prepared = self.prepare(false);
         }
-        messages.push(Message::system(system));
-        messages.extend(self.history.iter().cloned());
+        self.ctl
+            .set_context(ContextMeter::new(prepared.used, self.context.window as u32));
+        loop {
+            match self.generate(prepared.messages).await {
+                Err(ProviderError::ContextTooLong(message)) if !compacted => {
+                    tracing::info!(session = %self.ctl.session_id(), "the provider says the context is too long ({message}): compacting once and retrying");
+                    compacted = true;
+                    match self.prepare(true).plan {
+                        Some(plan) => {
+                            if !self.compact(plan).await? {
+                                return Ok(Err(String::new()));
+                            }
+                        }
+                        None => return Err(ProviderError::ContextTooLong(message).to_string()),
+                    }
+                    prepared = self.prepare(false);
+                }
+                Err(err) => return Err(err.to_string()),
+                Ok(Ok(response)) => {
+                    if let Some(usage) = response.usage.filter(|u| u.input_tokens > 0) {
+                        let used = usage.input_tokens + usage.output_tokens;
+                        self.ctl.set_context(ContextMeter::new(
+                            usize::try_from(used).unwrap_or(usize::MAX),
+                            self.context.window as u32,
+                        ));
+                    }
+                    return Ok(Ok(response));
+                }
+                Ok(Err(partial)) => return Ok(Err(partial)),
+            }
+        }
+    }
+
+    /// The request for the next call and whether to compact first.
+    fn prepare(&self, force: bool) -> crate::context::Prepared {
+        crate::context::prepare(
+            self.context.system.clone(),
+            &self.history,
+            self.context.marker.as_ref(),
+            &self.turn.specs,
+            self.context.window,
+            &self.turn.compaction,
+            force,
+        )
+    }
+
+    /// Compacts the history by `plan`: a summary call (no tools, nothing streamed to the
+    /// person), then the marker is stored as its own line and used from now on. A failed
+    /// summary call falls back to dropping the oldest turns, so the session goes on.
+    /// Returns false when the run was cancelled meanwhile (nothing stored).
+    async fn compact(&mut self, plan: crate::context::compaction::Plan) -> Result<bool, String> {
+        let children = crate::context::compaction::running_children(&self.history);
+        let ctl = self.ctl.clone();
+        let sink = move |event: ProviderEvent| {
+            if let ProviderEvent::Retry {
+                attempt,
+                delay_ms,
+                reason,
+            } = event
+            {
+                ctl.emit_progress(Progress::ProviderRetry {
+                    attempt,
+                    delay_ms,
+                    reason,
+                });
+            }
+        };
+        let compacted = tokio::select! {
+            biased;
+            _ = self.token.cancelled() => return Ok(false),
+            compacted = crate::context::compaction::compact(
+                self.turn.provider.as_ref(),
+                &self.turn.settings,
+                &self.history,
+                self.context.marker.as_ref(),
+                plan,
+                &children,
+                self.context.window,
+                &sink,
+            ) => compacted,
+        };
+        let marker = compacted.marker;
+        self.ctl
+            .shared
+            .store
+            .append_compaction(self.ctl.session_id(), &marker)
+            .map_err(|err| format!("cannot save the session: {err}"))?;
+        tracing::info!(
+            session = %self.ctl.session_id(),
+            kind = ?marker.kind,
+            before = marker.tokens_before,
+            after = marker.tokens_after,
+            "compacted the history"
+        );
+        self.context.marker = Some(marker.clone());
+        self.ctl.set_compaction(marker);
+        Ok(true)
+    }
+
+    /// Sends one request; `Ok(Err(text streamed so far))` when cancelled.
+    async fn generate(
+        &self,
+        messages: Vec<Message>,
+    ) -> Result<Result<crate::provider::ModelResponse, String>, ProviderError> {
+        let provider = self.turn.provider.clone();
         let request = ModelRequest {
             messages,
             tools: self.turn.specs.clone(),
@@ -335,7 +539,7 @@ impl Run {
             biased;
             _ = self.token.cancelled() => true,
             response = provider.generate(request, &sink) => {
-                return response.map(Ok).map_err(|err| err.to_string());
+                return response.map(Ok);
             }
         };
         debug_assert!(cancelled);

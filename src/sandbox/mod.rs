@@ -154,6 +154,24 @@ pub fn status_for(settings: &CommandSettings) -> SandboxStatus {
     }
 }
 
+/// How commands are confined, in a sentence for the system prompt; `None` when they run
+/// unconfined. Says what the policy promises without starting the probe (which would
+/// cost `bumblehive run` milliseconds at every start): where no sandbox works, the
+/// policy already makes every command ask, which the sentence says.
+pub fn prompt_note(settings: &CommandSettings) -> Option<String> {
+    if settings.policy == CommandPolicy::Off || !cfg!(target_os = "linux") {
+        return None;
+    }
+    let network = if settings.network {
+        "the network is allowed"
+    } else {
+        "there is no network unless the person allows it for a command"
+    };
+    Some(format!(
+        "bubblewrap, with the system read-only, the workspace writable, a private /tmp, the home folder hidden and {network}; where the sandbox cannot start, each command asks first"
+    ))
+}
+
 /// Whether the sandbox works, found once per binary: the first failure is logged once.
 fn detect(bwrap: Option<&Path>) -> Result<(), String> {
     type Seen = Vec<(Option<PathBuf>, Result<(), String>)>;
