@@ -39,7 +39,7 @@ pub(crate) fn lease_fn(registry: Weak<Registry>) -> LeaseFn {
                 .map_err(|_| unavailable())?;
             let agent = shared.store.meta(&session_id).ok().and_then(|m| m.agent);
             let provider = shared.provider_of(std::path::Path::new(&workspace), agent.as_deref());
-            let server_slot = match shared.provider_slots(&provider) {
+            let server_slot = match shared.provider_slots(&provider).await {
                 Some(pool) => Some(pool.acquire_owned().await.map_err(|_| unavailable())?),
                 None => None,
             };

@@ -116,6 +116,9 @@ pub struct Shared {
     /// [`ENVIRONMENT_FRESH`] of it (a fan-out's children) share it instead of each
     /// starting `git status`.
     environments: Mutex<HashMap<PathBuf, (Instant, Arc<Environment>)>>,
+    /// Request slots model servers reported (llama.cpp `total_slots`), per provider and
+    /// block; `None` when the server does not say.
+    server_slots: Mutex<HashMap<String, (ProviderConfig, Option<usize>)>>,
 }
 
 /// How long one workspace's environment detection is reused by other sessions.
@@ -165,6 +168,7 @@ impl Shared {
             delegator: OnceLock::new(),
             windows: Mutex::new(HashMap::new()),
             environments: Mutex::new(HashMap::new()),
+            server_slots: Mutex::new(HashMap::new()),
         }
     }
 
@@ -422,15 +426,21 @@ impl Shared {
         pools[depth.max(1) - 1].clone()
     }
 
-    /// The child slots of a model server that says how many requests it takes, one kept
-    /// for top-level sessions so a parent never waits behind its own children.
-    pub(crate) fn provider_slots(&self, name: &str) -> Option<Arc<Semaphore>> {
-        let max = self.read_config(|config| {
+    /// The child slots of a model server that takes a known number of requests at once
+    /// (`max_concurrent` in its block, else what the server says: llama.cpp's
+    /// `total_slots`), one kept for top-level sessions so a parent never waits behind its
+    /// own children. `None`: no limit of the server's own (the global cap still holds).
+    pub(crate) async fn provider_slots(&self, name: &str) -> Option<Arc<Semaphore>> {
+        let block = self.read_config(|config| {
             config
                 .provider_named(Some(name))
                 .ok()
-                .and_then(|(_, block)| block.max_concurrent)
+                .map(|(_, block)| block.clone())
         })?;
+        let max = match block.max_concurrent {
+            Some(max) => max,
+            None => self.discovered_slots(name, &block).await?,
+        };
         let children = if max > 1 { max - 1 } else { 1 };
         let mut pools = self
             .provider_slots
@@ -444,6 +454,35 @@ impl Shared {
             *entry = (children, Arc::new(Semaphore::new(children)));
         }
         Some(entry.1.clone())
+    }
+
+    /// The slot count a provider's server reported, asked once per provider and block.
+    async fn discovered_slots(&self, name: &str, block: &ProviderConfig) -> Option<usize> {
+        if let Some((seen, slots)) = self
+            .server_slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+        {
+            if seen == block {
+                return *slots;
+            }
+        }
+        let slots = crate::context::window::server_slots(block)
+            .await
+            .map(|n| n as usize);
+        if let Some(slots) = slots {
+            tracing::info!(
+                provider = name,
+                slots,
+                "the model server serves {slots} requests at once"
+            );
+        }
+        self.server_slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), (block.clone(), slots));
+        slots
     }
 
     pub(crate) fn tree_usage(&self, session_id: &str, own: Usage) -> Usage {

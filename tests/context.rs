@@ -377,7 +377,7 @@ fn script(mock: &MockLlm) {
     });
 }
 
-/// A session as the run loop will hold it: the stored lines (messages and markers) and
+/// The builder's steps without the runtime around them: the stored lines (messages and markers) and
 /// the latest marker; one model call goes through [`prepare`], compacts at most once, and
 /// on "context too long" compacts once more and retries once.
 struct Session {
@@ -385,7 +385,7 @@ struct Session {
     settings: ModelSettings,
     history: Vec<Message>,
     marker: Option<Compaction>,
-    /// `messages.jsonl` as the lead will write it: a message per line, or `{"compaction"}`.
+    /// `messages.jsonl` as the store writes it: a message per line, or `{"compaction"}`.
     lines: Vec<String>,
     policy: Policy,
     compactions: usize,
@@ -886,111 +886,6 @@ async fn context_a_report_that_arrives_while_the_summary_is_made_is_sent_once_af
     assert_eq!(reloaded.messages, prepared.messages);
 }
 
-// ---------------------------------------------------------------- the real model
-
-/// The real-model tier (scripts/real-model-tier.sh): llama-server's own window from
-/// `/props`, a history grown past the threshold, one compaction by the real model, and
-/// the compacted request answered by it. Skipped without BUMBLEHIVE_REAL_MODEL_URL.
-#[tokio::test]
-async fn real_model_context_one_compaction_within_the_servers_window() {
-    let Ok(url) = std::env::var("BUMBLEHIVE_REAL_MODEL_URL") else {
-        println!(
-            "skipped: BUMBLEHIVE_REAL_MODEL_URL is not set (scripts/real-model-tier.sh sets it)"
-        );
-        return;
-    };
-    let mut config = ProviderConfig {
-        kind: "openai".into(),
-        base_url: url,
-        model: std::env::var("BUMBLEHIVE_REAL_MODEL_NAME")
-            .unwrap_or_else(|_| "qwen2.5-coder-0.5b-instruct".into()),
-        temperature: Some(0.0),
-        max_tokens: Some(128),
-        ..ProviderConfig::default()
-    };
-    config
-        .extra
-        .insert("idle_timeout_ms".into(), json!(120_000));
-    config.extra.insert("max_retries".into(), json!(2));
-    let window = window::resolve(&config).await;
-    assert_eq!(window.source, WindowSource::Server, "{window:?}");
-    let size = window.tokens as usize;
-    println!("real model window: {size} tokens");
-
-    // Prose-like turns (a real tokenizer packs repeated letters far tighter than bytes/4).
-    let mut history = Vec::new();
-    let mut turn = 0;
-    // Compacting at 60 % of the real window keeps the tier quick on two cores (the summary
-    // call reads the older part of the history); the window itself is the server's.
-    let policy = Policy::from_config(&bumblehive::config::ContextConfig { compact_at: 0.6 });
-    while estimate_tokens(&history, &[]) < size * 65 / 100 {
-        history.push(Message::user(
-            format!("u{turn}"),
-            format!("Note {turn}: the build of module m{turn} failed on step {turn}; we decided to pin version 1.{turn} and retry tomorrow."),
-        ));
-        history.push(Message::assistant(
-            Some(format!("Understood: module m{turn} stays pinned at 1.{turn}, and the failing step {turn} is recorded for tomorrow's retry.")),
-            vec![],
-        ));
-        turn += 1;
-    }
-    history.push(Message::user(
-        "last",
-        "Which version did we pin for module m1? Answer briefly.",
-    ));
-    let prepared = prepare(system(), &history, None, &[], size, &policy, false);
-    let plan = prepared.plan.expect("past the threshold");
-    let provider = provider_from_config(&config).unwrap();
-    let settings = ModelSettings::from(&config);
-    let sink = |_: ProviderEvent| {};
-    let started = std::time::Instant::now();
-    let compacted = compaction::compact(
-        provider.as_ref(),
-        &settings,
-        &history,
-        None,
-        plan,
-        &[],
-        size,
-        &sink,
-    )
-    .await;
-    println!(
-        "real compaction in {:?}: request {} → {} estimated tokens; summary {:?}",
-        started.elapsed(),
-        compacted.marker.tokens_before,
-        compacted.marker.tokens_after,
-        compacted.marker.summary
-    );
-    assert!(compacted.error.is_none(), "{:?}", compacted.error);
-    assert_eq!(compacted.marker.kind, CompactionKind::Summary);
-    let after = prepare(
-        system(),
-        &history,
-        Some(&compacted.marker),
-        &[],
-        size,
-        &policy,
-        false,
-    );
-    assert!(after.plan.is_none());
-    assert_request_shape(&after.messages, &history);
-    let response = provider
-        .generate(
-            ModelRequest {
-                messages: after.messages,
-                tools: Vec::new(),
-                settings,
-            },
-            &sink,
-        )
-        .await
-        .unwrap();
-    assert!(!response.content.unwrap_or_default().trim().is_empty());
-    let usage = response.usage.expect("llama-server reports usage");
-    assert!((usage.input_tokens as usize) < size, "{usage:?}");
-}
-
 // ---------------------------------------------------------------- through the runtime
 //
 // The tests above check the builder's pieces one by one. These drive the real run loop:
@@ -1136,12 +1031,35 @@ mod runtime {
         controller
             .submit(format!("question {n}: what is in the file?"), None)
             .unwrap();
-        let (seen, end) =
-            tokio::time::timeout(TURN_WAIT, run_events(events, controller.session_id()))
-                .await
-                .expect("turn hung");
+        let (seen, end) = run_events_within(events, controller.session_id(), TURN_WAIT).await;
         assert!(matches!(end, Event::Result { .. }), "turn {n}: {end:?}");
         seen
+    }
+
+    /// The `event` events of a run until its `result` or `error`, waiting up to `wait`
+    /// (`run_events` waits the seed's 4 s, too short for a real model).
+    async fn run_events_within(
+        events: &mut Subscription,
+        session_id: &str,
+        wait: Duration,
+    ) -> (Vec<Value>, Event) {
+        let mut seen = Vec::new();
+        let end = tokio::time::timeout(wait, async {
+            loop {
+                let event = events.next_event().await.expect("event stream closed");
+                if event.session_id() != session_id {
+                    continue;
+                }
+                match &event {
+                    Event::Result { .. } | Event::Error { .. } => return event,
+                    Event::Event { .. } => seen.push(serde_json::to_value(&event).unwrap()),
+                    _ => {}
+                }
+            }
+        })
+        .await
+        .expect("timed out waiting for the run to end");
+        (seen, end)
     }
 
     fn chats(mock: &MockLlm) -> Vec<RecordedRequest> {
@@ -1223,9 +1141,27 @@ mod runtime {
         let meter = snapshot(&controller).context.expect("a context meter");
         assert_eq!(meter.window, 2000);
         assert!(meter.percent < 100);
+        let n = stored.compactions.len();
+        let before: usize = stored
+            .compactions
+            .iter()
+            .map(|c| c.tokens_before)
+            .sum::<usize>()
+            / n;
+        let after: usize = stored
+            .compactions
+            .iter()
+            .map(|c| c.tokens_after)
+            .sum::<usize>()
+            / n;
+        let kinds: Vec<CompactionKind> = stored.compactions.iter().map(|c| c.kind).collect();
         println!(
-            "200 turns through the runtime: {} compactions, largest request {largest} tokens of 2000; meter {}",
-            stored.compactions.len(),
+            "200 turns through the runtime: {n} compactions ({} summaries), request {before} → {after} tokens on average at a compaction, largest request sent {largest} tokens of 2000; the whole history would be {} tokens; meter {}",
+            kinds
+                .iter()
+                .filter(|k| **k == CompactionKind::Summary)
+                .count(),
+            estimate_tokens(&stored.messages, &[]),
             meter.label()
         );
     }
@@ -1615,5 +1551,89 @@ mod runtime {
         let names: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(files.len(), 2, "{names:?}");
         assert!(names[0].ends_with("config/AGENTS.md") && names[1].ends_with("ws/AGENTS.md"));
+    }
+
+    /// The real-model tier (scripts/real-model-tier.sh): llama-server's own window from
+    /// `/props`, turns with the real model until the history passes the threshold, one
+    /// compaction written by the real model, and the session answering after it.
+    /// Skipped without BUMBLEHIVE_REAL_MODEL_URL.
+    #[tokio::test]
+    async fn real_model_context_one_compaction_through_the_runtime() {
+        let Ok(url) = std::env::var("BUMBLEHIVE_REAL_MODEL_URL") else {
+            println!(
+                "skipped: BUMBLEHIVE_REAL_MODEL_URL is not set (scripts/real-model-tier.sh sets it)"
+            );
+            return;
+        };
+        let mut provider = ProviderConfig {
+            kind: "openai".into(),
+            base_url: url,
+            model: std::env::var("BUMBLEHIVE_REAL_MODEL_NAME")
+                .unwrap_or_else(|_| "qwen2.5-coder-0.5b-instruct".into()),
+            temperature: Some(0.0),
+            max_tokens: Some(64),
+            ..ProviderConfig::default()
+        };
+        provider
+            .extra
+            .insert("idle_timeout_ms".into(), json!(120_000));
+        provider.extra.insert("max_retries".into(), json!(2));
+        let window = window::resolve(&provider).await;
+        assert_eq!(window.source, WindowSource::Server, "{window:?}");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+        // No tools: the model only talks. Compacting at 30 % of the real window keeps the
+        // tier quick on two cores; the window is the server's.
+        let service = RuntimeService::new(ServiceOptions {
+            data_dir: dir.path().join("data"),
+            config_path: Some(dir.path().join("config").join("config.json")),
+            config: Some(Config {
+                provider,
+                context: ContextConfig { compact_at: 0.3 },
+                ..Config::default()
+            }),
+            provider_factory: Arc::new(provider_from_config),
+            tools: Some(bumblehive::tools::ToolRegistry::default()),
+        })
+        .unwrap();
+        let info = service
+            .create_session(dir.path().join("ws").to_str().unwrap(), None)
+            .unwrap();
+        let controller = service.controller(&info.session_id).unwrap();
+        let (mut events, _) = controller.subscribe();
+        let real_wait = Duration::from_secs(240);
+        let mut compactions = Vec::new();
+        for n in 0..12 {
+            controller
+                .submit(
+                    format!("Note {n}: the build of module m{n} failed at step {n} because the linker ran out of memory on the small runner; we decided to pin the toolchain of m{n} to version 1.{n}, move its build to the large runner, and retry tomorrow morning. Reply with one short sentence."),
+                    None,
+                )
+                .unwrap();
+            let (seen, end) = run_events_within(&mut events, &info.session_id, real_wait).await;
+            assert!(matches!(end, Event::Result { .. }), "turn {n}: {end:?}");
+            compactions.extend(
+                of_kind(&seen, kinds::CONTEXT_COMPACTED)
+                    .into_iter()
+                    .cloned(),
+            );
+            if !compactions.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(compactions.len(), 1, "no compaction in 12 turns");
+        let marker = &compactions[0]["data"]["compaction"];
+        println!("real compaction: {marker:#}");
+        assert_eq!(marker["kind"], "summary", "{marker}");
+        assert!(!marker["summary"].as_str().unwrap_or("").trim().is_empty());
+        let stored = service.get_session(&info.session_id).unwrap();
+        assert_message_order(&stored.messages);
+        for message in stored.messages.iter().filter(|m| m.role == Role::Assistant) {
+            let usage = message.usage.expect("llama-server reports usage");
+            assert!((usage.input_tokens as u32) < window.tokens, "{usage:?}");
+        }
+        let meter = controller.snapshot().context.expect("a meter");
+        assert_eq!(meter.window, u64::from(window.tokens));
+        println!("after the compaction: {}", meter.label());
     }
 }

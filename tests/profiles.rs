@@ -334,6 +334,76 @@ async fn a_server_with_two_slots_never_holds_more_than_two_requests() {
     service.shutdown().await;
 }
 
+/// llama-server says how many requests it serves at once (`GET /props` → `total_slots`,
+/// its `-np`); with no `max_concurrent` in the config, that bounds its children to two,
+/// one slot kept for the parent. Before the server was asked, all six ran at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_llama_cpp_server_that_says_three_slots_gets_two_children_at_once() {
+    let props = axum::Router::new().route(
+        "/props",
+        axum::routing::get(|| async {
+            axum::Json(json!({"total_slots": 3, "default_generation_settings": {"n_ctx": 8192}}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let props_server = tokio::spawn(async move {
+        let _ = axum::serve(listener, props).await;
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let local = Server::new(Duration::from_millis(20), |request| {
+        if first_user(request).contains("Task:\n") {
+            return ModelResponse::text("child done");
+        }
+        let last = request.messages.last().unwrap();
+        match (last.role, is_report(last)) {
+            (Role::User, false) => ModelResponse::tool_calls(
+                (0..6)
+                    .map(|i| ToolCall {
+                        id: format!("d{i}"),
+                        name: "sub_agent".into(),
+                        arguments: json!({"title": format!("C{i}"), "task": format!("t{i}")}),
+                    })
+                    .collect(),
+            ),
+            _ => ModelResponse::text("parent done"),
+        }
+    });
+    let config = json!({
+        "providers": {"local": {"kind": "openai", "base_url": url, "model": "m"}},
+        "default_provider": "local",
+        "subagents": {"max_concurrent": 8}
+    });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.path().join("data"),
+        config_path: Some(dir.path().join("config.json")),
+        config: None,
+        provider_factory: two_servers(local.clone(), local.clone()),
+        tools: None,
+    })
+    .unwrap();
+    let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
+    service
+        .controller(&info.session_id)
+        .unwrap()
+        .submit("go".into(), None)
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(20), service.wait_idle())
+        .await
+        .unwrap();
+    let most = local.most.load(Ordering::SeqCst);
+    // Two children and the parent's own turn at most: the server's three slots.
+    assert!(most <= 3, "{most} requests at once on a 3-slot server");
+    let history = service.store().load(&info.session_id).unwrap().messages;
+    assert_eq!(history.iter().filter(|m| is_report(m)).count(), 6);
+    assert_message_order(&history);
+    service.shutdown().await;
+    props_server.abort();
+}
+
 /// The parent's model for the follow-up tests: delegates once, then after the first
 /// report sends that child a follow-up with `message_subagent`, then finishes.
 fn follow_up_parent(request: &ModelRequest) -> ModelResponse {

@@ -129,6 +129,22 @@ pub async fn ask_server(base_url: &str, model: &str) -> Option<u32> {
     llama.or(ollama).or(lm_studio)
 }
 
+/// How many requests the server behind an OpenAI base URL serves at once, where it says:
+/// llama.cpp's `GET /props` → `total_slots` (its `-np`). Hosted APIs are not asked.
+pub async fn server_slots(config: &ProviderConfig) -> Option<u32> {
+    if config.kind != "openai" || is_cloud_api(&config.base_url) {
+        return None;
+    }
+    let client = reqwest::Client::builder()
+        .timeout(QUERY_TIMEOUT)
+        .connect_timeout(QUERY_TIMEOUT)
+        .build()
+        .ok()?;
+    let root = server_root(&config.base_url);
+    let body = get_json(client.get(format!("{root}/props"))).await?;
+    positive(body.get("total_slots"))
+}
+
 async fn get_json(request: reqwest::RequestBuilder) -> Option<Value> {
     let response = match request.send().await {
         Ok(response) => response,
