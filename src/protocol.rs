@@ -204,6 +204,35 @@ pub struct SessionInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional = nullable)]
     pub model: Option<String>,
+    /// Tokens by the provider and model that spent them, in the order first used (the
+    /// last is the model the session ran on last).
+    #[serde(default)]
+    pub models: Vec<ModelUsage>,
+}
+
+/// The tokens one model spent in a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct ModelUsage {
+    /// The provider's name in the config (`default` for a lone `provider` block).
+    pub provider: String,
+    pub model: String,
+    pub usage: Usage,
+}
+
+/// Adds `usage` to the entry of `provider`/`model`, appending one when it is new.
+pub fn add_model_usage(models: &mut Vec<ModelUsage>, provider: &str, model: &str, usage: Usage) {
+    match models
+        .iter_mut()
+        .find(|m| m.provider == provider && m.model == model)
+    {
+        Some(entry) => entry.usage.add(usage),
+        None => models.push(ModelUsage {
+            provider: provider.to_string(),
+            model: model.to_string(),
+            usage,
+        }),
+    }
 }
 
 /// A message waiting in a session's pending queue (SPEC §4).

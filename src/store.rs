@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
-use crate::protocol::{Compaction, Message, SessionId, SessionInfo, SessionState, Usage};
+use crate::protocol::{
+    Compaction, Message, ModelUsage, SessionId, SessionInfo, SessionState, Usage,
+};
 
 const META: &str = "meta.json";
 const MESSAGES: &str = "messages.jsonl";
@@ -60,6 +62,9 @@ pub struct SessionMeta {
     pub provider: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Tokens per provider and model (see [`SessionInfo::models`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ModelUsage>,
 }
 
 /// One line of a parent's report ledger: a recorded report, or the note that it reached
@@ -134,6 +139,7 @@ impl SessionMeta {
             agent: self.agent.clone(),
             provider: self.provider.clone(),
             model: self.model.clone(),
+            models: self.models.clone(),
         }
     }
 }
@@ -270,6 +276,7 @@ impl SessionStore {
             agent: new.agent,
             provider: None,
             model: None,
+            models: Vec::new(),
         };
         let messages = dir.join(MESSAGES);
         private_file(&messages).map_err(|err| StoreError::io(&messages, err))?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bumblehive::commands::dispatch;
 use bumblehive::config::ProviderConfig;
-use bumblehive::protocol::{Role, ToolCall};
+use bumblehive::protocol::{Role, ToolCall, Usage};
 use bumblehive::provider::{
     ModelProvider, ModelRequest, ModelResponse, ProviderError, ProviderFactory, ProviderSink,
 };
@@ -185,9 +185,21 @@ async fn a_child_runs_on_its_profiles_server_with_its_tools() {
         &ws.join(".bumblehive/agents/scout.md"),
         "---\nname: scout\ndescription: Finds things\nprovider: local\ntools: [read_file, grep]\n---\nScout the code.\n",
     );
-    let local = Server::new(Duration::ZERO, |_| ModelResponse::text("found it"));
-    let remote = Server::new(Duration::ZERO, |request| {
+    let used = |response: ModelResponse, input_tokens| ModelResponse {
+        usage: Some(Usage {
+            input_tokens,
+            output_tokens: 1,
+        }),
+        ..response
+    };
+    let local = Server::new(Duration::ZERO, move |_| {
+        used(ModelResponse::text("found it"), 7)
+    });
+    let remote = Server::new(Duration::ZERO, move |request| {
         let last = request.messages.last().unwrap();
+        used(remote_answer(last), 100)
+    });
+    fn remote_answer(last: &bumblehive::protocol::Message) -> ModelResponse {
         match (last.role, is_report(last)) {
             (Role::User, false) if last.text() == "find" => {
                 ModelResponse::tool_calls(vec![ToolCall {
@@ -203,7 +215,7 @@ async fn a_child_runs_on_its_profiles_server_with_its_tools() {
             }]),
             _ => ModelResponse::text("parent done"),
         }
-    });
+    }
     let config = json!({
         "providers": {
             "local": {"kind": "openai", "base_url": "http://local/v1", "model": "small"},
@@ -254,6 +266,24 @@ async fn a_child_runs_on_its_profiles_server_with_its_tools() {
     let children = service.list_sessions(None).unwrap();
     let scout = children.iter().find(|s| s.title == "Scout").unwrap();
     assert_eq!(scout.agent.as_deref(), Some("scout"));
+    // Usage per child and per model: the child's tokens went to the local model, the
+    // parent's to the remote one.
+    let model_usage = |info: &bumblehive::protocol::SessionInfo| {
+        info.models
+            .iter()
+            .map(|m| (m.provider.clone(), m.model.clone(), m.usage.input_tokens))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(model_usage(scout), [("local".into(), "small".into(), 7)]);
+    let parent = children
+        .iter()
+        .find(|s| s.session_id == info.session_id)
+        .unwrap();
+    let calls = parent_requests.len() as u64;
+    assert_eq!(
+        model_usage(parent),
+        [("remote".into(), "big".into(), 100 * calls)]
+    );
     // An unknown profile is one clear tool error naming the valid ones.
     ctl.submit("again".into(), None).unwrap();
     tokio::time::timeout(WAIT, service.wait_idle())

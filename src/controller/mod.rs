@@ -137,6 +137,8 @@ pub(crate) struct State {
     /// fresh task id (SPEC §11).
     task_ids: HashSet<String>,
     usage: Usage,
+    /// Tokens per provider and model, written with `usage` at the end of a run.
+    models: Vec<crate::protocol::ModelUsage>,
     /// The stored meta, kept current and written through (atomic replace).
     meta: SessionMeta,
     /// Why the session must not be written (a damaged history), if so.
@@ -240,6 +242,7 @@ impl SessionController {
                 Phase::Idle
             },
             usage: meta.usage,
+            models: meta.models.clone(),
             message_ids: messages.iter().filter_map(|m| m.id.clone()).collect(),
             task_ids,
             history: Some(messages),
@@ -783,9 +786,11 @@ impl SessionController {
             // The stored state is settled before anyone hears the run ended: whoever acts
             // on the event (a restart, a list) must not find the session still "running".
             let usage = state.usage;
+            let models = state.models.clone();
             let paused = stopped;
             self.update_meta(state, |meta| {
                 meta.usage = usage;
+                meta.models = models;
                 meta.state = if paused {
                     SessionState::Paused
                 } else {
@@ -977,8 +982,12 @@ impl SessionController {
         Some(task_id)
     }
 
-    fn add_usage(&self, usage: Usage) {
-        self.lock().usage.add(usage);
+    fn add_usage(&self, usage: Usage, provider: &str, model: &str) {
+        {
+            let mut state = self.lock();
+            state.usage.add(usage);
+            crate::protocol::add_model_usage(&mut state.models, provider, model, usage);
+        }
         self.shared.add_tree_usage(&self.lineage, usage);
     }
 

@@ -289,7 +289,8 @@ impl Run {
             let mut assistant = Message::assistant(response.content.clone(), response.tool_calls);
             assistant.usage = response.usage;
             if let Some(usage) = response.usage {
-                self.ctl.add_usage(usage);
+                self.ctl
+                    .add_usage(usage, &self.turn.provider_name, &self.turn.settings.model);
             }
             if let Err(err) = self.append(vec![assistant]) {
                 return Some(RunOutcome::Failed(err));
