@@ -184,6 +184,18 @@ describe('compaction dividers', () => {
     expect($(root, 'status-context')!.textContent).toBe('30 % of 32k');
   });
 
+  it('a resync re-reads the history and brings the compactions made meanwhile', async () => {
+    const { fake, root } = await open();
+    expect(fake.callsOf('get_session')).toEqual([{ session_id: P }]);
+    const later = compaction({ id: 'cmp-late' });
+    fake.handlers.get_session = ({ session_id }) => ({ info: info(session_id), messages: HISTORY, compactions: [later] });
+    // A second snapshot on the stream means events were missed.
+    await inAct(() => fake.emit(P, snapshot(P, { compacted: 'cmp-late' } as any)));
+    expect(fake.callsOf('get_session')).toHaveLength(2);
+    expect($$(root, 'compaction-divider').map((d) => d.dataset.compactionId)).toEqual(['cmp-late']);
+    expect($$(root, 'chat-message')).toHaveLength(6);
+  });
+
   it('elided tool output has its own label and says how many results became stubs', async () => {
     const { fake, root } = await open();
     const elided = compaction({ id: 'cmp-3', kind: 'elided', first_kept: 0, kept_user: [], summary: null, elided: [1, 3] });
