@@ -1,4 +1,4 @@
-import { useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import type { ContextMeter } from '../bindings/ContextMeter';
 import type { InstructionFile } from '../bindings/InstructionFile';
 import { toCommandError } from '../platform';
@@ -46,12 +46,31 @@ export function instructionLine(file: InstructionFile): string {
 /** "AGENTS.md · 2 files": the instruction files the last run loaded; a click lists them. */
 export function Instructions(props: { files: InstructionFile[] }) {
   const [open, setOpen] = useState(false);
+  const box = useRef<HTMLSpanElement>(null);
+  // The list closes on a click elsewhere or Esc (Esc then does not also stop the run).
+  useEffect(() => {
+    if (!open) return;
+    const away = (e: MouseEvent) => {
+      if (box.current && !box.current.contains(e.target as Node)) setOpen(false);
+    };
+    const esc = (e: KeyboardEvent) => {
+      if (e.key !== 'Escape') return;
+      e.preventDefault();
+      setOpen(false);
+    };
+    document.addEventListener('mousedown', away);
+    document.addEventListener('keydown', esc, true);
+    return () => {
+      document.removeEventListener('mousedown', away);
+      document.removeEventListener('keydown', esc, true);
+    };
+  }, [open]);
   const { files } = props;
   if (!files.length) return null;
   const label = files.length === 1 ? basename(files[0].path) : `${basename(files[0].path)} · ${files.length} files`;
   const cut = files.some((f) => f.truncated);
   return (
-    <span class="instructions">
+    <span class="instructions" ref={box}>
       <button
         type="button"
         class={`link instructions-button ${cut ? 'cut' : ''}`}

@@ -291,6 +291,9 @@ describe('instruction files', () => {
     const items = $$(root, 'instruction-file');
     expect(items.map((i) => i.textContent)).toEqual(['/ws/AGENTS.md ~1.2k tokens', '/home/me/.config/bumblehive/AGENTS.md ~8k tokens (cut)']);
     expect(items.map((i) => i.dataset.truncated ?? '')).toEqual(['', 'true']);
+    // A click elsewhere closes the list.
+    await inAct(() => $(root, 'chat')!.dispatchEvent(new MouseEvent('mousedown', { bubbles: true })));
+    expect($(root, 'instructions-list')).toBeNull();
   });
 
   it('shows nothing when no files were loaded', async () => {
