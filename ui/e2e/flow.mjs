@@ -67,6 +67,8 @@ return {
   titles: all('[data-testid=session-item]').map((e) => text(e.querySelector('.session-title'))),
   renameInput: !!document.querySelector('[data-testid=session-rename-input]'),
   newConversation: !!document.querySelector('.welcome'),
+  meter: text(document.querySelector('[data-testid=status-context]')),
+  tabMeters: all('[data-testid=child-tab]').map((e) => text(e.querySelector('[data-testid=tab-context]'))),
 };`;
 
 const tab = (s, title) => s.tabs.find((t) => t.title === title);
@@ -143,6 +145,12 @@ export function flowSteps(driver, ctx) {
         check(existsSync(file), 'notes.txt was not written in the workspace');
         const content = readFileSync(file, 'utf8');
         check(content === NOTES_CONTENT, `notes.txt has ${JSON.stringify(content)}`);
+        // The context meter of the parent (status line) and of the child (its tab), from
+        // the runtime's context.usage events: "3 % of 8k".
+        await waitFor(
+          'the context meters of the parent and of the Writer',
+          (x) => /^\d+ % of \d+(\.\d)?[kM]?$/.test(x.meter ?? '') && x.tabMeters.some((m) => /^\d+ %$/.test(m ?? '')),
+        );
         await driver.shot('04-report-in-parent');
       },
     ],

@@ -2,6 +2,9 @@
 // snapshot and the live event stream. Pure TypeScript (no DOM): the components only read it.
 
 import type { ApprovalInfo } from './bindings/ApprovalInfo';
+import type { Compaction } from './bindings/Compaction';
+import type { ContextMeter } from './bindings/ContextMeter';
+import type { InstructionFile } from './bindings/InstructionFile';
 import type { Event as WireEvent } from './bindings/Event';
 import type { Progress } from './bindings/Progress';
 import type { Message } from './bindings/Message';
@@ -71,6 +74,10 @@ export interface Transcript {
    */
   echo: Message[] | null;
   echoing: boolean;
+  /** How full the model's window was at this session's last model call (null before one). */
+  context: ContextMeter | null;
+  /** The history's compactions, oldest first: each is a divider before `first_kept`. */
+  compactions: Compaction[];
 }
 
 export interface ChildTab {
@@ -107,6 +114,8 @@ export interface ViewState {
   usage: Tokens;
   treeUsage: Tokens;
   transcripts: Record<string, Transcript>;
+  /** The instruction files (AGENTS.md, CLAUDE.md, the user's) the last run loaded. */
+  instructions: InstructionFile[];
 }
 
 export const REPORT_PREFIX = 'subagent:';
@@ -139,7 +148,26 @@ function emptyTranscript(sessionId: string, status: Transcript['status'] = 'idle
     live: status === 'idle' ? [] : null,
     echo: null,
     echoing: false,
+    context: null,
+    compactions: [],
   };
+}
+
+/**
+ * Joins the compactions a load read with those events announced meanwhile (by id), oldest
+ * first: a compaction made while `get_session` was in flight must not vanish with the load.
+ */
+export function mergeCompactions(loaded: Compaction[], known: Compaction[]): Compaction[] {
+  const ids = new Set(loaded.map((c) => c.id));
+  const all = [...loaded, ...known.filter((c) => !ids.has(c.id))];
+  return all.sort((a, b) => a.at - b.at);
+}
+
+/** The meter a compaction leaves: its estimate after, in the window the last meter named. */
+function meterAfter(meter: ContextMeter | null, compaction: Compaction): ContextMeter | null {
+  if (!meter || meter.window <= 0) return meter;
+  const used = Number(compaction.tokens_after);
+  return { used, window: meter.window, percent: Math.min(100, Math.floor((used * 100) / meter.window)) };
 }
 
 const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
@@ -183,6 +211,8 @@ export class SessionModel {
   private snapshots = 0;
   private appended = new Set<string>();
   private disposed = false;
+  /** Whether this run's instruction files were read (once per run, after its first call). */
+  private instructionsRead = false;
 
   constructor(
     readonly platform: Platform,
@@ -204,6 +234,7 @@ export class SessionModel {
       usage: { input: 0, output: 0 },
       treeUsage: { input: 0, output: 0 },
       transcripts: { [sessionId]: emptyTranscript(sessionId) },
+      instructions: [],
     };
   }
 
@@ -307,6 +338,7 @@ export class SessionModel {
           echo: live.length === 0 && loaded.messages.length > 0 ? loaded.messages.slice(-64) : null,
           echoing: false,
           notice: loaded.notice ?? null,
+          compactions: mergeCompactions(loaded.compactions ?? [], t.compactions),
         };
       });
       if (sessionId === this.sessionId) {
@@ -344,6 +376,18 @@ export class SessionModel {
       if (!this.disposed) this.applySnapshot(snapshot, false);
     } catch {
       /* the stream will bring it */
+    }
+  }
+
+  /** Reads the loaded instruction files from the snapshot (only they are taken). */
+  private async readInstructions(): Promise<void> {
+    try {
+      const args: SessionRef = { session_id: this.sessionId };
+      const snapshot: Snapshot = await this.platform.invoke('snapshot', args);
+      if (this.disposed || !snapshot) return;
+      this.set({ instructions: snapshot.instructions ?? [] });
+    } catch {
+      /* the next snapshot brings them */
     }
   }
 
@@ -464,11 +508,14 @@ export class SessionModel {
       inflight: [...started, ...steered],
       usage: tokens(snapshot.usage),
       treeUsage: tokens(snapshot.tree_usage),
+      instructions: snapshot.instructions ?? [],
     };
     const own = this.transcript(this.sessionId);
     this.patchTranscript(this.sessionId, () => ({
       running: snapshot.running,
       streaming: snapshot.running ? own.streaming : '',
+      // Before the first model call of this process the runtime knows no meter: keep ours.
+      context: snapshot.context ?? own.context,
     }));
     if (resync) {
       // We missed events: read every transcript we show again.
@@ -652,6 +699,27 @@ export class SessionModel {
           retry: { attempt: Number(progress.data.attempt ?? 0), delay_ms: Number(progress.data.delay_ms ?? 0), reason: String(progress.data.reason ?? '') },
         }));
         return;
+      case 'context.usage': {
+        const meter = progress.data.meter;
+        if (!meter) return;
+        this.patchTranscript(sessionId, () => ({ context: meter }));
+        // The run that made this call has loaded its instruction files: the snapshot lists them.
+        if (own && !this.instructionsRead) {
+          this.instructionsRead = true;
+          void this.readInstructions();
+        }
+        return;
+      }
+      case 'context.compacted': {
+        const compaction = progress.data.compaction;
+        if (!compaction?.id) return;
+        this.patchTranscript(sessionId, (t) =>
+          t.compactions.some((c) => c.id === compaction.id)
+            ? {}
+            : { compactions: mergeCompactions(t.compactions, [compaction]), context: meterAfter(t.context, compaction) },
+        );
+        return;
+      }
     }
   }
 
@@ -682,7 +750,10 @@ export class SessionModel {
       retry: null,
       notes: error == null ? t.notes : [...t.notes, { kind: 'error', text: error, at: t.messages.length }],
     }));
-    if (sessionId === this.sessionId) this.set({ running: false, paused: error != null });
+    if (sessionId === this.sessionId) {
+      this.instructionsRead = false;
+      this.set({ running: false, paused: error != null });
+    }
     this.options.onSessionsChanged?.();
   }
 
@@ -733,6 +804,12 @@ export class SessionModel {
       if (!this.appended.has(id)) inflight.push({ messageId: id, content, status: result.status });
       this.set({ statuses, inflight, running: true, paused: false });
     }
+  }
+
+  /** Compacts the history now (a running session does it before its next model call). */
+  async compact(sessionId: string = this.sessionId): Promise<void> {
+    const args: SessionRef = { session_id: sessionId };
+    await this.platform.invoke('compact', args);
   }
 
   async cancel(sessionId: string = this.sessionId): Promise<void> {

@@ -8,6 +8,20 @@ export function formatTokens(n: number): string {
   return `${(n / 1_000_000).toFixed(1).replace(/\.0$/, '')}M`;
 }
 
+/**
+ * A model's window, compactly: windows are often multiples of 1024 (32768 → "32k", 131072 →
+ * "128k"), where `formatTokens` would round to "33k"; round thousands read as usual
+ * (128000 → "128k", 200000 → "200k").
+ */
+export function formatWindow(n: number): string {
+  if (n >= 1024 && n % 1024 === 0 && n % 1000 !== 0) {
+    const k = n / 1024;
+    if (k < 1024) return `${k}k`;
+    if (k % 1024 === 0) return `${k / 1024}M`;
+  }
+  return formatTokens(n);
+}
+
 export function basename(path: string): string {
   const parts = path.replace(/[\\/]+$/, '').split(/[\\/]/);
   return parts[parts.length - 1] || path;

@@ -51,6 +51,10 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
       }
       throw e;
     });
+  const compactSession = async (sessionId: string) => {
+    const args: SessionRef = { session_id: sessionId };
+    await platform.invoke('compact', args);
+  };
   const attention = useAttention(platform, sessions, selected, () => refreshSoonRef.current());
   const refreshSoonRef = useRef<() => void>(() => undefined);
 
@@ -377,6 +381,9 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
           treeTokens={selected ? stats?.treeTokens ?? null : null}
           runs={Math.max(attention.summary.running, selected ? stats?.runs ?? 0 : 0)}
           transport={transport}
+          context={selected ? stats?.context ?? null : null}
+          instructions={selected ? stats?.instructions ?? [] : []}
+          onCompact={workspace && !booting ? (selected ? () => compactSession(selected) : null) : undefined}
         />
         {inbox && (
           <Inbox

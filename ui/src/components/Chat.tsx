@@ -1,12 +1,14 @@
 import type { ComponentChildren } from 'preact';
 import { useLayoutEffect, useRef, useState } from 'preact/hooks';
 import { copyText } from '../markdown';
+import type { Compaction } from '../bindings/Compaction';
 import type { Message } from '../bindings/Message';
 import type { MessageStatus } from '../bindings/MessageStatus';
 import { reportBody, reportTaskId, type ChildTab, type Inflight, type Note, type Transcript } from '../model';
 import { Markdown } from './Markdown';
 import { ToolCard } from './ToolCard';
 import { Icon } from './Icon';
+import { formatTokens } from '../util';
 
 /** Where each session's chat was scrolled, so switching sessions keeps each one's place. */
 const positions = new Map<string, { top: number; stick: boolean }>();
@@ -54,6 +56,7 @@ function ReportCard(props: {
   tabs: ChildTab[];
   onOpenChild?: (sessionId: string) => void;
   inflight?: boolean;
+  summarised?: boolean;
 }) {
   const taskId = reportTaskId(props.messageId);
   const child = props.tabs.find((c) => c.taskId === taskId);
@@ -61,8 +64,9 @@ function ReportCard(props: {
   const failed = body?.startsWith('Error:\n') ?? false;
   return (
     <div
-      class={`message report ${failed ? 'report-failed' : ''} ${props.inflight ? 'inflight' : ''}`}
+      class={`message report ${failed ? 'report-failed' : ''} ${props.inflight ? 'inflight' : ''} ${props.summarised ? 'summarised' : ''}`}
       data-testid="chat-message"
+      data-summarised={props.summarised ? 'true' : undefined}
       data-role="report"
       data-message-id={props.messageId}
     >
@@ -78,6 +82,54 @@ function ReportCard(props: {
         )}
       </div>
       {body != null ? <Markdown text={body} /> : <div class="muted">The report will show when the agent reads it.</div>}
+    </div>
+  );
+}
+
+const COMPACTION_LABEL: Record<Compaction['kind'], string> = {
+  summary: 'Earlier conversation summarised',
+  elided: 'Earlier tool output elided',
+  dropped: 'Earliest turns dropped to fit the window',
+};
+
+/**
+ * Where a compaction cut the history: what the model sees from here on is the summary (or
+ * the note), then the messages below. The messages above stay, marked as summarised.
+ */
+export function CompactionDivider({ compaction: c }: { compaction: Compaction }) {
+  const [open, setOpen] = useState(false);
+  const before = Number(c.tokens_before);
+  const after = Number(c.tokens_after);
+  const elided = c.elided?.length ?? 0;
+  return (
+    <div class={`compaction compaction-${c.kind}`} data-testid="compaction-divider" data-kind={c.kind} data-compaction-id={c.id} data-first-kept={c.first_kept}>
+      <button
+        type="button"
+        class="compaction-head"
+        data-testid="compaction-toggle"
+        aria-expanded={open}
+        title={`About ${before} tokens before, ${after} after`}
+        onClick={() => setOpen(!open)}
+      >
+        <span class="compaction-label">{COMPACTION_LABEL[c.kind] ?? 'Earlier conversation compacted'}</span>
+        <span class="muted" data-testid="compaction-tokens">
+          {formatTokens(before)} → {formatTokens(after)} tokens
+        </span>
+        <span class="muted">{open ? 'Hide' : c.summary ? 'Show summary' : 'Details'}</span>
+      </button>
+      {open && (
+        <div class="compaction-body" data-testid="compaction-body">
+          {c.summary ? <Markdown text={c.summary} /> : null}
+          {c.note ? <div class="compaction-note">{c.note}</div> : null}
+          {!c.summary && !c.note && c.kind !== 'elided' ? <div class="muted">No summary was made.</div> : null}
+          {elided > 0 && (
+            <div class="muted">
+              {elided} tool result{elided === 1 ? '' : 's'} below reach the model as a short stub.
+            </div>
+          )}
+          <div class="muted">The messages above stay here for you; the model sees {c.summary ? 'this summary' : 'only what follows'} instead.</div>
+        </div>
+      )}
     </div>
   );
 }
@@ -229,20 +281,40 @@ export function Chat(props: {
     />
   );
   const notesAt = (i: number) => t.notes.filter((n) => n.at === i).forEach((n, k) => items.push(note(n, `n${i}-${k}`)));
+  // Compactions: a divider before each one's first kept message; what the latest one
+  // summarised (all before its cut but the person's kept messages) is marked, not hidden.
+  const compactions = t.compactions ?? [];
+  const latest = compactions.at(-1);
+  const cut = latest ? latest.first_kept : 0;
+  const keptUser = new Set(latest?.kept_user ?? []);
+  const summarised = (i: number) => i < cut && !keptUser.has(i);
+  const dividersAt = (i: number) => compactions.filter((c) => c.first_kept === i).forEach((c) => items.push(<CompactionDivider key={`c${c.id}`} compaction={c} />));
+  const marks = (i: number) => (summarised(i) ? { cls: ' summarised', data: 'true' } : { cls: '', data: undefined });
   // A status chip says something only while the message waits for its answer.
   const chipFor = (i: number, id: string | null | undefined) => (id && t.running && i > lastAssistant ? statuses[id] : undefined);
   t.messages.forEach((m: Message, i) => {
     notesAt(i);
+    dividersAt(i);
     const key = `m${i}`;
+    const mark = marks(i);
     if (m.role === 'system') return;
     if (m.role === 'user') {
       if (reportTaskId(m.id)) {
         items.push(
-          <ReportCard key={key} titles={titles} messageId={m.id!} text={m.content} status={chipFor(i, m.id)} tabs={props.tabs} onOpenChild={props.onOpenChild} />,
+          <ReportCard
+            key={key}
+            titles={titles}
+            messageId={m.id!}
+            text={m.content}
+            status={chipFor(i, m.id)}
+            tabs={props.tabs}
+            onOpenChild={props.onOpenChild}
+            summarised={summarised(i)}
+          />,
         );
       } else {
         items.push(
-          <div key={key} class="message user" data-testid="chat-message" data-role="user" data-message-id={m.id ?? undefined}>
+          <div key={key} class={`message user${mark.cls}`} data-testid="chat-message" data-role="user" data-summarised={mark.data} data-message-id={m.id ?? undefined}>
             <div class="message-head">
               <span class="who">{canSend ? 'You' : 'Task from the parent agent'}</span>
               <StatusChip status={chipFor(i, m.id)} />
@@ -262,7 +334,14 @@ export function Chat(props: {
     }
     if (m.role === 'assistant') {
       items.push(
-        <div key={key} class={`message assistant ${m.stopped ? 'stopped' : ''}`} data-testid="chat-message" data-role="assistant" data-stopped={m.stopped ? 'true' : undefined}>
+        <div
+          key={key}
+          class={`message assistant ${m.stopped ? 'stopped' : ''}${mark.cls}`}
+          data-testid="chat-message"
+          data-role="assistant"
+          data-summarised={mark.data}
+          data-stopped={m.stopped ? 'true' : undefined}
+        >
           {m.stopped && (
             <div class="message-head" data-testid="stopped-answer">
               <span class="who">Stopped here: the model sees this partial answer</span>
@@ -292,13 +371,15 @@ export function Chat(props: {
     // A tool result without its call in view (should not happen): show it plainly.
     if (m.role === 'tool' && !(m.tool_call_id && calls.has(m.tool_call_id))) {
       items.push(
-        <div key={key} class="message tool" data-testid="chat-message" data-role="tool">
+        <div key={key} class={`message tool${mark.cls}`} data-testid="chat-message" data-role="tool" data-summarised={mark.data}>
           <pre>{m.content}</pre>
         </div>,
       );
     }
   });
   notesAt(t.messages.length);
+  // A compaction announced before the messages it keeps arrived (or past a shorter re-read).
+  compactions.filter((c) => c.first_kept >= t.messages.length).forEach((c) => items.push(<CompactionDivider key={`c${c.id}`} compaction={c} />));
   // Notes recorded past the end (history re-read shorter than before) still show.
   t.notes.filter((n) => n.at > t.messages.length).forEach((n, k) => items.push(note(n, `x${k}`)));
 

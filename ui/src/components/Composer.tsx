@@ -15,7 +15,8 @@ export function Composer(props: {
   /** Text to put in the composer (edit and resend); a new object each time. */
   draft?: { text: string } | null;
   commands?: SlashCommand[];
-  onCommand?: (name: string, arg: string) => void;
+  /** Runs a command; a returned promise that fails shows its error here. */
+  onCommand?: (name: string, arg: string) => void | Promise<void>;
   /** Workspace files matching a query (fuzzy); null when the backend cannot list files. */
   findFiles?: (query: string) => Promise<string[] | null>;
   /** Shown under the text field (the model picker). */
@@ -61,7 +62,10 @@ export function Composer(props: {
     }
     setError(null);
     setText('');
-    props.onCommand?.(name, arg);
+    const done = props.onCommand?.(name, arg);
+    if (done && typeof done.then === 'function') {
+      done.catch((err) => setError({ message: `/${name} failed: ${toCommandError(err).message}`, retry: () => runCommand(name, arg) }));
+    }
   };
 
   const pickMention = (path: string) => {

@@ -3,6 +3,8 @@ import type { CreateSession } from '../bindings/CreateSession';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionRef } from '../bindings/SessionRef';
 import type { SubagentState } from '../bindings/SubagentState';
+import type { ContextMeter } from '../bindings/ContextMeter';
+import type { InstructionFile } from '../bindings/InstructionFile';
 import type { Event as WireEvent } from '../bindings/Event';
 import { SessionModel, totalTokens, type ChildTab, type SessionNeeds } from '../model';
 import { CommandError, toCommandError, type Platform } from '../platform';
@@ -16,11 +18,15 @@ import { PendingTray } from './PendingTray';
 import { Progress } from './Progress';
 import { Icon, type IconName } from './Icon';
 import { NeedsBadge } from './Sidebar';
+import { Meter } from './StatusLine';
 import type { SlashCommand } from '../commands';
 
 export interface PaneStats {
   treeTokens: number;
   runs: number;
+  /** The open session's own context meter (the status line shows it). */
+  context: ContextMeter | null;
+  instructions: InstructionFile[];
 }
 
 const STATE_ICON: Record<SubagentState, IconName> = {
@@ -43,7 +49,7 @@ const STATE_LABEL: Record<SubagentState, string> = {
 export const SLASH_COMMANDS: SlashCommand[] = [
   { name: 'new', description: 'Start a new conversation', available: true },
   { name: 'clear', description: 'Start over in a new session (this one stays in the list)', available: true },
-  { name: 'compact', description: 'Compact the conversation', available: false },
+  { name: 'compact', description: 'Summarise the earlier conversation to make room in the window', available: true },
   { name: 'model', description: 'Choose the model for this session', available: true },
 ];
 
@@ -82,6 +88,8 @@ function ModelPicker(props: { config: any; value: string | null; onChange: (prov
     </select>
   );
 }
+
+const NO_FILES: InstructionFile[] = [];
 
 /** Backends without `list_files` get no @-mentions (remembered per platform). */
 const noFileList = new WeakSet<Platform>();
@@ -145,6 +153,7 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
         <span class="muted" data-testid="child-usage" title={`${usage.input} in, ${usage.output} out`}>
           {formatTokens(totalTokens(usage))} tokens
         </span>
+        <Meter meter={t?.context} testid="child-context" />
         <span class="spacer" />
         <button type="button" disabled={!(active || tab.interrupted) || busy} data-testid="child-cancel" onClick={() => void cancel()}>
           Cancel
@@ -264,9 +273,11 @@ export function SessionPane(props: {
 
   const runs = model ? model.activeRuns() : 0;
   const treeTokens = state ? totalTokens(state.treeUsage) : 0;
+  const context = (model && state?.transcripts[model.sessionId]?.context) || null;
+  const instructions = state?.instructions ?? NO_FILES;
   useEffect(() => {
-    props.onStats?.({ treeTokens, runs });
-  }, [treeTokens, runs]);
+    props.onStats?.({ treeTokens, runs, context, instructions });
+  }, [treeTokens, runs, context?.used, context?.window, context?.percent, instructions]);
 
   // Esc stops the run from anywhere in the window (the approval dialog swallows it).
   useEffect(() => {
@@ -304,6 +315,11 @@ export function SessionPane(props: {
     ),
     onCommand: (name: string) => {
       if (name === 'new' || name === 'clear') callbacks.current.onNew?.();
+      // Its error shows in the composer, like a failed send.
+      if (name === 'compact') {
+        if (!modelRef.current) return Promise.reject(new CommandError('no_session', 'Nothing to compact yet: this conversation has no messages.'));
+        return modelRef.current.compact();
+      }
       if (name === 'model') (document.querySelector('[data-testid=model-picker]') as HTMLElement | null)?.focus();
     },
     findFiles: filesOf(platform, props.workspace),
@@ -409,6 +425,7 @@ export function SessionPane(props: {
             </span>
             <span class="tab-title">{c.title}</span>
             <span class="tab-state">{c.interrupted ? 'interrupted' : STATE_LABEL[c.state]}</span>
+            <Meter meter={state.transcripts[c.sessionId]?.context} testid="tab-context" short />
             <NeedsBadge needs={props.needs?.[c.sessionId]} testid="tab-needs" />
           </button>
         ))}

@@ -1,4 +1,9 @@
-import { formatTokens } from '../util';
+import { useEffect, useRef, useState } from 'preact/hooks';
+import type { ContextMeter } from '../bindings/ContextMeter';
+import type { InstructionFile } from '../bindings/InstructionFile';
+import { toCommandError } from '../platform';
+import { basename, formatTokens, formatWindow } from '../util';
+import { ErrorBox } from './ErrorBox';
 
 function host(url: string): string {
   try {
@@ -8,14 +13,153 @@ function host(url: string): string {
   }
 }
 
-/** "What is it doing and what does it cost": model, tokens of the session tree, active runs. */
-export function StatusLine(props: { config: any; treeTokens: number | null; runs: number | null; transport: string }) {
+/** From this share of the window on, the meter warns: compaction is near. */
+export const METER_WARN_PERCENT = 80;
+
+/** "41 % of 32k": how full the model's window was at the last call, "N of M tokens" on hover. */
+export function Meter(props: { meter: ContextMeter | null | undefined; testid?: string; short?: boolean }) {
+  const { meter } = props;
+  if (!meter || !(meter.window > 0)) return null;
+  const percent = Math.min(100, Math.max(0, Math.floor(Number(meter.percent))));
+  const warn = percent >= METER_WARN_PERCENT;
+  return (
+    <span
+      class={`context-meter ${warn ? 'warn' : ''}`}
+      data-testid={props.testid ?? 'context-meter'}
+      data-percent={percent}
+      data-warn={warn ? 'true' : undefined}
+      title={`${meter.used} of ${meter.window} tokens`}
+    >
+      <span class="meter-bar" aria-hidden="true">
+        <span class="meter-fill" style={{ width: `${percent}%` }} />
+      </span>
+      {props.short ? `${percent} %` : `${percent} % of ${formatWindow(meter.window)}`}
+    </span>
+  );
+}
+
+/** One line per loaded instruction file: "AGENTS.md ~1.2k tokens (cut)". */
+export function instructionLine(file: InstructionFile): string {
+  return `${file.path} ~${formatTokens(Number(file.tokens_estimate))} tokens${file.truncated ? ' (cut)' : ''}`;
+}
+
+/** "AGENTS.md · 2 files": the instruction files the last run loaded; a click lists them. */
+export function Instructions(props: { files: InstructionFile[] }) {
+  const [open, setOpen] = useState(false);
+  const box = useRef<HTMLSpanElement>(null);
+  // The list closes on a click elsewhere or Esc (Esc then does not also stop the run).
+  useEffect(() => {
+    if (!open) return;
+    const away = (e: MouseEvent) => {
+      if (box.current && !box.current.contains(e.target as Node)) setOpen(false);
+    };
+    const esc = (e: KeyboardEvent) => {
+      if (e.key !== 'Escape') return;
+      e.preventDefault();
+      setOpen(false);
+    };
+    document.addEventListener('mousedown', away);
+    document.addEventListener('keydown', esc, true);
+    return () => {
+      document.removeEventListener('mousedown', away);
+      document.removeEventListener('keydown', esc, true);
+    };
+  }, [open]);
+  const { files } = props;
+  if (!files.length) return null;
+  const label = files.length === 1 ? basename(files[0].path) : `${basename(files[0].path)} · ${files.length} files`;
+  const cut = files.some((f) => f.truncated);
+  return (
+    <span class="instructions" ref={box}>
+      <button
+        type="button"
+        class={`link instructions-button ${cut ? 'cut' : ''}`}
+        data-testid="status-instructions"
+        aria-expanded={open}
+        title={`Instructions the last run loaded:\n${files.map(instructionLine).join('\n')}`}
+        onClick={() => setOpen(!open)}
+      >
+        {label}
+      </button>
+      {open && (
+        <div class="instructions-popover" role="dialog" aria-label="Instruction files" data-testid="instructions-list">
+          <div class="muted">Instructions the last run loaded</div>
+          <ul>
+            {files.map((f) => (
+              <li key={f.path} data-testid="instruction-file" data-truncated={f.truncated ? 'true' : undefined}>
+                <code>{f.path}</code> <span class="muted">~{formatTokens(Number(f.tokens_estimate))} tokens</span>
+                {f.truncated && (
+                  <span class="cut" title="Longer than the cap: only its start reaches the model">
+                    {' '}
+                    (cut)
+                  </span>
+                )}
+              </li>
+            ))}
+          </ul>
+        </div>
+      )}
+    </span>
+  );
+}
+
+/** Compacts the conversation now; disabled without a session, errors shown beside it. */
+function CompactButton(props: { onCompact: (() => Promise<void>) | null }) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<{ message: string; retry: () => void } | null>(null);
+  const run = async () => {
+    if (!props.onCompact || busy) return;
+    setBusy(true);
+    setError(null);
+    try {
+      await props.onCompact();
+    } catch (err) {
+      setError({ message: `Cannot compact: ${toCommandError(err).message}`, retry: () => void run() });
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <>
+      <button
+        type="button"
+        class="link compact-button"
+        data-testid="compact-button"
+        disabled={!props.onCompact || busy}
+        title="Summarise the earlier conversation now, to make room in the model's window (a running session does it before its next model call)"
+        onClick={() => void run()}
+      >
+        {busy ? 'Compacting…' : 'Compact'}
+      </button>
+      {error && (
+        <div class="status-error">
+          <ErrorBox message={error.message} onRetry={error.retry} onDismiss={() => setError(null)} testid="compact-error" />
+        </div>
+      )}
+    </>
+  );
+}
+
+/** "What is it doing and what does it cost": model, tokens of the session tree, active runs, the window. */
+export function StatusLine(props: {
+  config: any;
+  treeTokens: number | null;
+  runs: number | null;
+  transport: string;
+  context?: ContextMeter | null;
+  instructions?: InstructionFile[];
+  /** Compacts the open session; null when there is none. */
+  onCompact?: (() => Promise<void>) | null;
+}) {
   const p = props.config?.provider;
   return (
     <footer class="status-line" data-testid="status-line">
       <span data-testid="status-model">{p ? `${p.model} @ ${host(p.base_url)}` : 'no model configured'}</span>
       {props.treeTokens != null && <span data-testid="status-tokens">{formatTokens(props.treeTokens)} tokens (tree)</span>}
       {props.runs != null && <span data-testid="status-runs">{props.runs} running</span>}
+      <Meter meter={props.context} testid="status-context" />
+      {props.onCompact !== undefined && <CompactButton onCompact={props.onCompact} />}
+      <Instructions files={props.instructions ?? []} />
       <span class="muted">{props.transport}</span>
     </footer>
   );

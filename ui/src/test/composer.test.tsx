@@ -32,7 +32,7 @@ describe('parsing', () => {
 });
 
 describe('slash commands', () => {
-  it('/new starts a new conversation; /compact and /model say they are coming and send nothing', async () => {
+  it('/new starts a new conversation; /model says why it cannot run and sends nothing', async () => {
     const { fake, root } = await openSession();
     const input = $(root, 'prompt-input')!;
     await inAct(() => typeInto(input, '/'));
@@ -40,12 +40,12 @@ describe('slash commands', () => {
     expect(items).toEqual([
       ['new', false],
       ['clear', false],
-      ['compact', true],
+      ['compact', false],
       ['model', true],
     ]);
-    await inAct(() => typeInto(input, '/compact'));
+    await inAct(() => typeInto(input, '/model'));
     await inAct(() => key(input, 'Enter'));
-    expect($(root, 'composer-error')!.textContent).toContain('/compact is not available yet');
+    expect($(root, 'composer-error')!.textContent).toContain('one model server is configured');
     expect(fake.callsOf('submit')).toEqual([]);
     await inAct(() => typeInto(input, '/ne'));
     await inAct(() => key(input, 'Enter'));
