@@ -566,6 +566,150 @@ async fn context(messages: usize, window: usize, calls: usize) {
     );
 }
 
+/// A model server with a number of request slots, for the two-server fan-out: a parent
+/// on it delegates `children` sub-agents, alternating between the profiles `two` and
+/// `eight`; children read `data.txt` twice, then answer. Counts requests in flight.
+struct Slotted {
+    children: usize,
+    latency: Duration,
+    in_flight: AtomicUsize,
+    most: AtomicUsize,
+}
+
+#[async_trait]
+impl ModelProvider for Slotted {
+    async fn generate(
+        &self,
+        request: ModelRequest,
+        _sink: ProviderSink<'_>,
+    ) -> Result<ModelResponse, ProviderError> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        // The server's own time to answer: what makes requests overlap.
+        tokio::time::sleep(self.latency).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let messages = &request.messages;
+        let first = messages
+            .iter()
+            .find(|m| m.role == Role::User)
+            .map(|m| m.text().to_string())
+            .unwrap_or_default();
+        let assistants = messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .count();
+        if !first.contains("\nTask:\n") {
+            if assistants == 0 {
+                let calls = (0..self.children)
+                    .map(|i| ToolCall {
+                        id: format!("delegate-{i}"),
+                        name: "sub_agent".into(),
+                        arguments: json!({
+                            "title": format!("child {i}"),
+                            "task": "read data.txt",
+                            "agent": if i % 2 == 0 { "two" } else { "eight" },
+                        }),
+                    })
+                    .collect();
+                return Ok(ModelResponse::tool_calls(calls));
+            }
+            return Ok(ModelResponse::text("parent done"));
+        }
+        if assistants < 2 {
+            return Ok(ModelResponse::tool_calls(vec![ToolCall {
+                id: format!("call-{assistants}"),
+                name: "read_file".into(),
+                arguments: json!({"path": "data.txt"}),
+            }]));
+        }
+        Ok(ModelResponse::text("done"))
+    }
+}
+
+/// Fan-out across two model servers with 2 and 8 slots (issue #14): half the children on
+/// each, through their profiles; the parent on the 8-slot server. One slot of each is
+/// kept for top-level sessions, so children get 1 and 7 at once. The ideal is set by the
+/// slower server: `ceil(n/2) × 3` latencies, plus the parent's two calls.
+async fn two_servers(base: &Path, label: &str, children: usize, latency_ms: u64) {
+    let dir = scratch(base, "two-servers");
+    let workspace = dir.join("ws");
+    let agents = workspace.join(".bumblehive").join("agents");
+    std::fs::create_dir_all(&agents).expect("agents");
+    std::fs::write(workspace.join("data.txt"), "hello").expect("data");
+    for name in ["two", "eight"] {
+        std::fs::write(
+            agents.join(format!("{name}.md")),
+            format!("---\nname: {name}\ndescription: runs on {name}\nprovider: {name}\n---\nRead and answer.\n"),
+        )
+        .expect("profile");
+    }
+    let latency = Duration::from_millis(latency_ms);
+    let server = || {
+        Arc::new(Slotted {
+            children,
+            latency,
+            in_flight: AtomicUsize::new(0),
+            most: AtomicUsize::new(0),
+        })
+    };
+    let (two, eight) = (server(), server());
+    let config: Config = serde_json::from_value(json!({
+        "providers": {
+            "two": {"kind": "openai", "base_url": "http://two/v1", "model": "m2", "max_concurrent": 2, "context_window": 32768},
+            "eight": {"kind": "openai", "base_url": "http://eight/v1", "model": "m8", "max_concurrent": 8, "context_window": 32768}
+        },
+        "default_provider": "eight",
+        "subagents": {"max_concurrent": 64}
+    }))
+    .expect("config");
+    let (two_p, eight_p) = (two.clone(), eight.clone());
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.join("data"),
+        config_path: None,
+        config: Some(config),
+        provider_factory: Arc::new(move |block: &bumblehive::config::ProviderConfig| {
+            let server: Arc<dyn ModelProvider> = if block.base_url.contains("//two") {
+                two_p.clone()
+            } else {
+                eight_p.clone()
+            };
+            Ok(server)
+        }),
+        tools: None,
+    })
+    .expect("service");
+    let info = service
+        .create_session(workspace.to_str().expect("utf8"), None)
+        .expect("session");
+    let ctl = service.controller(&info.session_id).expect("controller");
+    let started = Instant::now();
+    ctl.submit("delegate".into(), None).expect("submit");
+    service.wait_idle().await;
+    let wall = started.elapsed();
+    let history = service
+        .store()
+        .load(&info.session_id)
+        .expect("load")
+        .messages;
+    let reports = history
+        .iter()
+        .filter(|m| m.text().starts_with("[Background tool result]"))
+        .count();
+    assert_eq!(reports, children, "every child reports once");
+    let on_two = children.div_ceil(2);
+    let waves = on_two.max((children - on_two).div_ceil(7));
+    let ideal = latency * (waves as u32 * 3 + 2);
+    println!(
+        "two servers [{label}]: {children} children (half on 2 slots, half on 8), {latency_ms} ms latency: wall {:.3} s, ideal {:.3} s, ratio {:.2}; most requests at once: {} on the 2-slot server, {} on the 8-slot one",
+        wall.as_secs_f64(),
+        ideal.as_secs_f64(),
+        wall.as_secs_f64() / ideal.as_secs_f64(),
+        two.most.load(Ordering::SeqCst),
+        eight.most.load(Ordering::SeqCst),
+    );
+    service.shutdown().await;
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     // `cargo bench --bench runtime -- soak` runs only the benches whose name has "soak".
@@ -614,6 +758,7 @@ fn main() {
             streaming(disk.path(), "disk", 100).await;
             soak(disk.path(), "disk", 200, &[50, 100, 200]).await;
             context(1_000, 8_192, 5).await;
+            two_servers(disk.path(), "disk", 8, 2).await;
             return;
         }
         if wanted("per-turn") {
@@ -641,6 +786,12 @@ fn main() {
         }
         if wanted("context") {
             context(10_000, 32_768, 500).await;
+        }
+        if wanted("two-servers") {
+            if let Some(memory) = &memory {
+                two_servers(memory.path(), "tmpfs", 64, 20).await;
+            }
+            two_servers(disk.path(), "disk", 64, 20).await;
         }
     });
 }
