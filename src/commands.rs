@@ -112,7 +112,12 @@ pub async fn execute(
         }
         Command::Submit(a) => {
             let (message_id, status) = service
-                .submit_message(&a.session_id, a.content, a.config)
+                .submit_message_with_images(
+                    &a.session_id,
+                    a.content,
+                    a.config,
+                    a.images.unwrap_or_default(),
+                )
                 .await?;
             CommandOutput::Submit(Submitted { message_id, status })
         }

@@ -72,6 +72,10 @@ pub struct ProviderConfig {
     /// taken from a built-in table (`context::window::resolve`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u32>,
+    /// `false` for a model that takes no images: a message's images are then left out of
+    /// its requests with a note in the text. Unset: images are sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub images: Option<bool>,
     /// Extra knobs for providers (timeouts, retries); kept as given.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
@@ -88,6 +92,7 @@ impl Default for ProviderConfig {
             max_tokens: None,
             max_concurrent: None,
             context_window: None,
+            images: None,
             extra: serde_json::Map::new(),
         }
     }

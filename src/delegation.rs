@@ -72,6 +72,7 @@ pub(crate) fn runner_fn(registry: Weak<Registry>) -> RunnerFn {
                     .unwrap_or_else(|| format!("task:{}", start.task_id)),
                 content: start.content,
                 config,
+                images: Vec::new(),
             };
             child.run_child(message, token).await
         }
@@ -145,6 +146,7 @@ pub(crate) async fn deliver_report(registry: &Registry, report: Report) {
         message_id: record.message_id,
         content: record.content,
         config: record.config,
+        images: Vec::new(),
     });
 }
 

@@ -73,6 +73,75 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[ts(optional = nullable)]
     pub stopped: bool,
+    /// Images the person pasted or dropped into their message (user messages only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[ts(as = "Option<Vec<ImagePart>>", optional)]
+    pub images: Vec<ImagePart>,
+}
+
+/// An image in a person's message: sent to providers as an image part.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct ImagePart {
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    pub media_type: String,
+    /// The image's bytes in standard base64 (no `data:` prefix).
+    pub data: String,
+}
+
+impl ImagePart {
+    /// The types every provider that takes images accepts.
+    pub const MEDIA_TYPES: [&'static str; 4] =
+        ["image/png", "image/jpeg", "image/gif", "image/webp"];
+    /// The largest image accepted (Anthropic's limit per image).
+    pub const MAX_BYTES: usize = 5 * 1024 * 1024;
+    /// The most images one message carries.
+    pub const MAX_PER_MESSAGE: usize = 8;
+
+    /// The image's size in bytes, from its base64 length.
+    pub fn decoded_len(&self) -> usize {
+        let padding = self.data.bytes().rev().take_while(|b| *b == b'=').count();
+        (self.data.len() / 4) * 3 - padding.min(2)
+    }
+
+    /// Checks the images of a message: known types, valid base64, size caps.
+    pub fn check_all(images: &[ImagePart]) -> Result<(), String> {
+        if images.len() > Self::MAX_PER_MESSAGE {
+            return Err(format!(
+                "{} images in one message; at most {} are taken",
+                images.len(),
+                Self::MAX_PER_MESSAGE
+            ));
+        }
+        for (n, image) in images.iter().enumerate() {
+            let n = n + 1;
+            if !Self::MEDIA_TYPES.contains(&image.media_type.as_str()) {
+                return Err(format!(
+                    "image {n} is {:?}; the types taken are {}",
+                    image.media_type,
+                    Self::MEDIA_TYPES.join(", ")
+                ));
+            }
+            let valid = !image.data.is_empty()
+                && image.data.len() % 4 == 0
+                && image
+                    .data
+                    .trim_end_matches('=')
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/');
+            if !valid {
+                return Err(format!("image {n} is not valid base64"));
+            }
+            if image.decoded_len() > Self::MAX_BYTES {
+                return Err(format!(
+                    "image {n} is {} KiB; at most {} MiB is taken",
+                    image.decoded_len() / 1024,
+                    Self::MAX_BYTES / (1024 * 1024)
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Message {
@@ -85,6 +154,7 @@ impl Message {
             id: None,
             usage: None,
             stopped: false,
+            images: Vec::new(),
         }
     }
 
@@ -244,6 +314,10 @@ pub struct PendingMessage {
     pub status: MessageStatus,
     #[serde(default)]
     pub config: RunConfig,
+    /// The images of a person's message (see [`Message::images`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[ts(as = "Option<Vec<ImagePart>>", optional)]
+    pub images: Vec<ImagePart>,
 }
 
 /// An approval that waits for the person's decision.
@@ -481,6 +555,10 @@ pub mod commands {
         #[serde(default)]
         #[ts(optional = nullable)]
         pub config: Option<RunConfig>,
+        /// Pasted or dropped images (at most 8, each at most 5 MiB).
+        #[serde(default)]
+        #[ts(optional)]
+        pub images: Option<Vec<ImagePart>>,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]

@@ -23,6 +23,10 @@ pub struct ModelSettings {
     pub model: String,
     pub temperature: Option<f32>,
     pub max_tokens: Option<u32>,
+    /// The model takes no images (`provider.images: false`): they are left out of the
+    /// request with a note.
+    #[serde(default)]
+    pub no_images: bool,
 }
 
 impl From<&ProviderConfig> for ModelSettings {
@@ -31,7 +35,23 @@ impl From<&ProviderConfig> for ModelSettings {
             model: config.model.clone(),
             temperature: config.temperature,
             max_tokens: config.max_tokens,
+            no_images: config.images == Some(false),
         }
+    }
+}
+
+/// The text of a user message whose images are not sent (a model that takes none): the
+/// model is told they were there.
+pub fn without_images_text(message: &Message) -> String {
+    let n = message.images.len();
+    let note = format!(
+        "[{n} image{} attached here left out: this model takes no images (provider.images is false)]",
+        if n == 1 { "" } else { "s" }
+    );
+    if message.text().is_empty() {
+        note
+    } else {
+        format!("{}\n\n{note}", message.text())
     }
 }
 

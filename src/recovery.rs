@@ -134,6 +134,7 @@ pub(crate) fn recover(
                 content: record.content.clone(),
                 status: crate::protocol::MessageStatus::Queued,
                 config: record.config.clone(),
+                images: Vec::new(),
             });
             added = true;
             stats.requeued_reports += 1;

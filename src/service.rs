@@ -123,12 +123,29 @@ impl RuntimeService {
         content: String,
         config: Option<RunConfig>,
     ) -> Result<(String, crate::protocol::MessageStatus), RuntimeError> {
+        self.submit_message_with_images(session_id, content, config, Vec::new())
+            .await
+    }
+
+    /// [`Self::submit_message`] with pasted or dropped images.
+    pub async fn submit_message_with_images(
+        &self,
+        session_id: &str,
+        content: String,
+        config: Option<RunConfig>,
+        images: Vec<crate::protocol::ImagePart>,
+    ) -> Result<(String, crate::protocol::MessageStatus), RuntimeError> {
         let controller = self.controller(session_id)?;
         let meta = controller.current_meta();
         let is_child = meta.task_id.is_some() && meta.parent_session_id.is_some();
         if !is_child || controller.is_running() {
             // A working child gets it at its next safe point, like any message.
-            return self.submit(session_id, content, config);
+            return self.submit_with_images(session_id, content, config, images);
+        }
+        if !images.is_empty() {
+            return Err(RuntimeError::InvalidArgument(
+                "images go to a sub-agent only while it works; describe them in words, or send them to its parent".into(),
+            ));
         }
         if self.subagents().state_of(session_id).is_some() {
             return Err(RuntimeError::Busy(format!(
@@ -157,6 +174,17 @@ impl RuntimeService {
         content: String,
         config: Option<RunConfig>,
     ) -> Result<(String, crate::protocol::MessageStatus), RuntimeError> {
+        self.submit_with_images(session_id, content, config, Vec::new())
+    }
+
+    /// [`Self::submit`] with pasted or dropped images.
+    pub fn submit_with_images(
+        &self,
+        session_id: &str,
+        content: String,
+        config: Option<RunConfig>,
+        images: Vec<crate::protocol::ImagePart>,
+    ) -> Result<(String, crate::protocol::MessageStatus), RuntimeError> {
         let controller = self.controller(session_id)?;
         let overridden = config.as_ref().and_then(|c| c.runtime.workspace.clone());
         if let Some(workspace) = &overridden {
@@ -169,7 +197,7 @@ impl RuntimeService {
         } else {
             content
         };
-        controller.submit(content, config)
+        controller.submit_with_images(content, config, images)
     }
 
     /// Renames a session (its tab and list entry).

@@ -151,3 +151,117 @@ async fn workspace_files_are_listed_fuzzily_and_mentions_bring_their_content() {
     drop(events);
     fx.shutdown().await;
 }
+
+/// A 1×1 PNG, base64.
+const PIXEL: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg==";
+
+/// A pasted image goes through `submit` into the stored message and reaches each
+/// provider as its own kind of image part: Chat Completions' data-URL `image_url`,
+/// Anthropic's base64 `image` block before the text; a model configured with
+/// `images: false` gets a note instead. Bad images are refused and nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_submit_with_an_image_reaches_each_provider_as_an_image_part() {
+    use crate::mock_llm::{MockLlm, anthropic, openai};
+    use crate::providers_openai::{Fixture, openai_config, provider_config, run_events};
+
+    let image = json!({"media_type": "image/png", "data": PIXEL});
+    type Config = fn(&MockLlm) -> bumblehive::config::ProviderConfig;
+    let cases: [(&str, Config); 3] = [
+        ("openai", openai_config),
+        ("anthropic", |mock| {
+            provider_config("anthropic", mock.url(), "claude-sonnet-4-5")
+        }),
+        ("no images", |mock| bumblehive::config::ProviderConfig {
+            images: Some(false),
+            ..openai_config(mock)
+        }),
+    ];
+    for (kind, config) in cases {
+        let mock = MockLlm::start().await;
+        if kind == "anthropic" {
+            mock.push_sse(anthropic::text_answer(&["a red pixel"], 10, 3));
+        } else {
+            mock.push_sse(openai::text_answer(&["a red pixel"], (10, 3)));
+        }
+        let fx = Fixture::new(config(&mock));
+        let (controller, mut events) = fx.session();
+        let id = controller.session_id().to_string();
+        dispatch(
+            &fx.service,
+            "submit",
+            json!({"session_id": id, "content": "what is this?", "images": [image]}),
+        )
+        .await
+        .unwrap();
+        let (_, end) = run_events(&mut events, &id).await;
+        assert!(
+            matches!(end, bumblehive::protocol::Event::Result { .. }),
+            "{kind}: {end:?}"
+        );
+        let body = &mock.requests()[0].body;
+        let user = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "user")
+            .unwrap()
+            .clone();
+        match kind {
+            "openai" => assert_eq!(
+                user["content"],
+                json!([
+                    {"type": "text", "text": "what is this?"},
+                    {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{PIXEL}")}}
+                ])
+            ),
+            "anthropic" => assert_eq!(
+                user["content"],
+                json!([
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}},
+                    {"type": "text", "text": "what is this?"}
+                ])
+            ),
+            _ => {
+                let text = user["content"].as_str().unwrap();
+                assert!(text.starts_with("what is this?"), "{text}");
+                assert!(text.contains("1 image attached here left out"), "{text}");
+                assert!(!body.to_string().contains(PIXEL));
+            }
+        }
+        let stored = fx.service.get_session(&id).unwrap().messages;
+        assert_eq!(stored[0].images.len(), 1);
+        assert_eq!(stored[0].images[0].data, PIXEL);
+        fx.shutdown().await;
+    }
+
+    // Refused before anything is stored: a type no provider takes, broken base64, too many.
+    let mock = MockLlm::start().await;
+    let fx = Fixture::new(openai_config(&mock));
+    let (controller, _events) = fx.session();
+    let id = controller.session_id().to_string();
+    let bad = [
+        (
+            json!([{"media_type": "image/bmp", "data": PIXEL}]),
+            "image/bmp",
+        ),
+        (
+            json!([{"media_type": "image/png", "data": "not base64!"}]),
+            "not valid base64",
+        ),
+        (json!(vec![image.clone(); 9]), "at most 8"),
+    ];
+    for (images, says) in bad {
+        let err = dispatch(
+            &fx.service,
+            "submit",
+            json!({"session_id": id, "content": "look", "images": images}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.code(), "invalid_argument");
+        assert!(err.to_string().contains(says), "{err}");
+    }
+    assert!(fx.service.get_session(&id).unwrap().messages.is_empty());
+    assert!(mock.requests().is_empty());
+    fx.shutdown().await;
+}

@@ -71,6 +71,7 @@ fn message(id: &str) -> QueuedMessage {
         message_id: id.into(),
         content: format!("content of {id}"),
         config: Default::default(),
+        images: Vec::new(),
     }
 }
 

@@ -89,6 +89,7 @@ async fn a_recorded_report_reaches_its_parent_exactly_once_across_restarts() {
         message_id: "subagent:t1".into(),
         content: "again".into(),
         config: Default::default(),
+        images: Vec::new(),
     };
     assert_eq!(ctl.deliver(duplicate), None);
     fx.restart().await;

@@ -29,6 +29,7 @@ fn simple_request(text: &str) -> ModelRequest {
             model: "claude-sonnet-4-5".into(),
             temperature: None,
             max_tokens: None,
+            no_images: false,
         },
     }
 }
@@ -62,6 +63,7 @@ fn conversation() -> ModelRequest {
             model: "claude-sonnet-4-5".into(),
             temperature: Some(0.7),
             max_tokens: Some(1024),
+            no_images: false,
         },
     }
 }

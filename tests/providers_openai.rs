@@ -150,6 +150,7 @@ pub fn conversation(model: &str) -> ModelRequest {
             model: model.into(),
             temperature: Some(0.2),
             max_tokens: Some(64),
+            no_images: false,
         },
     }
 }
@@ -162,6 +163,7 @@ fn simple_request(text: &str) -> ModelRequest {
             model: "gpt-4o-mini".into(),
             temperature: None,
             max_tokens: None,
+            no_images: false,
         },
     }
 }
@@ -1071,6 +1073,7 @@ pub fn wire_history(body: &Value) -> Vec<Message> {
                 id: None,
                 usage: None,
                 stopped: false,
+                images: Vec::new(),
             }
         })
         .collect()

@@ -452,6 +452,7 @@ async fn c9_a_deleted_session_never_comes_back() {
             message_id: "subagent:late".into(),
             content: "late".into(),
             config: Default::default(),
+            images: Vec::new(),
         })
         .is_none()
     );
@@ -531,6 +532,7 @@ async fn c10_a_report_waiting_in_the_inbox_is_not_delivered_twice() {
         message_id: "subagent:t".into(),
         content: "[Background tool result]\nTask ID: t\n\nonce".into(),
         config: Default::default(),
+        images: Vec::new(),
     };
     assert_eq!(
         begun.controller.deliver(report.clone()),

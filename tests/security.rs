@@ -1134,6 +1134,7 @@ async fn security_model_calls_do_not_follow_redirects_to_other_origins() {
             model: "m".into(),
             temperature: None,
             max_tokens: None,
+            no_images: false,
         },
     };
     let (result, _) = generate(&provider, request).await;

@@ -267,14 +267,33 @@ pub(crate) fn serialized_len<T: Serialize + ?Sized>(value: &T) -> usize {
     count.0
 }
 
-/// Tokens of one message, estimated as a quarter of its JSON size (rounded up).
+/// What one image costs a model, about: providers count images by their pixels, not by
+/// their base64 (OpenAI's high detail tiles and Anthropic's width × height / 750 land
+/// near this for screenshots), so a megabyte of base64 is not 250,000 tokens.
+pub const IMAGE_TOKENS: usize = 1_600;
+
+/// Tokens of one message, estimated as a quarter of its JSON size (rounded up), with
+/// each image counted as [`IMAGE_TOKENS`] instead of its base64.
 pub fn message_tokens(message: &Message) -> usize {
-    serialized_len(message).div_ceil(4)
+    if message.images.is_empty() {
+        return serialized_len(message).div_ceil(4);
+    }
+    let base64: usize = message.images.iter().map(|i| i.data.len()).sum();
+    (serialized_len(message) - base64).div_ceil(4) + message.images.len() * IMAGE_TOKENS
 }
 
 /// Tokens of a request, estimated as a quarter of the JSON size of its messages and tools:
 /// the figure before a provider has reported any, and the one compaction plans with.
 pub fn estimate_tokens(messages: &[Message], tools: &[ToolSpec]) -> usize {
+    if messages.iter().any(|m| !m.images.is_empty()) {
+        let messages: usize = messages.iter().map(message_tokens).sum();
+        return messages
+            + if tools.is_empty() {
+                0
+            } else {
+                serialized_len(tools).div_ceil(4)
+            };
+    }
     (serialized_len(messages)
         + if tools.is_empty() {
             0
@@ -325,6 +344,25 @@ pub fn used_tokens(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_image_counts_as_a_fixed_cost_not_as_its_base64() {
+        let mut message = Message::user("u", "look at this");
+        let plain = message_tokens(&message);
+        message.images.push(crate::protocol::ImagePart {
+            media_type: "image/png".into(),
+            data: "A".repeat(1_000_000),
+        });
+        // The image's JSON framing (type, field names) is counted, its base64 is not.
+        let tokens = message_tokens(&message);
+        assert!(
+            (plain + IMAGE_TOKENS..plain + IMAGE_TOKENS + 20).contains(&tokens),
+            "{tokens}"
+        );
+        let request = [Message::system("s"), message];
+        let tokens = estimate_tokens(&request, &[]);
+        assert!(tokens < 2 * IMAGE_TOKENS, "{tokens}");
+    }
 
     #[test]
     fn table_matches_longest_prefix_and_ignores_router_prefix() {

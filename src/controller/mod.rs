@@ -42,6 +42,8 @@ pub struct QueuedMessage {
     pub message_id: String,
     pub content: String,
     pub config: RunConfig,
+    /// Images of a person's message.
+    pub images: Vec<crate::protocol::ImagePart>,
 }
 
 impl QueuedMessage {
@@ -51,6 +53,7 @@ impl QueuedMessage {
             content: self.content.clone(),
             status: MessageStatus::Queued,
             config: self.config.clone(),
+            images: self.images.clone(),
         }
     }
 }
@@ -252,6 +255,7 @@ impl SessionController {
                     message_id: p.message_id,
                     content: p.content,
                     config: p.config,
+                    images: p.images,
                 })
                 .collect(),
             meta: meta.clone(),
@@ -494,15 +498,28 @@ impl SessionController {
         content: String,
         config: Option<RunConfig>,
     ) -> Result<(String, MessageStatus), RuntimeError> {
-        if content.trim().is_empty() {
+        self.submit_with_images(content, config, Vec::new())
+    }
+
+    /// The person's message with pasted or dropped images (checked here: types, base64,
+    /// sizes), which go to the model as image parts.
+    pub fn submit_with_images(
+        &self,
+        content: String,
+        config: Option<RunConfig>,
+        images: Vec<crate::protocol::ImagePart>,
+    ) -> Result<(String, MessageStatus), RuntimeError> {
+        if content.trim().is_empty() && images.is_empty() {
             return Err(RuntimeError::InvalidArgument(
                 "content must not be empty".into(),
             ));
         }
+        crate::protocol::ImagePart::check_all(&images).map_err(RuntimeError::InvalidArgument)?;
         let message = QueuedMessage {
             message_id: format!("msg-{}", uuid::Uuid::now_v7().simple()),
             content,
             config: config.unwrap_or_default(),
+            images,
         };
         let id = message.message_id.clone();
         let mut state = self.lock();

@@ -332,7 +332,11 @@ impl Run {
         }
         let messages: Vec<Message> = queued
             .iter()
-            .map(|m| Message::user(m.message_id.clone(), m.content.clone()))
+            .map(|m| {
+                let mut message = Message::user(m.message_id.clone(), m.content.clone());
+                message.images = m.images.clone();
+                message
+            })
             .collect();
         if let Err(err) = self.append(messages.clone()) {
             // Not in the history, so not consumed: they go back to pending (C7).

@@ -106,7 +106,26 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
     for message in &request.messages {
         let (role, blocks) = match message.role {
             Role::System => continue,
-            Role::User => ("user", text_block(message.text())),
+            Role::User if message.images.is_empty() => ("user", text_block(message.text())),
+            Role::User if request.settings.no_images => (
+                "user",
+                text_block(&crate::provider::without_images_text(message)),
+            ),
+            // Images first, then the text, as Anthropic's documentation recommends.
+            Role::User => {
+                let mut blocks: Vec<Value> = message
+                    .images
+                    .iter()
+                    .map(|image| {
+                        json!({
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": image.media_type, "data": image.data},
+                        })
+                    })
+                    .collect();
+                blocks.extend(text_block(message.text()));
+                ("user", blocks)
+            }
             Role::Tool => {
                 let mut result = json!({
                     "type": "tool_result",

@@ -88,7 +88,11 @@ pub(crate) fn request_body(request: &ModelRequest, max_tokens_param: &str) -> Va
     body.insert("model".into(), json!(request.settings.model));
     body.insert(
         "messages".into(),
-        request.messages.iter().map(wire_message).collect(),
+        request
+            .messages
+            .iter()
+            .map(|m| wire_message(m, request.settings.no_images))
+            .collect(),
     );
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
@@ -129,10 +133,30 @@ pub(crate) fn decimal(value: f32) -> Value {
         .map_or(Value::Null, Value::Number)
 }
 
-fn wire_message(message: &Message) -> Value {
+fn wire_message(message: &Message, no_images: bool) -> Value {
     match message.role {
         Role::System => json!({"role": "system", "content": message.text()}),
-        Role::User => json!({"role": "user", "content": message.text()}),
+        Role::User if message.images.is_empty() => {
+            json!({"role": "user", "content": message.text()})
+        }
+        Role::User if no_images => json!({
+            "role": "user",
+            "content": crate::provider::without_images_text(message),
+        }),
+        // Chat Completions' content parts: the text, then each image as a data URL.
+        Role::User => {
+            let mut parts = Vec::with_capacity(message.images.len() + 1);
+            if !message.text().is_empty() {
+                parts.push(json!({"type": "text", "text": message.text()}));
+            }
+            parts.extend(message.images.iter().map(|image| {
+                json!({
+                    "type": "image_url",
+                    "image_url": {"url": format!("data:{};base64,{}", image.media_type, image.data)},
+                })
+            }));
+            json!({"role": "user", "content": parts})
+        }
         Role::Tool => json!({
             "role": "tool",
             "tool_call_id": message.tool_call_id.as_deref().unwrap_or_default(),
