@@ -170,6 +170,7 @@ pub async fn execute(
                 .search_sessions(&a.query, a.workspace.as_deref())
                 .await?,
         ),
+        Command::SetAgent(a) => CommandOutput::SetAgent(service.set_agent(&a.session_id, a.agent)?),
         Command::SetModel(a) => {
             CommandOutput::SetModel(service.set_model(&a.session_id, a.provider, a.model)?)
         }

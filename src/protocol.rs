@@ -683,6 +683,16 @@ pub mod commands {
         pub model: Option<String>,
     }
 
+    /// The profile a top-level session runs as (`/agent NAME`); `None`: none.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct SetAgent {
+        pub session_id: SessionId,
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub agent: Option<String>,
+    }
+
     /// The profiles a workspace's sessions can delegate to.
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
     #[ts(export)]
@@ -770,6 +780,7 @@ pub mod commands {
         set_model => SetModel(SetModel) -> SessionInfo;
         list_agents => ListAgents(ListAgents) -> Profiles;
         compact => Compact(SessionRef) -> Empty;
+        set_agent => SetAgent(SetAgent) -> SessionInfo;
     }
 }
 

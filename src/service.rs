@@ -235,6 +235,35 @@ impl RuntimeService {
         Ok(meta.info(controller.state()))
     }
 
+    /// Makes a top-level session run as a profile from its next turn (its instructions,
+    /// tools, provider, model and turn limit), or as none. A sub-agent's profile is its
+    /// parent's choice and stays.
+    pub fn set_agent(
+        &self,
+        session_id: &str,
+        agent: Option<String>,
+    ) -> Result<SessionInfo, RuntimeError> {
+        let controller = self.controller(session_id)?;
+        let meta = controller.current_meta();
+        if meta.parent_session_id.is_some() {
+            return Err(RuntimeError::InvalidArgument(
+                "a sub-agent keeps the profile its parent gave it".into(),
+            ));
+        }
+        let agent = agent.filter(|a| !a.trim().is_empty());
+        if let Some(name) = &agent {
+            let profiles = self.shared().profiles(Path::new(&meta.workspace));
+            if profiles.get(name).is_none() {
+                return Err(RuntimeError::InvalidArgument(format!(
+                    "no agent profile named {name:?}; available: {}",
+                    profiles.names().join(", ")
+                )));
+            }
+        }
+        let meta = controller.edit_meta(|meta| meta.agent = agent);
+        Ok(meta.info(controller.state()))
+    }
+
     /// The agent profiles of a workspace (built-in, the person's, the workspace's, and
     /// Claude Code's and Codex's files), with the files that could not be read.
     pub fn list_agents(&self, workspace: &str) -> crate::protocol::Profiles {

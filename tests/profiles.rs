@@ -582,3 +582,82 @@ async fn a_follow_up_to_a_working_child_is_steered_into_its_run() {
     drop(begun);
     fx.shutdown().await;
 }
+
+/// `/agent NAME`: a top-level session runs as a profile from its next turn (its tools and
+/// instructions), as none again when cleared; an unknown name and a sub-agent are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_agent_makes_a_top_level_session_run_as_a_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let server = Server::new(Duration::ZERO, |_| ModelResponse::text("ok"));
+    let config = json!({"providers": {"local": {"kind": "openai", "base_url": "http://local/v1", "model": "m"}}, "default_provider": "local"});
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.path().join("data"),
+        config_path: Some(dir.path().join("config.json")),
+        config: None,
+        provider_factory: two_servers(server.clone(), server.clone()),
+        tools: None,
+    })
+    .unwrap();
+    let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
+    let id = info.session_id.clone();
+    let turn = |n: usize| {
+        let service = service.clone();
+        let id = id.clone();
+        let server = server.clone();
+        async move {
+            service
+                .controller(&id)
+                .unwrap()
+                .submit("look around".into(), None)
+                .unwrap();
+            tokio::time::timeout(WAIT, service.wait_idle())
+                .await
+                .unwrap();
+            server.requests()[n].clone()
+        }
+    };
+    let plain = turn(0).await;
+    assert!(tool_names(&plain).contains(&"write_file".to_string()));
+
+    let set = dispatch(
+        &service,
+        "set_agent",
+        json!({"session_id": id, "agent": "explore"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(set["agent"], "explore");
+    let explore = turn(1).await;
+    let tools = tool_names(&explore);
+    assert!(tools.contains(&"read_file".to_string()), "{tools:?}");
+    assert!(!tools.contains(&"write_file".to_string()), "{tools:?}");
+    assert!(!tools.contains(&"run_command".to_string()), "{tools:?}");
+    assert!(
+        explore.messages[0]
+            .text()
+            .contains("# Your instructions as this agent")
+    );
+
+    dispatch(
+        &service,
+        "set_agent",
+        json!({"session_id": id, "agent": null}),
+    )
+    .await
+    .unwrap();
+    assert!(tool_names(&turn(2).await).contains(&"write_file".to_string()));
+
+    let err = dispatch(
+        &service,
+        "set_agent",
+        json!({"session_id": id, "agent": "nobody"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), "invalid_argument");
+    assert!(err.to_string().contains("explore"), "{err}");
+    service.shutdown().await;
+}
