@@ -651,13 +651,8 @@ async fn server_two_clients_see_the_same_events_and_a_stalled_one_slows_no_one()
     two_clients_and_a_stalled_one(false).await;
 }
 
-/// The stalled client, read at last, is sent a fresh snapshot. Known to fail now and then
-/// on this host since the server moved to its own hyper-util accept loop (issue 12): the
-/// stalled connection sometimes writes nothing more after the client drains its 2 KB
-/// window (seen: 67 KB read, then silence for 150 s). Left out of CI until the cause is
-/// found; run it with `cargo test --test tests -- --ignored stalled_client_is_resynced`.
+/// The stalled client, read at last, is sent a fresh snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "flaky: a stalled SSE connection sometimes never resumes (see the doc comment)"]
 async fn server_a_stalled_client_is_resynced_when_it_reads_again() {
     two_clients_and_a_stalled_one(true).await;
 }
@@ -690,9 +685,29 @@ async fn two_clients_and_a_stalled_one(check_resync: bool) {
     let id = info["session_id"].as_str().unwrap().to_string();
     let mut a = server.events(&id).await;
     let mut b = server.events(&id).await;
-    // A client with a tiny receive window that never reads a byte.
+    // A client with a tiny receive window that never reads a byte. Its segment size is
+    // small too: with loopback's 64 KiB MSS, a receive buffer smaller than one segment
+    // makes the kernel's silly-window avoidance advertise a zero window even after the
+    // client reads, so the stream resumed only at the sender's next zero-window probe
+    // (backing off up to 120 s) and sometimes not within the test at all. A slow client
+    // on a real link has segments smaller than its buffer; so has this one now.
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(2048).unwrap();
+    {
+        use std::os::fd::AsRawFd;
+        let mss: libc::c_int = 536;
+        // SAFETY: a valid socket fd and a c_int option of the right size.
+        let set = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_MAXSEG,
+                (&mss as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(set, 0, "TCP_MAXSEG: {}", std::io::Error::last_os_error());
+    }
     let addr: std::net::SocketAddr = server.url.trim_start_matches("http://").parse().unwrap();
     let mut stalled = socket.connect(addr).await.unwrap();
     stalled
@@ -783,10 +798,10 @@ async fn two_clients_and_a_stalled_one(check_resync: bool) {
     if !check_resync {
         return;
     }
-    // The stalled socket is read only now. Its 2 KB window has been shut for the whole
-    // flood, so the server's kernel only learns it is open again at its next zero-window
-    // probe, whose interval backs off while the window stays shut (up to TCP_RTO_MAX,
-    // 120 s): wait past that, or the test depends on the host's timer state.
+    // The stalled socket is read only now. Its window has been shut for the whole flood;
+    // the client's window updates reopen it as it reads (its small segments let it
+    // advertise what it frees). The bound stays past TCP's zero-window probe backoff
+    // (up to TCP_RTO_MAX, 120 s) in case an update is lost.
     tokio::time::timeout(std::time::Duration::from_secs(150), resynced)
         .await
         .expect("the stalled client never got a fresh snapshot");
