@@ -236,5 +236,14 @@ async fn test_provider_sends_one_tiny_request_and_says_what_failed() {
     assert_eq!(err.code(), "invalid_argument");
     assert!(err.to_string().contains("nobody"), "{err}");
     assert!(err.to_string().contains("local"), "{err}");
+    // A key for a server that does not exist is refused before the keyring is touched.
+    let err = dispatch(
+        &service,
+        "set_api_key",
+        json!({"key": "sk-new", "provider": "nobody"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), "invalid_argument");
     service.shutdown().await;
 }
