@@ -199,7 +199,9 @@ export function StatusLine(props: {
   /** Compacts the open session; null when there is none. */
   onCompact?: (() => Promise<void>) | null;
 }) {
-  const p = props.config?.provider;
+  // The server top-level sessions use: `default_provider`'s block, else the `provider` block.
+  const named = props.config?.default_provider;
+  const p = (typeof named === 'string' && props.config?.providers?.[named]) || props.config?.provider;
   return (
     <footer class="status-line" data-testid="status-line">
       <span data-testid="status-model">{p ? `${p.model} @ ${host(p.base_url)}` : 'no model configured'}</span>

@@ -118,10 +118,13 @@ describe('settings: model servers', () => {
 
   it('makes a server the default and removes one, showing busy refusals clearly', async () => {
     const fake = serversPlatform();
-    const { servers } = await openServers(fake);
+    const { root, servers } = await openServers(fake);
+    // The status line names the default server's model.
+    expect($(root, 'status-model')!.textContent).toBe('small @ 127.0.0.1:8080');
     await inAct(() => $(rowOf(servers, 'claude'), 'server-make-default')!.click());
     expect(fake.callsOf('update_config').at(-1)).toEqual({ patch: { default_provider: 'claude' } });
     expect(rowOf(servers, 'claude').dataset.default).toBe('true');
+    expect($(root, 'status-model')!.textContent).toBe('claude-sonnet @ api.anthropic.com');
     expect($(rowOf(servers, 'local'), 'server-remove')).not.toBeNull();
     // The lone block becomes the default again by clearing `default_provider`.
     await inAct(() => $(rowOf(servers, 'default'), 'server-make-default')!.click());
