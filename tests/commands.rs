@@ -156,7 +156,7 @@ async fn workspace_files_are_listed_fuzzily_and_mentions_bring_their_content() {
 /// provider, over HTTP to the scripted server, with the failure said in words.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_provider_sends_one_tiny_request_and_says_what_failed() {
-    use crate::mock_llm::{MockLlm, MockResponse, openai};
+    use crate::mock_llm::{MockLlm, MockResponse, anthropic, openai};
     use crate::providers_openai::provider_config;
     use bumblehive::config::Config;
     use bumblehive::service::{RuntimeService, ServiceOptions};
@@ -176,6 +176,21 @@ async fn test_provider_sends_one_tiny_request_and_says_what_failed() {
     config.providers.insert(
         "hosted".into(),
         provider_config("openai", format!("{}/v1", locked.url()), "big-model"),
+    );
+    let claude = MockLlm::start().await;
+    claude.push_sse(anthropic::text_answer(&["OK"], 4, 1));
+    config.providers.insert(
+        "claude".into(),
+        provider_config("anthropic", claude.url(), "claude-sonnet-4-5"),
+    );
+    let ollama = MockLlm::start().await;
+    ollama.push(MockResponse::error(
+        404,
+        r#"{"error":"model \"nope\" not found, try pulling it first"}"#,
+    ));
+    config.providers.insert(
+        "ollama".into(),
+        provider_config("openai", format!("{}/v1", ollama.url()), "nope"),
     );
     // A port nothing listens on any more: the connection is refused.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
@@ -222,6 +237,24 @@ async fn test_provider_sends_one_tiny_request_and_says_what_failed() {
     assert!(message.contains("Check the API key"), "{message}");
     // A refused key is not retried: one request.
     assert_eq!(locked.requests().len(), 1);
+
+    // The Messages dialect too: its one-token request, answered.
+    let ok = dispatch(&service, "test_provider", json!({"name": "claude"}))
+        .await
+        .unwrap();
+    assert_eq!(ok["ok"], true, "{ok}");
+    let sent = claude.bodies();
+    assert_eq!(sent[0]["max_tokens"], 1, "{}", sent[0]);
+    assert_eq!(sent[0]["model"], "claude-sonnet-4-5");
+    assert_eq!(claude.requests()[0].path, "/v1/messages");
+
+    let missing = dispatch(&service, "test_provider", json!({"name": "ollama"}))
+        .await
+        .unwrap();
+    assert_eq!(missing["ok"], false, "{missing}");
+    let message = missing["message"].as_str().unwrap();
+    assert!(message.contains("model \"nope\" not found"), "{message}");
+    assert!(message.contains("Check the model name"), "{message}");
 
     let gone = dispatch(&service, "test_provider", json!({"name": "gone"}))
         .await
