@@ -198,16 +198,16 @@ export function ModelServers(props: { platform: Platform; config: any; onChanged
             <th title="Requests the server takes at once (max_concurrent)">Parallel</th>
             <th title="The model's context window in tokens (context_window); unset: asked from the server">Window</th>
             <th>Key</th>
-            <th />
           </tr>
         </thead>
-        <tbody>
-          {rows.map((r) => {
-            const t = tests[r.name];
-            return (
-              <tr key={r.name} data-testid="server-row" data-name={r.name} data-default={r.isDefault ? 'true' : undefined}>
+        {rows.map((r) => {
+          const t = tests[r.name];
+          // One body per server: its settings, then a line with its actions and test result.
+          return (
+            <tbody key={r.name} data-testid="server-row" data-name={r.name} data-default={r.isDefault ? 'true' : undefined}>
+              <tr>
                 <td>
-                  {r.name}
+                  <strong>{r.name}</strong>
                   {r.isDefault && (
                     <span class="server-default" data-testid="server-default" title="Top-level sessions use this one">
                       {' '}
@@ -216,58 +216,62 @@ export function ModelServers(props: { platform: Platform; config: any; onChanged
                   )}
                 </td>
                 <td>{r.kind}</td>
-                <td>
+                <td class="server-url">
                   <code>{r.base_url}</code>
                 </td>
                 <td>{r.model}</td>
                 <td>{r.max_concurrent ?? '—'}</td>
                 <td>{r.context_window ?? 'auto'}</td>
                 <td data-testid="server-key">{r.key ?? 'none'}</td>
-                <td class="server-actions">
-                  <button type="button" data-testid="server-test" disabled={t?.status === 'running'} onClick={() => void test(r.name)}>
-                    {t?.status === 'running' ? 'Testing…' : 'Test'}
-                  </button>
-                  {!r.isDefault && (
-                    <button
-                      type="button"
-                      data-testid="server-make-default"
-                      disabled={working}
-                      onClick={() => void patch({ default_provider: r.name === DEFAULT_PROVIDER ? null : r.name }, 'Not changed')}
-                    >
-                      Make default
+              </tr>
+              <tr class="server-actions-row">
+                <td colSpan={7}>
+                  <div class="server-actions">
+                    <button type="button" data-testid="server-test" disabled={t?.status === 'running'} onClick={() => void test(r.name)}>
+                      {t?.status === 'running' ? 'Testing…' : 'Test'}
                     </button>
-                  )}
-                  {!r.isDefault && !r.builtIn && (
-                    <ConfirmButton
-                      class="quiet"
-                      testid="server-remove"
-                      label="Remove"
-                      confirmLabel="Remove it"
-                      disabled={working}
-                      title="Remove this server from the config (a session or profile that names it says so at its next run)"
-                      onConfirm={() => void patch({ providers: { [r.name]: null } }, 'Not removed')}
-                    />
-                  )}
-                  {t?.status === 'done' && t.result.ok && (
-                    <span class="ok" data-testid="server-test-result" data-ok="true">
-                      ✓ {t.result.model} · {t.result.latency_ms} ms
-                    </span>
-                  )}
-                  {t?.status === 'done' && !t.result.ok && (
-                    <span class="server-test-error" data-testid="server-test-result" data-ok="false">
-                      ✗ {t.result.message}
-                    </span>
-                  )}
-                  {t?.status === 'error' && (
-                    <span class="server-test-error" data-testid="server-test-result" data-ok="false">
-                      ✗ Cannot test: {t.message}
-                    </span>
-                  )}
+                    {!r.isDefault && (
+                      <button
+                        type="button"
+                        data-testid="server-make-default"
+                        disabled={working}
+                        onClick={() => void patch({ default_provider: r.name === DEFAULT_PROVIDER ? null : r.name }, 'Not changed')}
+                      >
+                        Make default
+                      </button>
+                    )}
+                    {!r.isDefault && !r.builtIn && (
+                      <ConfirmButton
+                        class="quiet"
+                        testid="server-remove"
+                        label="Remove"
+                        confirmLabel="Remove it"
+                        disabled={working}
+                        title="Remove this server from the config (a session or profile that names it says so at its next run)"
+                        onConfirm={() => void patch({ providers: { [r.name]: null } }, 'Not removed')}
+                      />
+                    )}
+                    {t?.status === 'done' && t.result.ok && (
+                      <span class="ok" data-testid="server-test-result" data-ok="true">
+                        ✓ {t.result.model} · {t.result.latency_ms} ms
+                      </span>
+                    )}
+                    {t?.status === 'done' && !t.result.ok && (
+                      <span class="server-test-error" data-testid="server-test-result" data-ok="false">
+                        ✗ {t.result.message}
+                      </span>
+                    )}
+                    {t?.status === 'error' && (
+                      <span class="server-test-error" data-testid="server-test-result" data-ok="false">
+                        ✗ Cannot test: {t.message}
+                      </span>
+                    )}
+                  </div>
                 </td>
               </tr>
-            );
-          })}
-        </tbody>
+            </tbody>
+          );
+        })}
       </table>
       {error && <ErrorBox testid="servers-error" message={error} onDismiss={() => setError(null)} />}
       {adding && (
