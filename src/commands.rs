@@ -156,9 +156,12 @@ pub async fn execute(
             CommandOutput::ProbeProviders(crate::probe::probe_known().await)
         }
         Command::AppInfo(_) => CommandOutput::AppInfo(service.app_info()),
-        Command::SetApiKey(a) => {
-            CommandOutput::SetApiKey(service.set_api_key(&a.key, a.entry).await?.redacted())
-        }
+        Command::SetApiKey(a) => CommandOutput::SetApiKey(
+            service
+                .set_api_key(&a.key, a.entry, a.provider.as_deref())
+                .await?
+                .redacted(),
+        ),
         Command::RenameSession(a) => {
             CommandOutput::RenameSession(service.rename_session(&a.session_id, &a.title)?)
         }
@@ -177,6 +180,9 @@ pub async fn execute(
         Command::ListAgents(a) => CommandOutput::ListAgents(
             blocking(service, move |s| Ok(s.list_agents(&a.workspace))).await?,
         ),
+        Command::TestProvider(a) => {
+            CommandOutput::TestProvider(service.test_provider(&a.name).await?)
+        }
         Command::ListFiles(a) => CommandOutput::ListFiles(
             service
                 .list_files(&a.workspace, a.query.as_deref(), a.limit)

@@ -592,6 +592,34 @@ pub mod commands {
         #[serde(default)]
         #[ts(optional = nullable)]
         pub entry: Option<String>,
+        /// The provider (a name of the config's `providers`) whose block names the entry;
+        /// `None`: the lone `provider` block.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub provider: Option<String>,
+    }
+
+    /// One tiny real request through a configured provider (Settings → Model servers → Test).
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct TestProvider {
+        /// A provider name of the config (`default` for the lone `provider` block).
+        pub name: String,
+    }
+
+    /// What a provider test found: whether the server answered, and if not why, in words.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct ProviderTest {
+        pub ok: bool,
+        /// The model the request named.
+        pub model: String,
+        /// From sending the request to the end of the answer (or the failure).
+        #[ts(type = "number")]
+        pub latency_ms: u64,
+        /// Empty when `ok`; otherwise what went wrong (authentication, unreachable, model
+        /// not found, no answer in time …).
+        pub message: String,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
@@ -781,6 +809,7 @@ pub mod commands {
         list_agents => ListAgents(ListAgents) -> Profiles;
         compact => Compact(SessionRef) -> Empty;
         set_agent => SetAgent(SetAgent) -> SessionInfo;
+        test_provider => TestProvider(TestProvider) -> ProviderTest;
     }
 }
 

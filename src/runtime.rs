@@ -260,6 +260,15 @@ impl Shared {
         Ok(provider)
     }
 
+    /// A provider for a block, built by the runs' factory but not cached (a provider
+    /// test's block differs from the run's: it does not retry).
+    pub(crate) fn build_provider(
+        &self,
+        block: &ProviderConfig,
+    ) -> Result<Arc<dyn ModelProvider>, ProviderError> {
+        (self.provider_factory)(block)
+    }
+
     /// Where the person's own agent profiles live: `agents/` beside the config file.
     fn user_dir(&self) -> Option<PathBuf> {
         match &self.config_path {

@@ -22,6 +22,24 @@ use crate::subagents::{ChildStart, Report, SubagentTasks};
 use crate::tools::ToolRegistry;
 
 pub use crate::controller::INTERRUPTED_RESULT;
+
+/// How long a provider test waits for its one-token answer (a cold local model may
+/// need to load first).
+const PROVIDER_TEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// A provider failure in words for the Settings page, with what to do where that is clear.
+fn provider_test_message(err: &crate::provider::ProviderError) -> String {
+    use crate::provider::ProviderError;
+    match err {
+        ProviderError::Auth(_) => {
+            format!("{err}. Check the API key (its variable or the keyring entry).")
+        }
+        ProviderError::BadRequest(message) if message.contains("HTTP 404") => {
+            format!("not found: {message}. Check the model name and the base URL.")
+        }
+        _ => err.to_string(),
+    }
+}
 pub use crate::recovery::RecoveryStats;
 
 /// How to build a service.
@@ -354,11 +372,14 @@ impl RuntimeService {
     }
 
     /// Stores an API key in the OS keyring and points the provider at it. The key is
-    /// never written to the config, a session or a log.
+    /// never written to the config, a session or a log. `provider` names the block
+    /// (`None`: the lone `provider` block); a named provider's entry defaults to its name,
+    /// so two servers of one kind keep two keys.
     pub async fn set_api_key(
         &self,
         key: &str,
         entry: Option<String>,
+        provider: Option<&str>,
     ) -> Result<Config, RuntimeError> {
         if key.trim().is_empty() {
             return Err(RuntimeError::InvalidArgument("the API key is empty".into()));
@@ -368,11 +389,89 @@ impl RuntimeService {
                 "runs are active; stop them before changing the API key".into(),
             ));
         }
-        let entry = entry.unwrap_or_else(|| self.config().provider.kind.clone());
+        let config = self.config();
+        // Checked before the keyring is touched: an unknown name stores nothing.
+        let named = match provider {
+            None => None,
+            Some(name) => {
+                let (name, _) = config.provider_named(Some(name))?;
+                config
+                    .providers
+                    .contains_key(name)
+                    .then(|| name.to_string())
+            }
+        };
+        let entry = entry.unwrap_or_else(|| match &named {
+            Some(name) => name.clone(),
+            None => config.provider.kind.clone(),
+        });
         crate::providers::store_key_in_keyring(&entry, &crate::providers::ApiKey::new(key.trim()))
             .await
             .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
-        self.update_config(&serde_json::json!({"provider": {"api_key_keyring": entry}}))
+        let patch = match named {
+            Some(name) => serde_json::json!({"providers": {name: {"api_key_keyring": entry}}}),
+            None => serde_json::json!({"provider": {"api_key_keyring": entry}}),
+        };
+        self.update_config(&patch)
+    }
+
+    /// Sends one tiny real request (one user message, at most one token, no tools)
+    /// through a configured provider, built by the same factory the runs use, and says
+    /// how it went. Nothing is retried: the person wants the first failure's reason now,
+    /// not after the backoff. An unknown name is an `invalid_argument` error; anything
+    /// the server or the network does is a result with `ok: false`.
+    pub async fn test_provider(&self, name: &str) -> Result<commands::ProviderTest, RuntimeError> {
+        let config = self.config();
+        let (_, block) = config.provider_named(Some(name))?;
+        let mut block = block.clone();
+        block
+            .extra
+            .insert("max_retries".into(), serde_json::json!(0));
+        let model = block.model.clone();
+        let started = std::time::Instant::now();
+        let outcome = match self.shared().build_provider(&block) {
+            Err(err) => Err(err.to_string()),
+            Ok(provider) => {
+                let request = crate::provider::ModelRequest {
+                    messages: vec![crate::protocol::Message::user("test", "Say OK.")],
+                    tools: Vec::new(),
+                    settings: crate::provider::ModelSettings {
+                        model: model.clone(),
+                        temperature: block.temperature,
+                        max_tokens: Some(1),
+                        no_images: false,
+                    },
+                };
+                let call = provider.generate(request, &|_| {});
+                tokio::select! {
+                    answer = tokio::time::timeout(PROVIDER_TEST_TIMEOUT, call) => match answer {
+                        Ok(Ok(_)) => Ok(()),
+                        Ok(Err(err)) => Err(provider_test_message(&err)),
+                        Err(_) => Err(format!(
+                            "no answer from {} within {} s",
+                            block.base_url,
+                            PROVIDER_TEST_TIMEOUT.as_secs()
+                        )),
+                    },
+                    _ = self.shared().root.cancelled() => Err("the app is shutting down".into()),
+                }
+            }
+        };
+        let latency_ms = started.elapsed().as_millis() as u64;
+        Ok(match outcome {
+            Ok(()) => commands::ProviderTest {
+                ok: true,
+                model,
+                latency_ms,
+                message: String::new(),
+            },
+            Err(message) => commands::ProviderTest {
+                ok: false,
+                model,
+                latency_ms,
+                message,
+            },
+        })
     }
 
     /// Continues an interrupted child from its own history; its report then reaches the

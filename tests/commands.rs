@@ -265,3 +265,132 @@ async fn commands_submit_with_an_image_reaches_each_provider_as_an_image_part() 
     assert!(mock.requests().is_empty());
     fx.shutdown().await;
 }
+
+/// Settings → Model servers → Test: one real one-token request through each named
+/// provider, over HTTP to the scripted server, with the failure said in words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_provider_sends_one_tiny_request_and_says_what_failed() {
+    use crate::mock_llm::{MockLlm, MockResponse, anthropic, openai};
+    use crate::providers_openai::provider_config;
+    use bumblehive::config::Config;
+    use bumblehive::service::{RuntimeService, ServiceOptions};
+
+    let good = MockLlm::start().await;
+    good.push_sse(openai::text_answer(&["OK"], (5, 1)));
+    let locked = MockLlm::start().await;
+    locked.push(MockResponse::error(
+        401,
+        r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}"#,
+    ));
+    let mut config = Config::default();
+    config.providers.insert(
+        "local".into(),
+        provider_config("openai", format!("{}/v1", good.url()), "small-coder"),
+    );
+    config.providers.insert(
+        "hosted".into(),
+        provider_config("openai", format!("{}/v1", locked.url()), "big-model"),
+    );
+    let claude = MockLlm::start().await;
+    claude.push_sse(anthropic::text_answer(&["OK"], 4, 1));
+    config.providers.insert(
+        "claude".into(),
+        provider_config("anthropic", claude.url(), "claude-sonnet-4-5"),
+    );
+    let ollama = MockLlm::start().await;
+    ollama.push(MockResponse::error(
+        404,
+        r#"{"error":"model \"nope\" not found, try pulling it first"}"#,
+    ));
+    config.providers.insert(
+        "ollama".into(),
+        provider_config("openai", format!("{}/v1", ollama.url()), "nope"),
+    );
+    // A port nothing listens on any more: the connection is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    config.providers.insert(
+        "gone".into(),
+        provider_config("openai", format!("http://{closed}/v1"), "any"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.path().join("data"),
+        config_path: None,
+        config: Some(config),
+        provider_factory: bumblehive::providers::factory(),
+        tools: None,
+    })
+    .unwrap();
+
+    let ok = dispatch(&service, "test_provider", json!({"name": "local"}))
+        .await
+        .unwrap();
+    assert_eq!(ok["ok"], true, "{ok}");
+    assert_eq!(ok["model"], "small-coder");
+    assert_eq!(ok["message"], "");
+    assert!(ok["latency_ms"].is_u64(), "{ok}");
+    // The request was the tiny one: the model, one user message, one token, no tools.
+    let sent = good.bodies();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["model"], "small-coder");
+    assert_eq!(sent[0]["max_tokens"], 1, "{}", sent[0]);
+    assert_eq!(sent[0]["messages"].as_array().unwrap().len(), 1);
+    assert!(sent[0].get("tools").is_none(), "{}", sent[0]);
+
+    let refused = dispatch(&service, "test_provider", json!({"name": "hosted"}))
+        .await
+        .unwrap();
+    assert_eq!(refused["ok"], false, "{refused}");
+    assert_eq!(refused["model"], "big-model");
+    let message = refused["message"].as_str().unwrap();
+    assert!(message.contains("authentication failed"), "{message}");
+    assert!(message.contains("Incorrect API key provided"), "{message}");
+    assert!(message.contains("Check the API key"), "{message}");
+    // A refused key is not retried: one request.
+    assert_eq!(locked.requests().len(), 1);
+
+    // The Messages dialect too: its one-token request, answered.
+    let ok = dispatch(&service, "test_provider", json!({"name": "claude"}))
+        .await
+        .unwrap();
+    assert_eq!(ok["ok"], true, "{ok}");
+    let sent = claude.bodies();
+    assert_eq!(sent[0]["max_tokens"], 1, "{}", sent[0]);
+    assert_eq!(sent[0]["model"], "claude-sonnet-4-5");
+    assert_eq!(claude.requests()[0].path, "/v1/messages");
+
+    let missing = dispatch(&service, "test_provider", json!({"name": "ollama"}))
+        .await
+        .unwrap();
+    assert_eq!(missing["ok"], false, "{missing}");
+    let message = missing["message"].as_str().unwrap();
+    assert!(message.contains("model \"nope\" not found"), "{message}");
+    assert!(message.contains("Check the model name"), "{message}");
+
+    let gone = dispatch(&service, "test_provider", json!({"name": "gone"}))
+        .await
+        .unwrap();
+    assert_eq!(gone["ok"], false, "{gone}");
+    let message = gone["message"].as_str().unwrap();
+    assert!(message.contains("no model server is running"), "{message}");
+
+    let err = dispatch(&service, "test_provider", json!({"name": "nobody"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "invalid_argument");
+    assert!(err.to_string().contains("nobody"), "{err}");
+    assert!(err.to_string().contains("local"), "{err}");
+    // A key for a server that does not exist is refused before the keyring is touched.
+    let err = dispatch(
+        &service,
+        "set_api_key",
+        json!({"key": "sk-new", "provider": "nobody"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), "invalid_argument");
+    service.shutdown().await;
+}

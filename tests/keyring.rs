@@ -32,7 +32,7 @@ async fn keyring_key_stored_by_set_api_key_reaches_the_provider_and_nowhere_else
     })
     .unwrap();
     let config = service
-        .set_api_key(&key, Some(entry.clone()))
+        .set_api_key(&key, Some(entry.clone()), None)
         .await
         .unwrap();
     assert_eq!(config.provider.extra["api_key_keyring"], entry.as_str());

@@ -69,6 +69,9 @@ return {
   newConversation: !!document.querySelector('.welcome'),
   meter: text(document.querySelector('[data-testid=status-context]')),
   tabMeters: all('[data-testid=child-tab]').map((e) => text(e.querySelector('[data-testid=tab-context]'))),
+  // A child's profile and model ("explore · m"), on its tab and in its pane's header.
+  tabAgents: Object.fromEntries(all('[data-testid=child-tab]').map((e) => [e.getAttribute('data-title'), text(e.querySelector('[data-testid=tab-agent]'))])),
+  childAgent: text(document.querySelector('[data-testid=child-agent]')),
 };`;
 
 const tab = (s, title) => s.tabs.find((t) => t.title === title);
@@ -159,6 +162,8 @@ export function flowSteps(driver, ctx) {
       async () => {
         await driver.click('[data-testid=child-tab][data-title=Writer]');
         await waitFor("the Writer's transcript", (s) => s.childView?.includes('Wrote notes.txt'));
+        // The model it ran on (the config's `m`), from the session list's usage per model.
+        await waitFor("the Writer's model on its tab and in its header", (s) => /(^|· )m$/.test(s.tabAgents.Writer ?? '') && /(^|· )m$/.test(s.childAgent ?? ''));
         await driver.shot('05-writer-tab');
         await driver.click('[data-testid=tab-main]');
         await waitFor('the main chat again', (s) => s.childView == null && says(s, 'report', 'Wrote notes.txt'));

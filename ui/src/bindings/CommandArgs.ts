@@ -14,9 +14,10 @@ import type { SetAgent } from "./SetAgent";
 import type { SetApiKey } from "./SetApiKey";
 import type { SetModel } from "./SetModel";
 import type { Submit } from "./Submit";
+import type { TestProvider } from "./TestProvider";
 import type { UpdateConfig } from "./UpdateConfig";
 
 /**
  * Each command's arguments, by name (TypeScript: `CommandArgs["submit"]`).
  */
-export type CommandArgs = { create_session: CreateSession, list_sessions: ListSessions, get_session: SessionRef, delete_session: SessionRef, submit: Submit, cancel: SessionRef, resume_subagent: SessionRef, steer: MessageRef, discard: MessageRef, decide_approval: DecideApproval, snapshot: SessionRef, get_config: Empty, update_config: UpdateConfig, probe_providers: Empty, app_info: Empty, set_api_key: SetApiKey, rename_session: RenameSession, archive_session: ArchiveSession, search_sessions: SearchSessions, list_files: ListFiles, set_model: SetModel, list_agents: ListAgents, compact: SessionRef, set_agent: SetAgent, };
+export type CommandArgs = { create_session: CreateSession, list_sessions: ListSessions, get_session: SessionRef, delete_session: SessionRef, submit: Submit, cancel: SessionRef, resume_subagent: SessionRef, steer: MessageRef, discard: MessageRef, decide_approval: DecideApproval, snapshot: SessionRef, get_config: Empty, update_config: UpdateConfig, probe_providers: Empty, app_info: Empty, set_api_key: SetApiKey, rename_session: RenameSession, archive_session: ArchiveSession, search_sessions: SearchSessions, list_files: ListFiles, set_model: SetModel, list_agents: ListAgents, compact: SessionRef, set_agent: SetAgent, test_provider: TestProvider, };

@@ -4,6 +4,7 @@ import type { Empty } from "./Empty";
 import type { FileList } from "./FileList";
 import type { FoundServer } from "./FoundServer";
 import type { Profiles } from "./Profiles";
+import type { ProviderTest } from "./ProviderTest";
 import type { SessionInfo } from "./SessionInfo";
 import type { SessionWithMessages } from "./SessionWithMessages";
 import type { Snapshot } from "./Snapshot";
@@ -14,4 +15,4 @@ import type { JsonValue } from "./serde_json/JsonValue";
 /**
  * Each command's result, by name (TypeScript: `CommandResults["submit"]`).
  */
-export type CommandResults = { create_session: SessionInfo, list_sessions: Array<SessionInfo>, get_session: SessionWithMessages, delete_session: Empty, submit: Submitted, cancel: Empty, resume_subagent: Empty, steer: Steered, discard: Empty, decide_approval: Empty, snapshot: Snapshot, get_config: JsonValue, update_config: JsonValue, probe_providers: Array<FoundServer>, app_info: AppInfo, set_api_key: JsonValue, rename_session: SessionInfo, archive_session: SessionInfo, search_sessions: Array<SessionInfo>, list_files: FileList, set_model: SessionInfo, list_agents: Profiles, compact: Empty, set_agent: SessionInfo, };
+export type CommandResults = { create_session: SessionInfo, list_sessions: Array<SessionInfo>, get_session: SessionWithMessages, delete_session: Empty, submit: Submitted, cancel: Empty, resume_subagent: Empty, steer: Steered, discard: Empty, decide_approval: Empty, snapshot: Snapshot, get_config: JsonValue, update_config: JsonValue, probe_providers: Array<FoundServer>, app_info: AppInfo, set_api_key: JsonValue, rename_session: SessionInfo, archive_session: SessionInfo, search_sessions: Array<SessionInfo>, list_files: FileList, set_model: SessionInfo, list_agents: Profiles, compact: Empty, set_agent: SessionInfo, test_provider: ProviderTest, };

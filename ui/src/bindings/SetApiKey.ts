@@ -7,4 +7,9 @@ export type SetApiKey = { key: string,
 /**
  * The keyring entry; defaults to the provider kind.
  */
-entry?: string | null, };
+entry?: string | null, 
+/**
+ * The provider (a name of the config's `providers`) whose block names the entry;
+ * `None`: the lone `provider` block.
+ */
+provider?: string | null, };

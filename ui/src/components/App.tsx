@@ -14,6 +14,7 @@ import { SessionPane, type PaneStats } from './SessionPane';
 import { Settings } from './Settings';
 import { Sidebar } from './Sidebar';
 import { StatusLine } from './StatusLine';
+import { treeModels } from '../usage';
 import { WorkspacePicker } from './WorkspacePicker';
 
 export function App(props: { platform: Platform; notifyDelay?: number }) {
@@ -379,6 +380,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
         <StatusLine
           config={configured === false ? null : config}
           treeTokens={selected ? stats?.treeTokens ?? null : null}
+          models={selected ? treeModels(sessions, selected) : []}
           runs={Math.max(attention.summary.running, selected ? stats?.runs ?? 0 : 0)}
           transport={transport}
           context={selected ? stats?.context ?? null : null}

@@ -6,7 +6,8 @@ import type { SubagentState } from '../bindings/SubagentState';
 import type { ContextMeter } from '../bindings/ContextMeter';
 import type { InstructionFile } from '../bindings/InstructionFile';
 import type { Event as WireEvent } from '../bindings/Event';
-import { SessionModel, totalTokens, type ChildTab, type SessionNeeds } from '../model';
+import { SessionModel, tokens, totalTokens, type ChildTab, type SessionNeeds, type Tokens } from '../model';
+import { agentLabel, modelLine, sessionModels } from '../usage';
 import { CommandError, toCommandError, type Platform } from '../platform';
 import { formatTokens } from '../util';
 import { ApprovalDialog } from './ApprovalDialog';
@@ -114,13 +115,32 @@ function useModelState(model: SessionModel | null) {
   return model?.state ?? null;
 }
 
-function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () => void }) {
-  const { model, tab } = props;
+/** A child's own tokens: what the session list says, or (before it lists them) its transcript's. */
+function childTokens(model: SessionModel, info: SessionInfo | undefined, sessionId: string): Tokens {
+  const listed = tokens(info?.usage);
+  return totalTokens(listed) > 0 ? listed : model.childUsage(sessionId);
+}
+
+/** A child tab's tooltip: title and state, profile and model, its own tokens by model. */
+function childTip(tab: ChildTab, info: SessionInfo | undefined, usage: Tokens, state: string): string {
+  const lines = [`${tab.title} (${state})`];
+  const agent = agentLabel(info);
+  if (agent) lines.push(agent);
+  lines.push(`${formatTokens(totalTokens(usage))} tokens (${usage.input} in, ${usage.output} out)`);
+  const models = sessionModels(info);
+  if (models.length > 1) lines.push(...models.map(modelLine));
+  return lines.join('\n');
+}
+
+function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionInfo; onDeleted: () => void }) {
+  const { model, tab, info } = props;
   const t = model.state.transcripts[tab.sessionId];
   const [error, setError] = useState<{ message: string; retry: () => void } | null>(null);
   const [busy, setBusy] = useState(false);
   useEffect(() => model.ensureTranscript(tab.sessionId), [model, tab.sessionId]);
-  const usage = model.childUsage(tab.sessionId);
+  const usage = childTokens(model, info, tab.sessionId);
+  const agent = agentLabel(info);
+  const models = sessionModels(info);
   const active = tab.state === 'running' || tab.state === 'waiting_for_slot';
 
   const act = async (run: () => Promise<void>) => {
@@ -150,7 +170,12 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
         <span class={`badge badge-${tab.state}`} data-testid="child-state" data-state={tab.state}>
           {STATE_LABEL[tab.state]}
         </span>
-        <span class="muted" data-testid="child-usage" title={`${usage.input} in, ${usage.output} out`}>
+        {agent && (
+          <span class="child-agent" data-testid="child-agent" title="The sub-agent's profile and the model it ran on last">
+            {agent}
+          </span>
+        )}
+        <span class="muted" data-testid="child-usage" title={[`${usage.input} in, ${usage.output} out`, ...models.map(modelLine)].join('\n')}>
           {formatTokens(totalTokens(usage))} tokens
         </span>
         <Meter meter={t?.context} testid="child-context" />
@@ -406,7 +431,11 @@ export function SessionPane(props: {
           Main
           {state.running && <span class="dot running" aria-label="running" />}
         </button>
-        {state.children.map((c) => (
+        {state.children.map((c) => {
+          const info = props.sessions.find((s) => s.session_id === c.sessionId);
+          const agent = agentLabel(info);
+          const stateText = c.interrupted ? 'interrupted' : STATE_LABEL[c.state];
+          return (
           <button
             key={c.sessionId}
             type="button"
@@ -417,18 +446,24 @@ export function SessionPane(props: {
             data-title={c.title}
             data-state={c.state}
             data-session-id={c.sessionId}
-            title={`${c.title} (${STATE_LABEL[c.state]})`}
+            title={childTip(c, info, childTokens(model, info, c.sessionId), stateText)}
             onClick={() => setTab(c.sessionId)}
           >
             <span class="tab-icon">
               <Icon name={c.interrupted ? 'paused' : STATE_ICON[c.state]} />
             </span>
             <span class="tab-title">{c.title}</span>
-            <span class="tab-state">{c.interrupted ? 'interrupted' : STATE_LABEL[c.state]}</span>
+            {agent && (
+              <span class="tab-agent" data-testid="tab-agent">
+                {agent}
+              </span>
+            )}
+            <span class="tab-state">{stateText}</span>
             <Meter meter={state.transcripts[c.sessionId]?.context} testid="tab-context" short />
             <NeedsBadge needs={props.needs?.[c.sessionId]} testid="tab-needs" />
           </button>
-        ))}
+          );
+        })}
       </div>
       {state.stream === 'reconnecting' && <div class="banner" data-testid="reconnecting">Connection lost; reconnecting…</div>}
       {childTab ? (
@@ -436,6 +471,7 @@ export function SessionPane(props: {
           <ChildView
             model={model}
             tab={childTab}
+            info={props.sessions.find((s) => s.session_id === childTab.sessionId)}
             onDeleted={() => {
               setTab('main');
               model.removeChild(childTab.sessionId);

@@ -2,6 +2,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import type { UpdateConfig } from '../bindings/UpdateConfig';
 import { toCommandError, type Platform, type ProbeResult } from '../platform';
 import { ErrorBox } from './ErrorBox';
+import { ModelServers } from './ModelServers';
 
 export interface ProviderForm {
   kind: 'openai' | 'anthropic';
@@ -35,6 +36,8 @@ type ProbeState = { status: 'idle' | 'running' } | { status: 'unsupported' } | {
 export function Settings(props: { platform: Platform; welcome?: boolean; onClose: () => void; onSaved: (config: any) => void }) {
   const { platform } = props;
   const [form, setForm] = useState<ProviderForm | null>(null);
+  // The config as last read or saved, for the model servers list.
+  const [config, setConfig] = useState<any>(null);
   const [loadError, setLoadError] = useState<string | null>(null);
   const [error, setError] = useState<{ code: string; message: string } | null>(null);
   const [saving, setSaving] = useState(false);
@@ -51,7 +54,9 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
   const load = async () => {
     setLoadError(null);
     try {
-      const loaded = formFromConfig(await platform.invoke('get_config', {}));
+      const read = await platform.invoke('get_config', {});
+      const loaded = formFromConfig(read);
+      setConfig(read);
       loadedPolicy.current = loaded.command_policy;
       setForm(loaded);
     } catch (err) {
@@ -110,6 +115,7 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
       }
       const args: UpdateConfig = { patch };
       const config = await platform.invoke('update_config', args);
+      setConfig(config);
       const next = formFromConfig(config);
       loadedPolicy.current = next.command_policy;
       setForm(next);
@@ -130,6 +136,7 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
     setKeyState({ status: 'saving' });
     try {
       const config = await platform.invoke('set_api_key', { key: apiKey });
+      setConfig(config);
       setApiKey('');
       setKeyState({ status: 'saved' });
       props.onSaved(config);
@@ -205,6 +212,16 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
                 </div>
               ))}
         </section>
+        {config && (
+          <ModelServers
+            platform={platform}
+            config={config}
+            onChanged={(next) => {
+              setConfig(next);
+              props.onSaved(next);
+            }}
+          />
+        )}
         {form && (
           <form
             class="settings-form"
@@ -213,6 +230,9 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
               void save();
             }}
           >
+            <p class="muted" data-testid="settings-default-block">
+              The <code>default</code> server (the config's <code>provider</code> block):
+            </p>
             <label>
               <span>Provider</span>
               <select value={form.kind} data-testid="settings-kind" onChange={field('kind')}>

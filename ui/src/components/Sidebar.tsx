@@ -2,7 +2,8 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { ConfirmButton } from './ConfirmButton';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionNeeds } from '../model';
-import { basename } from '../util';
+import { agentLabel } from '../usage';
+import { basename, formatTokens } from '../util';
 import { Icon, type IconName } from './Icon';
 
 /** A session's life state as an icon (SVG: font glyphs are boxes on plain font sets). */
@@ -122,6 +123,10 @@ export function Sidebar(props: {
   };
   const renderNode = (node: Node, depth: number) => {
     const s = node.info;
+    // A child shows its profile and the model it ran on last ("explore · qwen2.5-coder").
+    const agent = depth > 0 ? agentLabel(s) : '';
+    const own = Number(s.usage?.input_tokens ?? 0) + Number(s.usage?.output_tokens ?? 0);
+    const tip = depth > 0 ? [s.title, agent, `${formatTokens(own)} tokens`].filter(Boolean).join(' · ') : s.title;
     return (
       <li key={s.session_id}>
         <div
@@ -156,11 +161,16 @@ export function Sidebar(props: {
               />
             </form>
           ) : (
-          <button type="button" class="session-open" onClick={() => (depth === 0 ? props.onSelect(s.session_id) : props.onSelect(rootOf(s), s.session_id))} onDblClick={() => props.onRename && depth === 0 && setEditing({ id: s.session_id, title: s.title })} title={s.title}>
+          <button type="button" class="session-open" onClick={() => (depth === 0 ? props.onSelect(s.session_id) : props.onSelect(rootOf(s), s.session_id))} onDblClick={() => props.onRename && depth === 0 && setEditing({ id: s.session_id, title: s.title })} title={tip}>
             <span class={`badge badge-${s.interrupted ? 'interrupted' : s.state}`} data-testid="session-state" data-state={stateIcon(s).label} title={stateIcon(s).label}>
               <Icon name={stateIcon(s).icon} label={stateIcon(s).label} />
             </span>
             <span class="session-title">{s.title || 'Untitled'}</span>
+            {agent && (
+              <span class="session-agent muted" data-testid="session-agent">
+                {agent}
+              </span>
+            )}
             <NeedsBadge needs={props.needs?.[s.session_id]} />
           </button>
           )}

@@ -2,7 +2,9 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import type { ContextMeter } from '../bindings/ContextMeter';
 import type { InstructionFile } from '../bindings/InstructionFile';
 import { toCommandError } from '../platform';
+import { modelLine, type ModelTokens } from '../usage';
 import { basename, formatTokens, formatWindow } from '../util';
+import { totalTokens } from '../model';
 import { ErrorBox } from './ErrorBox';
 
 function host(url: string): string {
@@ -48,23 +50,7 @@ export function Instructions(props: { files: InstructionFile[] }) {
   const [open, setOpen] = useState(false);
   const box = useRef<HTMLSpanElement>(null);
   // The list closes on a click elsewhere or Esc (Esc then does not also stop the run).
-  useEffect(() => {
-    if (!open) return;
-    const away = (e: MouseEvent) => {
-      if (box.current && !box.current.contains(e.target as Node)) setOpen(false);
-    };
-    const esc = (e: KeyboardEvent) => {
-      if (e.key !== 'Escape') return;
-      e.preventDefault();
-      setOpen(false);
-    };
-    document.addEventListener('mousedown', away);
-    document.addEventListener('keydown', esc, true);
-    return () => {
-      document.removeEventListener('mousedown', away);
-      document.removeEventListener('keydown', esc, true);
-    };
-  }, [open]);
+  useDismiss(open, box, () => setOpen(false));
   const { files } = props;
   if (!files.length) return null;
   const label = files.length === 1 ? basename(files[0].path) : `${basename(files[0].path)} · ${files.length} files`;
@@ -94,6 +80,66 @@ export function Instructions(props: { files: InstructionFile[] }) {
                     (cut)
                   </span>
                 )}
+              </li>
+            ))}
+          </ul>
+        </div>
+      )}
+    </span>
+  );
+}
+
+/** Closes a popover on a click outside `box` or on Esc (Esc then does not also stop the run). */
+function useDismiss(open: boolean, box: { current: HTMLElement | null }, close: () => void) {
+  useEffect(() => {
+    if (!open) return;
+    const away = (e: MouseEvent) => {
+      if (box.current && !box.current.contains(e.target as Node)) close();
+    };
+    const esc = (e: KeyboardEvent) => {
+      if (e.key !== 'Escape') return;
+      e.preventDefault();
+      close();
+    };
+    document.addEventListener('mousedown', away);
+    document.addEventListener('keydown', esc, true);
+    return () => {
+      document.removeEventListener('mousedown', away);
+      document.removeEventListener('keydown', esc, true);
+    };
+  }, [open]);
+}
+
+/** "12k tokens (tree)"; the tooltip and a click split them by model (the session and its sub-agents). */
+export function TreeTokens(props: { total: number; models: ModelTokens[] }) {
+  const [open, setOpen] = useState(false);
+  const box = useRef<HTMLSpanElement>(null);
+  useDismiss(open, box, () => setOpen(false));
+  const { models } = props;
+  const label = `${formatTokens(props.total)} tokens (tree)`;
+  if (!models.length) return <span data-testid="status-tokens">{label}</span>;
+  return (
+    <span class="instructions" ref={box}>
+      <button
+        type="button"
+        class="link"
+        data-testid="status-tokens"
+        aria-expanded={open}
+        title={`Tokens of this session and its sub-agents, by model:\n${models.map(modelLine).join('\n')}`}
+        onClick={() => setOpen(!open)}
+      >
+        {label}
+      </button>
+      {open && (
+        <div class="instructions-popover" role="dialog" aria-label="Tokens by model" data-testid="usage-by-model">
+          <div class="muted">Tokens of this session and its sub-agents, by model</div>
+          <ul>
+            {models.map((m) => (
+              <li key={`${m.provider}/${m.model}`} data-testid="usage-model" data-model={m.model} data-provider={m.provider}>
+                <code>{m.model}</code> <span class="muted">({m.provider})</span> {formatTokens(totalTokens(m.tokens))}{' '}
+                <span class="muted">
+                  ({m.tokens.input} in, {m.tokens.output} out)
+                </span>
               </li>
             ))}
           </ul>
@@ -144,6 +190,8 @@ function CompactButton(props: { onCompact: (() => Promise<void>) | null }) {
 export function StatusLine(props: {
   config: any;
   treeTokens: number | null;
+  /** The open session tree's tokens by model (from the session list). */
+  models?: ModelTokens[];
   runs: number | null;
   transport: string;
   context?: ContextMeter | null;
@@ -151,11 +199,13 @@ export function StatusLine(props: {
   /** Compacts the open session; null when there is none. */
   onCompact?: (() => Promise<void>) | null;
 }) {
-  const p = props.config?.provider;
+  // The server top-level sessions use: `default_provider`'s block, else the `provider` block.
+  const named = props.config?.default_provider;
+  const p = (typeof named === 'string' && props.config?.providers?.[named]) || props.config?.provider;
   return (
     <footer class="status-line" data-testid="status-line">
       <span data-testid="status-model">{p ? `${p.model} @ ${host(p.base_url)}` : 'no model configured'}</span>
-      {props.treeTokens != null && <span data-testid="status-tokens">{formatTokens(props.treeTokens)} tokens (tree)</span>}
+      {props.treeTokens != null && <TreeTokens total={props.treeTokens} models={props.models ?? []} />}
       {props.runs != null && <span data-testid="status-runs">{props.runs} running</span>}
       <Meter meter={props.context} testid="status-context" />
       {props.onCompact !== undefined && <CompactButton onCompact={props.onCompact} />}
