@@ -434,6 +434,72 @@ async fn a_llama_cpp_server_that_says_three_slots_gets_two_children_at_once() {
     props_server.abort();
 }
 
+/// Ollama does not say how many requests it serves at once: with no `max_concurrent`,
+/// one child at a time on it (the parent's own turn beside it), the safe guess for a
+/// local model. Before, all four ran at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ollama_server_without_max_concurrent_gets_one_child_at_a_time() {
+    let ollama = axum::Router::new().route(
+        "/api/version",
+        axum::routing::get(|| async { axum::Json(json!({"version": "0.5.7"})) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let version_server = tokio::spawn(async move {
+        let _ = axum::serve(listener, ollama).await;
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let local = Server::new(Duration::from_millis(20), |request| {
+        if first_user(request).contains("Task:\n") {
+            return ModelResponse::text("child done");
+        }
+        let last = request.messages.last().unwrap();
+        match (last.role, is_report(last)) {
+            (Role::User, false) => ModelResponse::tool_calls(
+                (0..4)
+                    .map(|i| ToolCall {
+                        id: format!("d{i}"),
+                        name: "sub_agent".into(),
+                        arguments: json!({"title": format!("C{i}"), "task": format!("t{i}")}),
+                    })
+                    .collect(),
+            ),
+            _ => ModelResponse::text("parent done"),
+        }
+    });
+    let config = json!({
+        "providers": {"local": {"kind": "openai", "base_url": url, "model": "m"}},
+        "default_provider": "local",
+        "subagents": {"max_concurrent": 8}
+    });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.path().join("data"),
+        config_path: Some(dir.path().join("config.json")),
+        config: None,
+        provider_factory: two_servers(local.clone(), local.clone()),
+        tools: None,
+    })
+    .unwrap();
+    let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
+    service
+        .controller(&info.session_id)
+        .unwrap()
+        .submit("go".into(), None)
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(20), service.wait_idle())
+        .await
+        .unwrap();
+    let most = local.most.load(Ordering::SeqCst);
+    assert!(most <= 2, "{most} requests at once on an Ollama server");
+    let history = service.store().load(&info.session_id).unwrap().messages;
+    assert_eq!(history.iter().filter(|m| is_report(m)).count(), 4);
+    service.shutdown().await;
+    version_server.abort();
+}
+
 /// The parent's model for the follow-up tests: delegates once, then after the first
 /// report sends that child a follow-up with `message_subagent`, then finishes.
 fn follow_up_parent(request: &ModelRequest) -> ModelResponse {

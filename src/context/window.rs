@@ -129,8 +129,11 @@ pub async fn ask_server(base_url: &str, model: &str) -> Option<u32> {
     llama.or(ollama).or(lm_studio)
 }
 
-/// How many requests the server behind an OpenAI base URL serves at once, where it says:
-/// llama.cpp's `GET /props` → `total_slots` (its `-np`). Hosted APIs are not asked.
+/// How many requests the server behind an OpenAI base URL serves at once: llama.cpp says
+/// (`GET /props` → `total_slots`, its `-np`); Ollama (`GET /api/version`) and LM Studio
+/// (`GET /api/v0/models`) do not, so they count as one, the safe guess for a local
+/// model on one machine (raise it with `max_concurrent`). Other servers (vLLM, hosted
+/// APIs, anything that answers none of these) have no limit of their own here.
 pub async fn server_slots(config: &ProviderConfig) -> Option<u32> {
     if config.kind != "openai" || is_cloud_api(&config.base_url) {
         return None;
@@ -141,8 +144,17 @@ pub async fn server_slots(config: &ProviderConfig) -> Option<u32> {
         .build()
         .ok()?;
     let root = server_root(&config.base_url);
-    let body = get_json(client.get(format!("{root}/props"))).await?;
-    positive(body.get("total_slots"))
+    let (llama, ollama, lm_studio) = futures::join!(
+        get_json(client.get(format!("{root}/props"))),
+        get_json(client.get(format!("{root}/api/version"))),
+        get_json(client.get(format!("{root}/api/v0/models"))),
+    );
+    if let Some(slots) = llama.as_ref().and_then(|b| positive(b.get("total_slots"))) {
+        return Some(slots);
+    }
+    let is_ollama = ollama.is_some_and(|b| b.get("version").is_some_and(Value::is_string));
+    let is_lm_studio = lm_studio.is_some_and(|b| b.get("data").is_some_and(Value::is_array));
+    (is_ollama || is_lm_studio).then_some(1)
 }
 
 async fn get_json(request: reqwest::RequestBuilder) -> Option<Value> {
