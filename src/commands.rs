@@ -33,7 +33,7 @@ impl CommandError {
         match self.code() {
             "unknown_command" | "not_found" => 404,
             "invalid_argument" => 400,
-            "busy" => 409,
+            "busy" | "conflict" => 409,
             "unavailable" => 503,
             _ => 500,
         }
@@ -167,6 +167,11 @@ pub async fn execute(
         Command::ListAgents(a) => CommandOutput::ListAgents(
             blocking(service, move |s| Ok(s.list_agents(&a.workspace))).await?,
         ),
+        Command::TurnChanges(a) => {
+            CommandOutput::TurnChanges(service.turn_changes(&a.session_id).await?)
+        }
+        Command::UndoTurn(a) => CommandOutput::UndoTurn(service.undo_turn(a).await?),
+        Command::ForkSession(a) => CommandOutput::ForkSession(service.fork_session(a).await?),
         Command::ListFiles(a) => CommandOutput::ListFiles(
             service
                 .list_files(&a.workspace, a.query.as_deref(), a.limit)

@@ -204,6 +204,14 @@ pub struct SessionInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional = nullable)]
     pub model: Option<String>,
+    /// The session this one was forked from (`fork_session`), listed under it, and the
+    /// index of the message the fork starts before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub forked_from: Option<SessionId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub forked_at: Option<usize>,
 }
 
 /// A message waiting in a session's pending queue (SPEC §4).
@@ -569,6 +577,100 @@ pub mod commands {
         pub files: Vec<String>,
     }
 
+    /// `undo_turn`: restore the files the session's calls changed from the turn of the
+    /// person's message at `message_index` on (see `checkpoints`).
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct UndoTurn {
+        pub session_id: SessionId,
+        pub message_index: usize,
+        /// Overwrite files the person changed since the agent wrote them.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub force: bool,
+        /// Only say what would change back (with diffs and conflicts); change nothing.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub preview: bool,
+    }
+
+    /// `fork_session`: a new session whose history is the original's before
+    /// `message_index` (a message of the person); with `rewind` the files go back too.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct ForkSession {
+        pub session_id: SessionId,
+        pub message_index: usize,
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub rewind: bool,
+        /// With `rewind`: overwrite files the person changed since the agent wrote them.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub force: bool,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct Forked {
+        pub session: SessionInfo,
+        /// The person's message the fork starts from, for the composer to offer again.
+        pub draft: String,
+        /// With `rewind`: what the undo restored.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional = nullable)]
+        pub undo: Option<UndoResult>,
+    }
+
+    /// One file a turn (or an undo) changes, with its unified diff.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct FileChange {
+        pub path: String,
+        /// `added`, `modified`, `deleted` or `type changed`.
+        pub status: String,
+        pub diff: String,
+    }
+
+    /// The files the agent changed in one turn (the person's message at `message_index`
+    /// and everything after it until their next).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct TurnChange {
+        pub message_index: usize,
+        pub files: Vec<FileChange>,
+        /// What was not recorded, with why (ignored by `.gitignore`, over the size cap,
+        /// a nested git repository): undo cannot bring those back.
+        pub skipped: Vec<String>,
+        /// The turn's changes were undone.
+        pub undone: bool,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct TurnChanges {
+        /// False when checkpoints are off (git missing); `notice` says why.
+        pub available: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional = nullable)]
+        pub notice: Option<String>,
+        pub turns: Vec<TurnChange>,
+    }
+
+    /// What an undo restored (or, as a preview, would restore).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct UndoResult {
+        /// False for a preview.
+        pub applied: bool,
+        /// Each file as it changes back: the diff from now to the restored content.
+        pub files: Vec<FileChange>,
+        /// Files changed since the agent wrote them (overwritten only with `force`).
+        pub conflicts: Vec<String>,
+        /// What the checkpoints left out, which the undo cannot restore.
+        pub skipped: Vec<String>,
+    }
+
     /// The one command table (SPEC §9), typed once: each command's name, its arguments
     /// and its result. It generates [`Command`] (what transports decode), [`CommandArgs`]
     /// and [`CommandResults`] (what the UI's adapter is typed with, through ts-rs: a
@@ -641,6 +743,9 @@ pub mod commands {
         list_files => ListFiles(ListFiles) -> FileList;
         set_model => SetModel(SetModel) -> SessionInfo;
         list_agents => ListAgents(ListAgents) -> Profiles;
+        turn_changes => TurnChanges(SessionRef) -> TurnChanges;
+        undo_turn => UndoTurn(UndoTurn) -> UndoResult;
+        fork_session => ForkSession(ForkSession) -> Forked;
     }
 }
 

@@ -100,6 +100,8 @@ pub struct Shared {
     pub(crate) tools: ToolRegistry,
     /// The `sub_agent` tool's back end; set once the registry exists.
     pub(crate) delegator: OnceLock<Arc<dyn Delegator>>,
+    /// The checkpoint store that changing tool calls record into (undo).
+    pub(crate) checkpoints: Arc<crate::checkpoints::Checkpoints>,
 }
 
 /// What a [`Shared`] is built from.
@@ -127,6 +129,7 @@ impl Shared {
             tools,
         } = parts;
         Shared {
+            checkpoints: crate::checkpoints::Checkpoints::new(&data_dir),
             store,
             data_dir,
             config: RwLock::new(config),

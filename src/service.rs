@@ -538,8 +538,117 @@ impl RuntimeService {
         shared.approvals.forget_session(session_id);
         shared.forget_tree_usage(session_id);
         shared.store.delete(session_id)?;
+        shared.checkpoints.forget_session(session_id);
         self.registry.remove(session_id);
         Ok(())
+    }
+
+    /// The files the agent changed in each turn of a session, with diffs (the Changes view).
+    pub async fn turn_changes(
+        &self,
+        session_id: &str,
+    ) -> Result<commands::TurnChanges, RuntimeError> {
+        if !self.shared().store.exists(session_id) {
+            return Err(RuntimeError::NotFound(format!("session {session_id}")));
+        }
+        Ok(self.shared().checkpoints.turn_changes(session_id).await?)
+    }
+
+    /// Undoes the changes of a session's turns from the person's message at
+    /// `message_index` on (or previews that). Refused while the session runs.
+    pub async fn undo_turn(
+        &self,
+        args: commands::UndoTurn,
+    ) -> Result<commands::UndoResult, RuntimeError> {
+        self.turn_message(&args.session_id, args.message_index)?;
+        if !args.preview && self.controller(&args.session_id)?.is_running() {
+            return Err(RuntimeError::Busy(format!(
+                "session {} is running; stop it before undoing its changes",
+                args.session_id
+            )));
+        }
+        Ok(self
+            .shared()
+            .checkpoints
+            .undo(
+                &args.session_id,
+                args.message_index,
+                args.force,
+                args.preview,
+            )
+            .await?)
+    }
+
+    /// A new session whose history is the original's before the person's message at
+    /// `message_index`; the original stays as it is. With `rewind` the files are
+    /// restored first (and nothing is forked if that is refused).
+    pub async fn fork_session(
+        &self,
+        args: commands::ForkSession,
+    ) -> Result<commands::Forked, RuntimeError> {
+        let (loaded, draft) = self.turn_message(&args.session_id, args.message_index)?;
+        let undo = if args.rewind {
+            Some(
+                self.undo_turn(commands::UndoTurn {
+                    session_id: args.session_id.clone(),
+                    message_index: args.message_index,
+                    force: args.force,
+                    preview: false,
+                })
+                .await?,
+            )
+        } else {
+            None
+        };
+        let store = &self.shared().store;
+        let mut meta = store.create(NewSession {
+            workspace: loaded.meta.workspace.clone(),
+            title: Some(format!("{} (fork)", loaded.meta.title)),
+            agent: loaded.meta.agent.clone(),
+            ..NewSession::default()
+        })?;
+        meta.forked_from = Some(args.session_id.clone());
+        meta.forked_at = Some(args.message_index);
+        meta.provider = loaded.meta.provider.clone();
+        meta.model = loaded.meta.model.clone();
+        store.write_meta(&meta)?;
+        let copied = store
+            .append(&meta.session_id, &loaded.messages[..args.message_index])
+            .and_then(|()| store.sync(&meta.session_id));
+        store.release(&meta.session_id);
+        if let Err(err) = copied {
+            // A fork with half a history is worse than none.
+            let _ = store.delete(&meta.session_id);
+            return Err(err.into());
+        }
+        Ok(commands::Forked {
+            session: meta.info(SessionState::Idle),
+            draft,
+            undo,
+        })
+    }
+
+    /// A session's history, checked to hold a message of the person at `index`; returns
+    /// it with that message's text.
+    fn turn_message(
+        &self,
+        session_id: &str,
+        index: usize,
+    ) -> Result<(crate::store::LoadedSession, String), RuntimeError> {
+        let loaded = self.shared().store.load(session_id)?;
+        let Some(message) = loaded.messages.get(index) else {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "message_index {index} is past the end of the session's history ({} messages)",
+                loaded.messages.len()
+            )));
+        };
+        if crate::checkpoints::turn_of(std::slice::from_ref(message)) != Some(0) {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "message {index} is not a message of the person; turns start at the person's messages"
+            )));
+        }
+        let text = message.text().to_string();
+        Ok((loaded, text))
     }
 
     /// Decides an approval that the session (or one of its descendants) asked for.

@@ -60,6 +60,11 @@ pub struct SessionMeta {
     pub provider: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// A fork's original session and the message index it was cut before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<SessionId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_at: Option<usize>,
 }
 
 /// One line of a parent's report ledger: a recorded report, or the note that it reached
@@ -134,6 +139,8 @@ impl SessionMeta {
             agent: self.agent.clone(),
             provider: self.provider.clone(),
             model: self.model.clone(),
+            forked_from: self.forked_from.clone(),
+            forked_at: self.forked_at,
         }
     }
 }
@@ -267,6 +274,8 @@ impl SessionStore {
             agent: new.agent,
             provider: None,
             model: None,
+            forked_from: None,
+            forked_at: None,
         };
         let messages = dir.join(MESSAGES);
         private_file(&messages).map_err(|err| StoreError::io(&messages, err))?;

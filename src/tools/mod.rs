@@ -143,6 +143,9 @@ pub struct ToolContext {
     /// Environment variables that hold secrets (the provider's API key): commands do not
     /// get them, so an approved `env` cannot write a key into the session's history.
     pub secret_env: Vec<String>,
+    /// Where changing calls record their checkpoints (`None`: not recorded, e.g. git
+    /// is missing or the call runs outside a session).
+    pub checkpoints: Option<crate::checkpoints::CallHook>,
 }
 
 /// The variables [`ToolContext::secret_env`] holds for a provider config: the configured
@@ -178,6 +181,12 @@ pub trait Tool: Send + Sync {
     fn description(&self) -> &str;
     /// JSON schema of the arguments object.
     fn parameters(&self) -> Value;
+    /// Whether a call may change the workspace: the runtime then records a checkpoint
+    /// before it and what it changed after it (`checkpoints`). MCP tools that may write
+    /// say true too.
+    fn changes_workspace(&self) -> bool {
+        false
+    }
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError>;
 }
 
@@ -280,7 +289,20 @@ impl ToolRegistry {
                 )));
             }
         };
-        tool.call(ctx, arguments).await
+        let hook = ctx
+            .checkpoints
+            .as_ref()
+            .filter(|_| tool.changes_workspace());
+        let Some(hook) = hook else {
+            return tool.call(ctx, arguments).await;
+        };
+        let before = hook.before(&ctx.workspace).await;
+        let result = tool.call(ctx, arguments.clone()).await;
+        if let Some(before) = before {
+            hook.after(&ctx.workspace, before, name, &ctx.call_id, &arguments)
+                .await;
+        }
+        result
     }
 }
 

@@ -25,4 +25,9 @@ agent?: string | null,
 /**
  * The provider and model chosen for this session (`set_model`); unset: the defaults.
  */
-provider?: string | null, model?: string | null, };
+provider?: string | null, model?: string | null, 
+/**
+ * The session this one was forked from (`fork_session`), listed under it, and the
+ * index of the message the fork starts before.
+ */
+forked_from?: string | null, forked_at?: number | null, };

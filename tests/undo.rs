@@ -1,0 +1,488 @@
+//! Checkpoints and undo end to end: real sessions against the scripted model server make write_file / edit_file / run_command calls; the Changes view, undo (git and plain folders), the person's later edits, rewind and fork, deletion, and SIGKILL during an undo (names start with undo_).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bumblehive::commands::dispatch;
+use bumblehive::config::Config;
+use bumblehive::controller::Subscription;
+use bumblehive::protocol::Message;
+use bumblehive::providers::provider_from_config;
+use bumblehive::service::{RuntimeService, ServiceOptions};
+use serde_json::{Value, json};
+
+use crate::mock_llm::{MockLlm, openai};
+use crate::support::{assert_message_order, receive};
+
+/// The tools allowed by policy (the approval flow has its own tests), commands run
+/// without the OS sandbox so the test does not depend on bubblewrap.
+fn config(mock: &MockLlm) -> Config {
+    Config::default()
+        .patched(&json!({
+            "provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()),
+                         "model": "scripted", "max_retries": 0},
+            "tools": {
+                "policy": {"write_file": "allow", "edit_file": "allow", "run_command": "allow"},
+                "command": {"policy": "off"}
+            }
+        }))
+        .unwrap()
+}
+
+struct Fx {
+    mock: MockLlm,
+    service: RuntimeService,
+    dir: tempfile::TempDir,
+    ws: PathBuf,
+}
+
+impl Fx {
+    async fn new() -> Fx {
+        let mock = MockLlm::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let service = RuntimeService::new(ServiceOptions {
+            data_dir: dir.path().join("data"),
+            config_path: None,
+            config: Some(config(&mock)),
+            provider_factory: Arc::new(provider_from_config),
+            tools: None,
+        })
+        .unwrap();
+        Fx {
+            mock,
+            service,
+            dir,
+            ws,
+        }
+    }
+
+    fn put(&self, rel: &str, text: &str) {
+        let path = self.ws.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    fn get(&self, rel: &str) -> Option<String> {
+        std::fs::read_to_string(self.ws.join(rel)).ok()
+    }
+
+    fn session(&self) -> (String, Subscription) {
+        let info = self
+            .service
+            .create_session(self.ws.to_str().unwrap(), None)
+            .unwrap();
+        let (events, _) = self
+            .service
+            .controller(&info.session_id)
+            .unwrap()
+            .subscribe();
+        (info.session_id, events)
+    }
+
+    /// One turn: the person's `text`, the model's one batch of `calls`, then its answer.
+    async fn turn(
+        &self,
+        session: &str,
+        events: &mut Subscription,
+        text: &str,
+        calls: &[(&str, &str, Value)],
+    ) {
+        self.mock.push_sse(openai::tool_answer(calls, (10, 5)));
+        self.mock.push_sse(openai::text_answer(&["done"], (10, 5)));
+        self.ok("submit", json!({"session_id": session, "content": text}))
+            .await;
+        let result = receive(events, "result", Some(session), None).await;
+        assert_eq!(result["content"], "done", "{result}");
+    }
+
+    async fn ok(&self, command: &str, args: Value) -> Value {
+        dispatch(&self.service, command, args.clone())
+            .await
+            .unwrap_or_else(|err| panic!("{command} {args}: {err}"))
+    }
+
+    async fn err(&self, command: &str, args: Value) -> (String, String) {
+        let err = dispatch(&self.service, command, args)
+            .await
+            .expect_err("the command should fail");
+        (err.code().to_string(), err.to_string())
+    }
+
+    fn history(&self, session: &str) -> Vec<Message> {
+        self.service.store().load(session).unwrap().messages
+    }
+
+    async fn shutdown(self) {
+        self.mock.assert_valid();
+        self.service.shutdown().await;
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every file under `dir` but `.git`, with its content, sorted.
+fn tree(dir: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(current) = stack.pop() {
+        for entry in std::fs::read_dir(&current).unwrap().flatten() {
+            let path = entry.path();
+            let rel = path.strip_prefix(dir).unwrap().display().to_string();
+            if rel == ".git" {
+                continue;
+            }
+            if path.is_dir() {
+                out.push((format!("{rel}/"), String::new()));
+                stack.push(path);
+            } else {
+                out.push((rel, std::fs::read_to_string(&path).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A write, an edit and a command that creates, changes and deletes files (and a folder),
+/// then the Changes view, the preview, the undo, and nothing left to undo.
+async fn undo_one_turn(in_git: bool) {
+    let fx = Fx::new().await;
+    fx.put("edit.txt", "fn a() {}\n");
+    fx.put("changed.txt", "line 1\n");
+    fx.put("gone.txt", "keep me\n");
+    fx.put(".gitignore", "build/\n");
+    let mut person_git = None;
+    if in_git {
+        git(&fx.ws, &["init", "-q"]);
+        git(&fx.ws, &["add", "-A"]);
+        git(&fx.ws, &["commit", "-q", "-m", "start"]);
+        let index = std::fs::read(fx.ws.join(".git/index")).unwrap();
+        person_git = Some((index, git(&fx.ws, &["log", "--format=%H", "--all"])));
+    }
+    let before = tree(&fx.ws);
+    let (session, mut events) = fx.session();
+    fx.turn(
+        &session,
+        &mut events,
+        "change things",
+        &[
+            (
+                "c1",
+                "write_file",
+                json!({"path": "new.txt", "content": "brand new\n"}),
+            ),
+            (
+                "c2",
+                "edit_file",
+                json!({"path": "edit.txt", "old_string": "fn a() {}", "new_string": "fn a() { 1 }"}),
+            ),
+            (
+                "c3",
+                "run_command",
+                json!({"command": "printf made > made.txt && rm gone.txt && printf 'line 2\\n' >> changed.txt && mkdir -p sub/deep && printf x > sub/deep/n.txt"}),
+            ),
+            (
+                "c4",
+                "write_file",
+                json!({"path": "build/out.log", "content": "ignored\n"}),
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(fx.get("made.txt").as_deref(), Some("made"));
+    assert_eq!(fx.get("gone.txt"), None);
+    assert_eq!(fx.get("changed.txt").as_deref(), Some("line 1\nline 2\n"));
+
+    let changes = fx.ok("turn_changes", json!({"session_id": session})).await;
+    assert_eq!(changes["available"], true);
+    let turns = changes["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 1, "{changes}");
+    assert_eq!(turns[0]["message_index"], 0);
+    assert_eq!(turns[0]["undone"], false);
+    let files: Vec<(String, String)> = turns[0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("changed.txt", "modified"),
+        ("edit.txt", "modified"),
+        ("gone.txt", "deleted"),
+        ("made.txt", "added"),
+        ("new.txt", "added"),
+        ("sub/deep/n.txt", "added"),
+    ]
+    .iter()
+    .map(|(p, s)| (p.to_string(), s.to_string()))
+    .collect();
+    assert_eq!(files, expected, "{changes}");
+    let edit_diff = turns[0]["files"][1]["diff"].as_str().unwrap();
+    assert!(
+        edit_diff.contains("-fn a() {}") && edit_diff.contains("+fn a() { 1 }"),
+        "{edit_diff}"
+    );
+    let skipped = turns[0]["skipped"].to_string();
+    assert!(
+        skipped.contains("build/out.log (ignored by .gitignore)"),
+        "{skipped}"
+    );
+
+    // The preview shows what changes back and changes nothing.
+    let preview = fx
+        .ok(
+            "undo_turn",
+            json!({"session_id": session, "message_index": 0, "preview": true}),
+        )
+        .await;
+    assert_eq!(preview["applied"], false);
+    assert_eq!(preview["files"].as_array().unwrap().len(), 6, "{preview}");
+    assert_eq!(preview["conflicts"], json!([]));
+    let gone_back = preview["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "gone.txt")
+        .unwrap();
+    assert_eq!(gone_back["status"], "added");
+    assert!(gone_back["diff"].as_str().unwrap().contains("+keep me"));
+    assert_eq!(fx.get("made.txt").as_deref(), Some("made"));
+
+    let undone = fx
+        .ok(
+            "undo_turn",
+            json!({"session_id": session, "message_index": 0}),
+        )
+        .await;
+    assert_eq!(undone["applied"], true, "{undone}");
+    // Everything is as before the turn, but the ignored file, which the preview named.
+    let mut after = tree(&fx.ws);
+    after.retain(|(p, _)| !p.starts_with("build"));
+    assert_eq!(after, before);
+    assert_eq!(fx.get("build/out.log").as_deref(), Some("ignored\n"));
+    if let Some((index, log)) = person_git {
+        assert_eq!(std::fs::read(fx.ws.join(".git/index")).unwrap(), index);
+        assert_eq!(git(&fx.ws, &["log", "--format=%H", "--all"]), log);
+        assert_eq!(
+            git(&fx.ws, &["status", "--porcelain"]),
+            "",
+            "the person's repository sees no change"
+        );
+    }
+    let changes = fx.ok("turn_changes", json!({"session_id": session})).await;
+    assert_eq!(changes["turns"][0]["undone"], true);
+    // Nothing is left to undo: a second undo changes nothing.
+    let again = fx
+        .ok(
+            "undo_turn",
+            json!({"session_id": session, "message_index": 0}),
+        )
+        .await;
+    assert_eq!(again["files"], json!([]));
+    assert_eq!(tree(&fx.ws).len(), before.len() + 2, "build/ and its file");
+    fx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_a_turn_in_a_plain_folder() {
+    undo_one_turn(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_a_turn_in_a_git_repository_leaves_its_git_alone() {
+    undo_one_turn(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_refuses_files_the_person_changed_since_unless_forced() {
+    let fx = Fx::new().await;
+    fx.put("f.txt", "original\n");
+    fx.put("g.txt", "g original\n");
+    let (session, mut events) = fx.session();
+    fx.turn(
+        &session,
+        &mut events,
+        "edit both",
+        &[(
+            "c1",
+            "run_command",
+            json!({"command": "printf 'agent\\n' > f.txt && printf 'g agent\\n' > g.txt"}),
+        )],
+    )
+    .await;
+    // The person edits one of them afterwards.
+    fx.put("f.txt", "person\n");
+    let preview = fx
+        .ok(
+            "undo_turn",
+            json!({"session_id": session, "message_index": 0, "preview": true}),
+        )
+        .await;
+    assert_eq!(preview["conflicts"], json!(["f.txt"]));
+    let (code, message) = fx
+        .err(
+            "undo_turn",
+            json!({"session_id": session, "message_index": 0}),
+        )
+        .await;
+    assert_eq!(code, "conflict");
+    assert!(
+        message.contains("f.txt") && message.contains("force"),
+        "{message}"
+    );
+    // Refused means nothing at all was restored.
+    assert_eq!(fx.get("f.txt").as_deref(), Some("person\n"));
+    assert_eq!(fx.get("g.txt").as_deref(), Some("g agent\n"));
+    let forced = fx
+        .ok(
+            "undo_turn",
+            json!({"session_id": session, "message_index": 0, "force": true}),
+        )
+        .await;
+    assert_eq!(forced["applied"], true);
+    assert_eq!(fx.get("f.txt").as_deref(), Some("original\n"));
+    assert_eq!(fx.get("g.txt").as_deref(), Some("g original\n"));
+    // A message index that is not the person's message is a clear error.
+    let (code, message) = fx
+        .err(
+            "undo_turn",
+            json!({"session_id": session, "message_index": 1}),
+        )
+        .await;
+    assert_eq!(code, "invalid_argument", "{message}");
+    fx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_rewind_forks_at_the_message_and_keeps_the_original() {
+    let fx = Fx::new().await;
+    let (session, mut events) = fx.session();
+    fx.turn(
+        &session,
+        &mut events,
+        "first",
+        &[(
+            "c1",
+            "write_file",
+            json!({"path": "a.txt", "content": "one\n"}),
+        )],
+    )
+    .await;
+    let second = fx.history(&session).len();
+    fx.turn(
+        &session,
+        &mut events,
+        "second",
+        &[
+            (
+                "c2",
+                "write_file",
+                json!({"path": "a.txt", "content": "two\n"}),
+            ),
+            ("c3", "run_command", json!({"command": "printf b > b.txt"})),
+        ],
+    )
+    .await;
+    let original = fx.history(&session);
+    let changes = fx.ok("turn_changes", json!({"session_id": session})).await;
+    let indexes: Vec<&Value> = changes["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["message_index"])
+        .collect();
+    assert_eq!(indexes, [&json!(0), &json!(second)]);
+
+    // Fork from here: a new session, the files untouched.
+    let forked = fx
+        .ok(
+            "fork_session",
+            json!({"session_id": session, "message_index": second}),
+        )
+        .await;
+    let fork = forked["session"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(forked["session"]["forked_from"], session.as_str());
+    assert_eq!(forked["draft"], "second");
+    assert_eq!(fx.get("a.txt").as_deref(), Some("two\n"));
+    assert_eq!(fx.history(&fork), original[..second].to_vec());
+
+    // Rewind to here: the fork, and the files as they were before that message.
+    let rewound = fx
+        .ok(
+            "fork_session",
+            json!({"session_id": session, "message_index": second, "rewind": true}),
+        )
+        .await;
+    let rewind = rewound["session"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(rewound["undo"]["applied"], true);
+    assert_eq!(fx.get("a.txt").as_deref(), Some("one\n"));
+    assert_eq!(fx.get("b.txt"), None);
+    let history = fx.history(&rewind);
+    assert_eq!(history, original[..second].to_vec());
+    assert_message_order(&history);
+    assert_eq!(history.last().unwrap().text(), "done");
+    // The original is as it was, and lists its forks under it.
+    assert_eq!(fx.history(&session), original);
+    let list = fx.ok("list_sessions", json!({})).await;
+    let forks: Vec<&Value> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["forked_from"] == session.as_str())
+        .collect();
+    assert_eq!(forks.len(), 2, "{list}");
+    assert!(forks.iter().all(|s| s["forked_at"] == second));
+
+    // The fork is a session of its own: it runs on from where it was cut.
+    let (fork_events, _) = fx.service.controller(&rewind).unwrap().subscribe();
+    let mut fork_events = fork_events;
+    fx.turn(
+        &rewind,
+        &mut fork_events,
+        "second, again",
+        &[(
+            "c9",
+            "write_file",
+            json!({"path": "a.txt", "content": "three\n"}),
+        )],
+    )
+    .await;
+    assert_eq!(fx.get("a.txt").as_deref(), Some("three\n"));
+    assert_eq!(fx.history(&rewind).len(), second + 4);
+
+    // Deleting a session forgets its checkpoint records.
+    let records = fx
+        .dir
+        .path()
+        .join("data/checkpoints/sessions")
+        .join(format!("{session}.jsonl"));
+    assert!(records.exists());
+    fx.ok("delete_session", json!({"session_id": session}))
+        .await;
+    assert!(!records.exists());
+    let (code, _) = fx.err("turn_changes", json!({"session_id": session})).await;
+    assert_eq!(code, "not_found");
+    fx.shutdown().await;
+}
