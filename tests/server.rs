@@ -199,7 +199,7 @@ impl Server {
     }
 
     /// Starts the binary on `dir` (config and data inside it).
-    async fn spawn(dir: tempfile::TempDir, model: Model, mock: MockLlm) -> Server {
+    pub async fn spawn(dir: tempfile::TempDir, model: Model, mock: MockLlm) -> Server {
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
             .arg("--config")
             .arg(dir.path().join("config.json"))

@@ -486,3 +486,143 @@ async fn undo_rewind_forks_at_the_message_and_keeps_the_original() {
     assert_eq!(code, "not_found");
     fx.shutdown().await;
 }
+
+/// How many files the crash test's turn rewrites, and how big each is: enough that the
+/// undo takes long enough to be killed in the middle.
+const CRASH_FILES: usize = 300;
+const CRASH_BYTES: usize = 128 * 1024;
+
+/// The real binary is killed (SIGKILL) while it undoes a turn that rewrote many files:
+/// each file is then wholly old or wholly new, the restarted app loads the session, and
+/// a forced undo finishes the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_crash_sigkill_during_an_undo_leaves_each_file_old_or_new() {
+    for kill_after in [1, CRASH_FILES / 3] {
+        crash_during_undo(kill_after).await;
+    }
+}
+
+fn crash_file(ws: &Path, i: usize) -> PathBuf {
+    ws.join(format!("f{i:03}.txt"))
+}
+
+async fn crash_during_undo(kill_after: usize) {
+    use crate::server::{Model, Server};
+    let mock = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = json!({
+        "provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()),
+                     "model": "scripted", "max_retries": 0},
+        "tools": {"policy": {"run_command": "allow"}, "command": {"policy": "off"}}
+    });
+    std::fs::write(dir.path().join("config.json"), settings.to_string()).unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    for i in 0..CRASH_FILES {
+        std::fs::write(crash_file(&ws, i), vec![b'a'; CRASH_BYTES]).unwrap();
+    }
+    let command =
+        format!("for f in f*.txt; do head -c {CRASH_BYTES} /dev/zero | tr '\\0' b > \"$f\"; done");
+    mock.push_sse(openai::tool_answer(
+        &[("c1", "run_command", json!({"command": command}))],
+        (10, 5),
+    ));
+    mock.push_sse(openai::text_answer(&["done"], (10, 5)));
+    let mut server = Server::spawn(dir, Model::default(), mock).await;
+    let info = server
+        .ok(
+            "create_session",
+            json!({"workspace": ws.display().to_string()}),
+        )
+        .await;
+    let id = info["session_id"].as_str().unwrap().to_string();
+    let mut events = server.events(&id).await;
+    assert_eq!(events.next().await["type"], "snapshot");
+    server
+        .ok(
+            "submit",
+            json!({"session_id": id, "content": "rewrite them"}),
+        )
+        .await;
+    events.wait("result", Some(&id), None).await;
+    assert_eq!(std::fs::read(crash_file(&ws, 0)).unwrap()[0], b'b');
+
+    // The undo runs in the server; the test watches the files and kills the process
+    // once `kill_after` of them are back.
+    let (http, url, token) = (
+        server.http.clone(),
+        server.url.clone(),
+        server.token.clone(),
+    );
+    let undo_id = id.clone();
+    let undo = tokio::spawn(async move {
+        http.post(format!("{url}/api/undo_turn"))
+            .bearer_auth(token)
+            .json(&json!({"session_id": undo_id, "message_index": 0}))
+            .send()
+            .await
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let back = (0..CRASH_FILES)
+            .filter(|i| {
+                std::fs::read(crash_file(&ws, *i)).is_ok_and(|bytes| bytes.first() == Some(&b'a'))
+            })
+            .count();
+        assert!(
+            back < CRASH_FILES,
+            "the undo finished before the kill point; make the turn bigger"
+        );
+        if back >= kill_after {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the undo never started"
+        );
+        // Polls the files, which no event reports: the server is killed at a point of its
+        // own progress, not after a guessed delay.
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    server.kill().await;
+    let _ = undo.await;
+
+    let mut old = 0;
+    for i in 0..CRASH_FILES {
+        let bytes = std::fs::read(crash_file(&ws, i)).unwrap();
+        assert_eq!(bytes.len(), CRASH_BYTES, "f{i:03}.txt was cut");
+        let first = bytes[0];
+        assert!(
+            bytes.iter().all(|b| *b == first),
+            "f{i:03}.txt mixes old and new content"
+        );
+        if first == b'a' {
+            old += 1;
+        }
+    }
+    assert!(
+        old >= kill_after && old < CRASH_FILES,
+        "{old} files restored"
+    );
+
+    // After the restart the session loads, and a forced undo (the files restored so far
+    // are no longer what the agent left) restores the rest.
+    let server = server.restart().await;
+    let history = server.history(&id).await;
+    assert_message_order(&history);
+    let done = server
+        .ok(
+            "undo_turn",
+            json!({"session_id": id, "message_index": 0, "force": true}),
+        )
+        .await;
+    assert_eq!(done["applied"], true);
+    for i in 0..CRASH_FILES {
+        assert_eq!(
+            std::fs::read(crash_file(&ws, i)).unwrap(),
+            vec![b'a'; CRASH_BYTES]
+        );
+    }
+    let mut server = server;
+    server.kill().await;
+}

@@ -113,7 +113,11 @@ impl Checkpoints {
             tracing::warn!("checkpoints and undo are off: {why}");
         }
         Arc::new(Checkpoints {
-            root: data_dir.join("checkpoints"),
+            // Canonical, so that a data dir inside a workspace is recognised (and left out).
+            root: data_dir
+                .canonicalize()
+                .unwrap_or_else(|_| data_dir.to_path_buf())
+                .join("checkpoints"),
             off,
             locks: Mutex::new(HashMap::new()),
             clock: AtomicU64::new(0),
