@@ -172,6 +172,13 @@ pub async fn execute(
         }
         Command::UndoTurn(a) => CommandOutput::UndoTurn(service.undo_turn(a).await?),
         Command::ForkSession(a) => CommandOutput::ForkSession(service.fork_session(a).await?),
+        Command::ApplyWorktree(a) => {
+            CommandOutput::ApplyWorktree(service.apply_worktree(&a.session_id).await?)
+        }
+        Command::DiscardWorktree(a) => {
+            service.discard_worktree(&a.session_id).await?;
+            CommandOutput::DiscardWorktree(done())
+        }
         Command::ListFiles(a) => CommandOutput::ListFiles(
             service
                 .list_files(&a.workspace, a.query.as_deref(), a.limit)

@@ -212,6 +212,28 @@ pub struct SessionInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional = nullable)]
     pub forked_at: Option<usize>,
+    /// A child that works in its own git worktree (`isolation: "worktree"`): its tab
+    /// offers Apply to workspace and Discard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub worktree: Option<WorktreeInfo>,
+}
+
+/// Where an isolated child works: a git worktree of the parent's repository.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct WorktreeInfo {
+    /// The top folder of the parent's repository, where Apply writes.
+    pub origin: String,
+    /// The worktree, under `<data>/worktrees/<child id>`.
+    pub path: String,
+    /// `bumblehive/<child id>`.
+    pub branch: String,
+    /// The commit the worktree started from.
+    pub base: String,
+    /// The changes were applied to the workspace.
+    #[serde(default)]
+    pub applied: bool,
 }
 
 /// A message waiting in a session's pending queue (SPEC §4).
@@ -622,6 +644,14 @@ pub mod commands {
         pub undo: Option<UndoResult>,
     }
 
+    /// `apply_worktree`: what was applied to the workspace.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct Applied {
+        /// `git diff --stat` of the applied changes (empty: there were none).
+        pub stat: String,
+    }
+
     /// One file a turn (or an undo) changes, with its unified diff.
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
     #[ts(export)]
@@ -746,6 +776,8 @@ pub mod commands {
         turn_changes => TurnChanges(SessionRef) -> TurnChanges;
         undo_turn => UndoTurn(UndoTurn) -> UndoResult;
         fork_session => ForkSession(ForkSession) -> Forked;
+        apply_worktree => ApplyWorktree(SessionRef) -> Applied;
+        discard_worktree => DiscardWorktree(SessionRef) -> Empty;
     }
 }
 
@@ -848,6 +880,14 @@ pub struct AppInfo {
     pub sandbox: crate::sandbox::SandboxStatus,
     /// Whether the config names a model server; when not, the first run offers set-up.
     pub provider_configured: bool,
+    /// Sub-agent worktrees under the data dir whose session is gone (found at start).
+    #[serde(default)]
+    #[ts(optional = nullable)]
+    pub leftover_worktrees: Vec<String>,
+    /// Why checkpoints and undo are off (git missing), when they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub checkpoints_off: Option<String>,
 }
 
 /// The error object of the command table: `{"error": {"code", "message"}}`.

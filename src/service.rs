@@ -42,6 +42,8 @@ pub struct ServiceOptions {
 pub struct RuntimeService {
     registry: Arc<Registry>,
     recovery: RecoveryStats,
+    /// Sub-agent worktrees found at start whose session is gone.
+    leftover_worktrees: Arc<Vec<String>>,
 }
 
 impl RuntimeService {
@@ -81,7 +83,19 @@ impl RuntimeService {
         });
         let (recovery, metas) = crate::recovery::recover(&registry.shared.store)?;
         registry.shared.sum_tree_usage(&metas);
-        Ok(RuntimeService { registry, recovery })
+        let store = &registry.shared.store;
+        let leftover_worktrees =
+            crate::checkpoints::worktree::leftovers(&options.data_dir, |id| store.exists(id));
+        for path in &leftover_worktrees {
+            tracing::warn!(
+                "a sub-agent worktree whose session is gone: {path} (remove it with `git worktree remove`)"
+            );
+        }
+        Ok(RuntimeService {
+            registry,
+            recovery,
+            leftover_worktrees: Arc::new(leftover_worktrees),
+        })
     }
 
     fn shared(&self) -> &Shared {
@@ -111,6 +125,8 @@ impl RuntimeService {
                 .config_path
                 .as_deref()
                 .is_some_and(crate::config::provider_configured),
+            leftover_worktrees: self.leftover_worktrees.to_vec(),
+            checkpoints_off: shared.checkpoints.off().map(str::to_string),
         }
     }
 
@@ -537,6 +553,15 @@ impl RuntimeService {
         }
         shared.approvals.forget_session(session_id);
         shared.forget_tree_usage(session_id);
+        if let Some(info) = &meta.worktree {
+            let info = info.clone();
+            let removed =
+                tokio::task::spawn_blocking(move || crate::checkpoints::worktree::remove(&info))
+                    .await;
+            if !matches!(removed, Ok(Ok(()))) {
+                tracing::warn!(session = %session_id, "cannot remove the sub-agent's worktree: {removed:?}");
+            }
+        }
         shared.store.delete(session_id)?;
         shared.checkpoints.forget_session(session_id);
         self.registry.remove(session_id);
@@ -626,6 +651,68 @@ impl RuntimeService {
             draft,
             undo,
         })
+    }
+
+    /// Applies an isolated child's changes to the parent's workspace, all or nothing.
+    pub async fn apply_worktree(
+        &self,
+        session_id: &str,
+    ) -> Result<commands::Applied, RuntimeError> {
+        let (controller, info) = self.idle_worktree(session_id)?;
+        if info.applied {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "the changes of {} were applied already; discard the worktree when done",
+                info.branch
+            )));
+        }
+        let stat = tokio::task::spawn_blocking(move || crate::checkpoints::worktree::apply(&info))
+            .await
+            .map_err(|err| RuntimeError::Unavailable(err.to_string()))?
+            .map_err(|err| match err {
+                crate::checkpoints::worktree::WorktreeError::Conflict(_) => {
+                    RuntimeError::Conflict(err.to_string())
+                }
+                other => RuntimeError::Unavailable(other.to_string()),
+            })?;
+        controller.edit_meta(|meta| {
+            if let Some(info) = &mut meta.worktree {
+                info.applied = true;
+            }
+        });
+        Ok(commands::Applied { stat })
+    }
+
+    /// Removes an isolated child's worktree and branch; the session stays, without them.
+    pub async fn discard_worktree(&self, session_id: &str) -> Result<(), RuntimeError> {
+        let (controller, info) = self.idle_worktree(session_id)?;
+        tokio::task::spawn_blocking(move || crate::checkpoints::worktree::remove(&info))
+            .await
+            .map_err(|err| RuntimeError::Unavailable(err.to_string()))?
+            .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
+        controller.edit_meta(|meta| meta.worktree = None);
+        Ok(())
+    }
+
+    fn idle_worktree(
+        &self,
+        session_id: &str,
+    ) -> Result<(Arc<SessionController>, crate::protocol::WorktreeInfo), RuntimeError> {
+        let controller = self.controller(session_id)?;
+        let Some(info) = controller.current_meta().worktree else {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "session {session_id} has no worktree (only sub-agents started with isolation \"worktree\" have one)"
+            )));
+        };
+        let working = matches!(
+            self.subagents().state_of(session_id),
+            Some(SubagentState::WaitingForSlot | SubagentState::Running)
+        );
+        if controller.is_running() || working {
+            return Err(RuntimeError::Busy(format!(
+                "sub-agent {session_id} is still working; wait for its report"
+            )));
+        }
+        Ok((controller, info))
     }
 
     /// A session's history, checked to hold a message of the person at `index`; returns

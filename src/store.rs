@@ -65,6 +65,9 @@ pub struct SessionMeta {
     pub forked_from: Option<SessionId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_at: Option<usize>,
+    /// An isolated child's git worktree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::protocol::WorktreeInfo>,
 }
 
 /// One line of a parent's report ledger: a recorded report, or the note that it reached
@@ -141,6 +144,7 @@ impl SessionMeta {
             model: self.model.clone(),
             forked_from: self.forked_from.clone(),
             forked_at: self.forked_at,
+            worktree: self.worktree.clone(),
         }
     }
 }
@@ -276,6 +280,7 @@ impl SessionStore {
             model: None,
             forked_from: None,
             forked_at: None,
+            worktree: None,
         };
         let messages = dir.join(MESSAGES);
         private_file(&messages).map_err(|err| StoreError::io(&messages, err))?;

@@ -626,3 +626,219 @@ async fn crash_during_undo(kill_after: usize) {
     let mut server = server;
     server.kill().await;
 }
+
+/// A git repository with `a.txt` committed, as the parent's workspace.
+fn repository(fx: &Fx) {
+    fx.put("a.txt", "one\n");
+    git(&fx.ws, &["init", "-q"]);
+    git(&fx.ws, &["add", "-A"]);
+    git(&fx.ws, &["commit", "-q", "-m", "start"]);
+}
+
+/// The parent delegates one child with `isolation`; the child rewrites `a.txt` and
+/// creates `b.txt` (in its worktree), then reports.
+fn isolated_script(mock: &MockLlm, isolation: &'static str) {
+    mock.respond_with(move |request| {
+        let messages = request.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let first_user = messages
+            .iter()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("")
+            .to_string();
+        let results = messages.iter().filter(|m| m["role"] == "tool").count();
+        let body = if first_user.contains("You are the sub-agent") {
+            match results {
+                0 => openai::tool_answer(
+                    &[
+                        (
+                            "w1",
+                            "write_file",
+                            json!({"path": "a.txt", "content": "child\n"}),
+                        ),
+                        (
+                            "w2",
+                            "write_file",
+                            json!({"path": "b.txt", "content": "new\n"}),
+                        ),
+                    ],
+                    (10, 5),
+                ),
+                _ => openai::text_answer(&["child done"], (10, 5)),
+            }
+        } else {
+            match results {
+                0 => openai::tool_answer(
+                    &[(
+                        "d1",
+                        "sub_agent",
+                        json!({"title": "iso", "task": "rewrite a.txt", "isolation": isolation}),
+                    )],
+                    (10, 5),
+                ),
+                _ => openai::text_answer(&["parent ok"], (10, 5)),
+            }
+        };
+        crate::mock_llm::MockResponse::sse(body)
+    });
+}
+
+/// Starts the parent, waits until the whole tree is idle; returns the parent and child.
+async fn delegate_isolated(fx: &Fx) -> (String, String) {
+    isolated_script(&fx.mock, "worktree");
+    let (parent, _events) = fx.session();
+    fx.ok(
+        "submit",
+        json!({"session_id": parent, "content": "delegate"}),
+    )
+    .await;
+    tokio::time::timeout(std::time::Duration::from_secs(20), fx.service.wait_idle())
+        .await
+        .expect("the tree did not finish");
+    let sessions = fx.ok("list_sessions", json!({})).await;
+    let child = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["parent_session_id"] == parent.as_str())
+        .expect("a child")
+        .clone();
+    (parent, child["session_id"].as_str().unwrap().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_worktree_child_applies_without_conflict_and_reports_its_diff_stat() {
+    let fx = Fx::new().await;
+    repository(&fx);
+    let (parent, child) = delegate_isolated(&fx).await;
+    let info = fx.service.session_info(&child).unwrap();
+    let worktree = info.worktree.clone().expect("the child has a worktree");
+    assert_eq!(worktree.branch, format!("bumblehive/{child}"));
+    assert_eq!(
+        Path::new(&worktree.path),
+        fx.dir.path().join("data/worktrees").join(&child)
+    );
+    // The child wrote in its worktree, not in the workspace.
+    assert_eq!(fx.get("a.txt").as_deref(), Some("one\n"));
+    assert_eq!(fx.get("b.txt"), None);
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&worktree.path).join("a.txt")).unwrap(),
+        "child\n"
+    );
+    // Its report ends with the diff stat.
+    let report = fx
+        .history(&parent)
+        .into_iter()
+        .find(|m| {
+            m.id.as_deref()
+                .is_some_and(|id| id.starts_with("subagent:"))
+        })
+        .expect("the report");
+    let text = report.text();
+    assert!(
+        text.contains("child done") && text.contains(&worktree.branch),
+        "{text}"
+    );
+    assert!(
+        text.contains("a.txt") && text.contains("b.txt") && text.contains("2 files changed"),
+        "{text}"
+    );
+    let applied = fx.ok("apply_worktree", json!({"session_id": child})).await;
+    assert!(
+        applied["stat"]
+            .as_str()
+            .unwrap()
+            .contains("2 files changed")
+    );
+    assert_eq!(fx.get("a.txt").as_deref(), Some("child\n"));
+    assert_eq!(fx.get("b.txt").as_deref(), Some("new\n"));
+    let (code, _) = fx.err("apply_worktree", json!({"session_id": child})).await;
+    assert_eq!(code, "invalid_argument", "applied once only");
+    // Deleting the parent deletes the child, its worktree and its branch.
+    fx.ok("delete_session", json!({"session_id": parent})).await;
+    assert!(!Path::new(&worktree.path).exists());
+    assert_eq!(git(&fx.ws, &["branch", "--list", "bumblehive/*"]), "");
+    assert_eq!(git(&fx.ws, &["worktree", "list"]).lines().count(), 1);
+    fx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_worktree_apply_with_a_conflict_applies_nothing_and_discard_removes_it() {
+    let fx = Fx::new().await;
+    repository(&fx);
+    let (_parent, child) = delegate_isolated(&fx).await;
+    let worktree = fx.service.session_info(&child).unwrap().worktree.unwrap();
+    // The person changed a.txt meanwhile: the child's patch no longer applies.
+    fx.put("a.txt", "person\n");
+    let (code, message) = fx.err("apply_worktree", json!({"session_id": child})).await;
+    assert_eq!(code, "conflict");
+    assert!(
+        message.contains("a.txt") && message.contains("nothing was applied"),
+        "{message}"
+    );
+    assert_eq!(fx.get("a.txt").as_deref(), Some("person\n"));
+    assert_eq!(fx.get("b.txt"), None, "nothing applied half-way");
+    fx.ok("discard_worktree", json!({"session_id": child}))
+        .await;
+    assert!(!Path::new(&worktree.path).exists());
+    assert_eq!(git(&fx.ws, &["branch", "--list", "bumblehive/*"]), "");
+    assert!(fx.service.session_info(&child).unwrap().worktree.is_none());
+    let (code, _) = fx
+        .err("discard_worktree", json!({"session_id": child}))
+        .await;
+    assert_eq!(code, "invalid_argument");
+    fx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_worktree_isolation_in_a_plain_folder_is_a_clear_tool_error() {
+    let fx = Fx::new().await;
+    fx.put("a.txt", "one\n");
+    isolated_script(&fx.mock, "worktree");
+    let (parent, mut events) = fx.session();
+    fx.ok(
+        "submit",
+        json!({"session_id": parent, "content": "delegate"}),
+    )
+    .await;
+    receive(&mut events, "result", Some(&parent), None).await;
+    let history = fx.history(&parent);
+    let result = history
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("d1"))
+        .unwrap();
+    assert!(
+        result.text().contains("needs a git repository") && result.text().contains("is not in one"),
+        "{}",
+        result.text()
+    );
+    // No child was created.
+    let sessions = fx.ok("list_sessions", json!({})).await;
+    assert_eq!(sessions.as_array().unwrap().len(), 1);
+    fx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_worktree_left_behind_is_listed_at_start() {
+    let mut fx = Fx::new().await;
+    repository(&fx);
+    let (_parent, child) = delegate_isolated(&fx).await;
+    let worktree = fx.service.session_info(&child).unwrap().worktree.unwrap();
+    // The session's folder goes away without the clean-up (as after a crash mid-delete).
+    fx.service.shutdown().await;
+    std::fs::remove_dir_all(fx.dir.path().join("data/sessions").join(&child)).unwrap();
+    fx.service = RuntimeService::new(ServiceOptions {
+        data_dir: fx.dir.path().join("data"),
+        config_path: None,
+        config: Some(config(&fx.mock)),
+        provider_factory: Arc::new(provider_from_config),
+        tools: None,
+    })
+    .unwrap();
+    let info = fx.ok("app_info", json!({})).await;
+    assert_eq!(info["leftover_worktrees"], json!([worktree.path]));
+    fx.shutdown().await;
+}

@@ -127,6 +127,8 @@ pub struct Delegation {
     pub task: String,
     /// A profile name; `None` for `general`.
     pub agent: Option<String>,
+    /// Work in a git worktree of its own (`isolation: "worktree"`).
+    pub worktree: bool,
 }
 
 /// Everything a tool call may use. Cheap to clone.
