@@ -377,6 +377,17 @@ impl Sse {
         session_id: Option<&str>,
         status: Option<&str>,
     ) -> Value {
+        self.wait_within(WAIT, kind, session_id, status).await
+    }
+
+    /// [`Self::wait`] with a longer limit, for work that takes seconds (big workspaces).
+    pub async fn wait_within(
+        &mut self,
+        limit: std::time::Duration,
+        kind: &str,
+        session_id: Option<&str>,
+        status: Option<&str>,
+    ) -> Value {
         let wanted = async {
             loop {
                 let value = self.rx.recv().await.expect("the event stream ended");
@@ -385,7 +396,7 @@ impl Sse {
                 }
             }
         };
-        tokio::time::timeout(WAIT, wanted)
+        tokio::time::timeout(limit, wanted)
             .await
             .unwrap_or_else(|_| panic!("timed out waiting for {kind} {session_id:?} {status:?}"))
     }

@@ -12,7 +12,7 @@ use bumblehive::service::{RuntimeService, ServiceOptions};
 use serde_json::{Value, json};
 
 use crate::mock_llm::{MockLlm, openai};
-use crate::support::{assert_message_order, receive};
+use crate::support::{assert_message_order, is_event, receive};
 
 /// The tools allowed by policy (the approval flow has its own tests), commands run
 /// without the OS sandbox so the test does not depend on bubblewrap.
@@ -93,7 +93,20 @@ impl Fx {
         self.mock.push_sse(openai::text_answer(&["done"], (10, 5)));
         self.ok("submit", json!({"session_id": session, "content": text}))
             .await;
-        let result = receive(events, "result", Some(session), None).await;
+        // Longer than `support::WAIT`: each changing call takes two snapshots (a few git
+        // processes each), which a loaded machine makes slow.
+        let wanted = async {
+            loop {
+                let event = events.next_event().await.expect("event stream closed");
+                let value = serde_json::to_value(&event).unwrap();
+                if is_event(&value, "result", Some(session), None) {
+                    return value;
+                }
+            }
+        };
+        let result = tokio::time::timeout(std::time::Duration::from_secs(30), wanted)
+            .await
+            .expect("timed out waiting for the turn's result");
         assert_eq!(result["content"], "done", "{result}");
     }
 
@@ -490,7 +503,7 @@ async fn undo_rewind_forks_at_the_message_and_keeps_the_original() {
 /// How many files the crash test's turn rewrites, and how big each is: enough that the
 /// undo takes long enough to be killed in the middle.
 const CRASH_FILES: usize = 300;
-const CRASH_BYTES: usize = 128 * 1024;
+const CRASH_BYTES: usize = 64 * 1024;
 
 /// The real binary is killed (SIGKILL) while it undoes a turn that rewrote many files:
 /// each file is then wholly old or wholly new, the restarted app loads the session, and
@@ -544,7 +557,14 @@ async fn crash_during_undo(kill_after: usize) {
             json!({"session_id": id, "content": "rewrite them"}),
         )
         .await;
-    events.wait("result", Some(&id), None).await;
+    events
+        .wait_within(
+            std::time::Duration::from_secs(60),
+            "result",
+            Some(&id),
+            None,
+        )
+        .await;
     assert_eq!(std::fs::read(crash_file(&ws, 0)).unwrap()[0], b'b');
 
     // The undo runs in the server; the test watches the files and kills the process

@@ -120,20 +120,22 @@ impl Shadow {
         ] {
             self.run(&["config", key, value], None)?;
         }
-        // A data dir inside the workspace (tests, portable set-ups) is never recorded:
-        // the shadow would try to snapshot its own objects.
+        // Never recorded: the temporary files of the file tools (`tools::paths`) and of an
+        // undo (killed half-way, they stay), which a snapshot taken meanwhile would catch,
+        // and a data dir inside the workspace (tests, portable set-ups), whose shadow
+        // would try to snapshot its own objects.
+        let mut exclude = String::from(".*.bh-*.tmp\n.*.bumblehive-undo\n");
         if let Some(data) = self.git_dir.parent().and_then(Path::parent) {
             if let Ok(rel) = data.strip_prefix(&self.workspace) {
                 if !rel.as_os_str().is_empty() {
-                    let info = self.git_dir.join("info");
-                    std::fs::create_dir_all(&info)
-                        .map_err(|err| CheckpointError::io(&info, err))?;
-                    let line = format!("/{}/\n", rel.display());
-                    std::fs::write(info.join("exclude"), line)
-                        .map_err(|err| CheckpointError::io(&info, err))?;
+                    exclude.push_str(&format!("/{}/\n", rel.display()));
                 }
             }
         }
+        let info = self.git_dir.join("info");
+        std::fs::create_dir_all(&info).map_err(|err| CheckpointError::io(&info, err))?;
+        std::fs::write(info.join("exclude"), exclude)
+            .map_err(|err| CheckpointError::io(&info, err))?;
         std::fs::write(
             self.git_dir.join("bumblehive-workspace"),
             self.workspace.display().to_string(),

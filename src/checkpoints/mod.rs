@@ -293,7 +293,26 @@ impl Checkpoints {
             let mut files = Vec::new();
             let mut skipped = BTreeSet::new();
             let plan = plan_files(calls.iter().map(|(c, _)| c));
+            // Shown as of the turn's last snapshot: a later call's snapshot has what an
+            // earlier one caught half-way (a temporary file) settled again.
+            let last_after: BTreeMap<&str, &str> = calls
+                .iter()
+                .map(|(c, _)| c)
+                .fold(BTreeMap::<&str, (u64, &str)>::new(), |mut last, c| {
+                    let entry = last.entry(c.workspace.as_str()).or_insert((0, ""));
+                    if c.finished >= entry.0 {
+                        *entry = (c.finished, c.after.as_str());
+                    }
+                    last
+                })
+                .into_iter()
+                .map(|(ws, (_, tree))| (ws, tree))
+                .collect();
             for ((workspace, path), (before, after)) in plan {
+                let after = last_after
+                    .get(workspace.as_str())
+                    .map(|t| t.to_string())
+                    .unwrap_or(after);
                 let shadow = self.shadow(Path::new(&workspace));
                 let entries =
                     shadow.diff_trees(&before, &after, Some(std::slice::from_ref(&path)))?;
@@ -459,15 +478,22 @@ fn plan_restore(
         by_after.entry(after).or_default().push(path.clone());
         by_before.entry(before).or_default().push(path.clone());
     }
+    let mut changed_since = BTreeSet::new();
     for (after, paths) in &by_after {
         for entry in shadow.diff_trees(after, &now.tree, Some(paths))? {
-            conflicts.push(entry.path);
+            changed_since.insert(entry.path);
         }
     }
     let mut entries = Vec::new();
     let mut changes = Vec::new();
     for (before, paths) in &by_before {
         for entry in shadow.diff_trees(&now.tree, before, Some(paths))? {
+            // Only a file the undo would write can lose the person's edits; one that is
+            // already as it was (e.g. a temporary file another call's snapshot caught)
+            // is no conflict.
+            if changed_since.contains(&entry.path) {
+                conflicts.push(entry.path.clone());
+            }
             let content = match &entry.to {
                 Some((_, oid)) => Some(shadow.blob(oid)?),
                 None => None,
