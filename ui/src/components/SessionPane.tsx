@@ -8,6 +8,7 @@ import { SessionModel, totalTokens, type ChildTab, type SessionNeeds } from '../
 import { CommandError, toCommandError, type Platform } from '../platform';
 import { formatTokens } from '../util';
 import { ApprovalDialog } from './ApprovalDialog';
+import { ChangesView } from './ChangesView';
 import { Chat } from './Chat';
 import { Composer } from './Composer';
 import { ConfirmButton } from './ConfirmButton';
@@ -106,11 +107,12 @@ function useModelState(model: SessionModel | null) {
   return model?.state ?? null;
 }
 
-function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () => void }) {
+function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionInfo; onDeleted: () => void; onSessionsChanged: () => void }) {
   const { model, tab } = props;
   const t = model.state.transcripts[tab.sessionId];
   const [error, setError] = useState<{ message: string; retry: () => void } | null>(null);
   const [busy, setBusy] = useState(false);
+  const [changes, setChanges] = useState(false);
   useEffect(() => model.ensureTranscript(tab.sessionId), [model, tab.sessionId]);
   const usage = model.childUsage(tab.sessionId);
   const active = tab.state === 'running' || tab.state === 'waiting_for_slot';
@@ -146,6 +148,9 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
           {formatTokens(totalTokens(usage))} tokens
         </span>
         <span class="spacer" />
+        <button type="button" aria-pressed={changes} data-testid="child-changes" onClick={() => setChanges(!changes)}>
+          {changes ? 'Conversation' : 'Changes'}
+        </button>
         <button type="button" disabled={!(active || tab.interrupted) || busy} data-testid="child-cancel" onClick={() => void cancel()}>
           Cancel
         </button>
@@ -175,7 +180,9 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; onDeleted: () =>
       )}
       {error && <ErrorBox message={error.message} onRetry={error.retry} onDismiss={() => setError(null)} />}
       {t?.status === 'error' && <ErrorBox message={`Cannot read this sub-agent's history: ${t.loadError}`} onRetry={() => void model.loadTranscript(tab.sessionId)} />}
-      {t ? (
+      {changes ? (
+        <ChangesView platform={model.platform} sessionId={tab.sessionId} child worktree={props.info?.worktree ?? null} onWorktreeChanged={props.onSessionsChanged} />
+      ) : t ? (
         <Chat
           key={tab.sessionId}
           transcript={t}
@@ -377,7 +384,8 @@ export function SessionPane(props: {
     setResuming(false);
     if (failed.length) setResumeError(`Cannot resume ${failed.join('; ')}`);
   };
-  const childTab = tab === 'main' ? undefined : state.children.find((c) => c.sessionId === tab);
+  const childTab = tab === 'main' || tab === 'changes' ? undefined : state.children.find((c) => c.sessionId === tab);
+  const showChanges = tab === 'changes';
   const approval = state.approvals[0];
   const approvalPanel = approval ? (
     <ApprovalDialog approval={approval} queued={state.approvals.length} onDecide={(a, ok, remember, reason) => model.decide(a, ok, remember, reason)} />
@@ -386,9 +394,12 @@ export function SessionPane(props: {
   return (
     <div class="session-pane" data-testid="session-pane" data-session-id={model.sessionId} data-running={state.running} data-paused={state.paused}>
       <div class="tabs" role="tablist">
-        <button type="button" role="tab" aria-selected={!childTab} class={`tab ${!childTab ? 'active' : ''}`} data-testid="tab-main" onClick={() => setTab('main')}>
+        <button type="button" role="tab" aria-selected={!childTab && !showChanges} class={`tab ${!childTab && !showChanges ? 'active' : ''}`} data-testid="tab-main" onClick={() => setTab('main')}>
           Main
           {state.running && <span class="dot running" aria-label="running" />}
+        </button>
+        <button type="button" role="tab" aria-selected={showChanges} class={`tab ${showChanges ? 'active' : ''}`} data-testid="tab-changes" onClick={() => setTab('changes')}>
+          Changes
         </button>
         {state.children.map((c) => (
           <button
@@ -414,11 +425,24 @@ export function SessionPane(props: {
         ))}
       </div>
       {state.stream === 'reconnecting' && <div class="banner" data-testid="reconnecting">Connection lost; reconnecting…</div>}
-      {childTab ? (
+      {showChanges ? (
+        <ChangesView
+          key={model.sessionId}
+          platform={platform}
+          sessionId={model.sessionId}
+          messageText={(i) => main.messages?.[i]?.content ?? undefined}
+          onForked={(forked) => {
+            setDraft({ text: forked.draft });
+            callbacks.current.onCreated(forked.session.session_id);
+          }}
+        />
+      ) : childTab ? (
         <>
           <ChildView
             model={model}
             tab={childTab}
+            info={props.sessions.find((s) => s.session_id === childTab.sessionId)}
+            onSessionsChanged={props.onSessionsChanged}
             onDeleted={() => {
               setTab('main');
               model.removeChild(childTab.sessionId);
