@@ -6,6 +6,7 @@ import { render } from 'preact';
 import { act } from 'preact/test-utils';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ChangesView } from '../components/ChangesView';
+import { sessionTree } from '../components/Sidebar';
 import type { Forked } from '../bindings/Forked';
 import type { TurnChanges } from '../bindings/TurnChanges';
 import { CommandError } from '../platform';
@@ -172,6 +173,16 @@ describe('changes view', () => {
     const fake = new FakePlatform({ turn_changes: () => ({ available: false, notice: 'Checkpoints and undo are off: git was not found', turns: [] }) });
     const view = await mount(fake);
     expect($(view, 'changes-off')!.textContent).toContain('git was not found');
+  });
+
+  it('lists a fork right under its original in the sidebar', () => {
+    const tree = sessionTree([
+      info('orig', { created_at: '2025-01-01T00:00:00Z' }),
+      info('newer', { created_at: '2025-01-03T00:00:00Z' }),
+      info('fork2', { created_at: '2025-01-04T00:00:00Z', forked_from: 'orig', forked_at: 4 }),
+      info('fork1', { created_at: '2025-01-02T00:00:00Z', forked_from: 'orig', forked_at: 0 }),
+    ]);
+    expect(tree.map((n) => n.info.session_id)).toEqual(['newer', 'orig', 'fork1', 'fork2']);
   });
 
   it('is a tab of the session in the app', async () => {
