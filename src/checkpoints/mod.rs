@@ -254,11 +254,16 @@ impl Checkpoints {
     ) -> Result<(git::Snapshot, u64), CheckpointError> {
         self.check_on()?;
         let shadow = self.shadow(workspace);
-        let _guard = self.lock(&shadow).lock_owned().await;
+        let guard = self.lock(&shadow).lock_owned().await;
         let stamp = self.tick();
-        let snapshot = tokio::task::spawn_blocking(move || shadow.snapshot())
-            .await
-            .map_err(|err| CheckpointError::Git(format!("the snapshot failed: {err}")))??;
+        // The lock goes with the work: if this future is dropped (a Stop), git still
+        // runs to the end, and no other snapshot may use the index meanwhile.
+        let snapshot = tokio::task::spawn_blocking(move || {
+            let _guard = guard;
+            shadow.snapshot()
+        })
+        .await
+        .map_err(|err| CheckpointError::Git(format!("the snapshot failed: {err}")))??;
         Ok((snapshot, stamp))
     }
 

@@ -300,7 +300,14 @@ impl ToolRegistry {
         };
         let before = hook.before(&ctx.workspace).await;
         let result = tool.call(ctx, arguments.clone()).await;
-        if let Some(before) = before {
+        // Refused before it did anything: nothing to record, and the result must not wait
+        // for a snapshot (a Stop collects the calls that are done at once, and a denial by
+        // the stop is one of them).
+        let untouched = matches!(
+            result,
+            Err(ToolError::Denied(_) | ToolError::InvalidArguments(_) | ToolError::Disabled(_))
+        );
+        if let (Some(before), false) = (before, untouched) {
             hook.after(&ctx.workspace, before, name, &ctx.call_id, &arguments)
                 .await;
         }
