@@ -862,3 +862,52 @@ async fn undo_worktree_left_behind_is_listed_at_start() {
     assert_eq!(info["leftover_worktrees"], json!([worktree.path]));
     fx.shutdown().await;
 }
+
+/// What the checkpoints leave out is named in the Changes view and the undo preview: a
+/// file over the size cap, a nested git repository; the rest of the turn is undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_names_what_it_cannot_restore() {
+    let fx = Fx::new().await;
+    let (session, mut events) = fx.session();
+    fx.turn(
+        &session,
+        &mut events,
+        "make big things",
+        &[(
+            "c1",
+            "run_command",
+            json!({"command": "head -c 11000000 /dev/zero > big.bin && mkdir nested && git -C nested init -q && printf n > nested/n.txt && printf s > small.txt"}),
+        )],
+    )
+    .await;
+    let changes = fx.ok("turn_changes", json!({"session_id": session})).await;
+    let skipped = changes["turns"][0]["skipped"].to_string();
+    assert!(
+        skipped.contains("big.bin (over the 10 MB cap)"),
+        "{changes}"
+    );
+    assert!(
+        skipped.contains("nested/ (a nested git repository)"),
+        "{changes}"
+    );
+    assert_eq!(changes["turns"][0]["files"][0]["path"], "small.txt");
+    let preview = fx
+        .ok(
+            "undo_turn",
+            json!({"session_id": session, "message_index": 0, "preview": true}),
+        )
+        .await;
+    assert!(
+        preview["skipped"].to_string().contains("big.bin"),
+        "{preview}"
+    );
+    fx.ok(
+        "undo_turn",
+        json!({"session_id": session, "message_index": 0}),
+    )
+    .await;
+    assert_eq!(fx.get("small.txt"), None);
+    // Not covered, so left as they are.
+    assert!(fx.ws.join("big.bin").exists() && fx.ws.join("nested/n.txt").exists());
+    fx.shutdown().await;
+}
