@@ -643,6 +643,12 @@ async fn crash_during_undo(kill_after: usize) {
             vec![b'a'; CRASH_BYTES]
         );
     }
+    // The killed undo's temporary files went with the one that finished.
+    let names: Vec<String> = std::fs::read_dir(&ws)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), CRASH_FILES, "left in the workspace: {names:?}");
     let mut server = server;
     server.kill().await;
 }

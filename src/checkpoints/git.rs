@@ -348,7 +348,7 @@ pub fn restore_entry(
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let tmp = parent.join(format!(
-                ".{name}.{}.bumblehive-undo",
+                ".{name}.{}{TEMP_SUFFIX}",
                 uuid::Uuid::new_v4().simple()
             ));
             let written =
@@ -358,6 +358,22 @@ pub fn restore_entry(
                 return Err(CheckpointError::io(&target, err));
             }
             Ok(())
+        }
+    }
+}
+
+/// The suffix of an undo's temporary files (`.<name>.<uuid><suffix>`).
+const TEMP_SUFFIX: &str = ".bumblehive-undo";
+
+/// Removes the temporary files an earlier, killed undo left in `folder`.
+pub fn remove_stale_temps(folder: &Path) {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && name.ends_with(TEMP_SUFFIX) {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }

@@ -517,6 +517,21 @@ fn plan_restore(
 }
 
 fn apply(shadow: &Shadow, entries: &[(Entry, Option<Vec<u8>>)]) -> Result<(), CheckpointError> {
+    // An undo killed half-way left its temporary files where it was writing: the same
+    // folders this one writes in. They are ours, so they go.
+    let folders: BTreeSet<PathBuf> = entries
+        .iter()
+        .filter_map(|(e, _)| {
+            shadow
+                .workspace
+                .join(&e.path)
+                .parent()
+                .map(Path::to_path_buf)
+        })
+        .collect();
+    for folder in folders {
+        git::remove_stale_temps(&folder);
+    }
     for (entry, content) in entries {
         let mut contents = BTreeMap::new();
         if let (Some((_, oid)), Some(bytes)) = (&entry.to, content) {
