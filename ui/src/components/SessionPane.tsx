@@ -237,6 +237,7 @@ export function SessionPane(props: {
   const [chosen, setChosen] = useState<{ provider: string | null } | null>(null);
   const [pickError, setPickError] = useState<string | null>(null);
   const [picking, setPicking] = useState(false);
+  const [forkError, setForkError] = useState<string | null>(null);
 
   const makeModel = (id: string) => {
     const m = new SessionModel(platform, id, {
@@ -461,6 +462,7 @@ export function SessionPane(props: {
               This session is paused: its last run was stopped or failed. Send a message to go on.
             </div>
           )}
+          {forkError && <ErrorBox message={forkError} onDismiss={() => setForkError(null)} testid="fork-error" />}
           {interrupted.length > 0 && (
             <div class="notice" data-testid="interrupted-banner">
               {interrupted.length === 1 ? `Sub-agent “${interrupted[0].title}” was` : `${interrupted.length} sub-agents were`} cut off when Bumblehive
@@ -476,6 +478,15 @@ export function SessionPane(props: {
             onRetry={(text) => model.submit(text)}
             onOpenSettings={props.onOpenSettings}
             onEdit={(text) => setDraft({ text })}
+            onFork={(index) =>
+              void platform
+                .invoke('fork_session', { session_id: model.sessionId, message_index: index, rewind: false })
+                .then((forked) => {
+                  setDraft({ text: forked.draft });
+                  callbacks.current.onCreated(forked.session.session_id);
+                })
+                .catch((err) => setForkError(`Cannot fork: ${toCommandError(err).message}`))
+            }
             transcript={main}
             statuses={state.statuses}
             inflight={state.inflight}

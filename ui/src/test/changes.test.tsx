@@ -185,6 +185,25 @@ describe('changes view', () => {
     expect(tree.map((n) => n.info.session_id)).toEqual(['newer', 'orig', 'fork1', 'fork2']);
   });
 
+  it('forks from one of the person’s messages in the chat, with that message as the draft', async () => {
+    const history = [
+      { role: 'user', content: 'first', id: 'm1' },
+      { role: 'assistant', content: 'one' },
+      { role: 'user', content: 'second', id: 'm2' },
+      { role: 'assistant', content: 'two' },
+    ];
+    const fake = workspacePlatform([info('a')], { a: history, f: history.slice(0, 2) });
+    fake.handlers.fork_session = (args) => ({ session: info('f', { forked_from: 'a', forked_at: args.message_index }), draft: 'second' });
+    const mounted = await mountApp(fake, 'a');
+    unmount = mounted.unmount;
+    const forks = $$(mounted.root, 'fork-message');
+    expect(forks.length).toBe(2);
+    await inAct(() => forks[1].click());
+    await settle();
+    expect(fake.callsOf('fork_session')).toEqual([{ session_id: 'a', message_index: 2, rewind: false }]);
+    expect(($(mounted.root, 'prompt-input') as HTMLTextAreaElement).value).toBe('second');
+  });
+
   it('is a tab of the session in the app', async () => {
     const fake = workspacePlatform([info('a')], { a: [] });
     fake.handlers.turn_changes = () => changes();
