@@ -295,13 +295,18 @@ impl Delegator for ServiceDelegator {
             .registry
             .upgrade()
             .ok_or_else(|| "runtime unavailable".to_string())?;
+        let mut request = request;
         if let Some(agent) = &request.agent {
             let profiles = registry.shared.profiles(&ctx.workspace);
-            if profiles.get(agent).is_none() {
+            let Some(profile) = profiles.get(agent) else {
                 return Err(format!(
                     "no agent profile named {agent:?}; available: {}",
                     profiles.names().join(", ")
                 ));
+            };
+            // A profile that asks for a worktree gets one whatever the call says.
+            if profile.isolation.as_deref() == Some("worktree") {
+                request.worktree = true;
             }
         }
         if request.worktree {

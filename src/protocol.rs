@@ -796,6 +796,10 @@ pub struct Profile {
     pub disallowed_tools: Vec<String>,
     /// How many model calls one run may make.
     pub max_turns: Option<usize>,
+    /// `worktree`: its sub-agents always work in a git worktree of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub isolation: Option<String>,
     /// The profile's instructions (the file's body).
     pub instructions: String,
     /// Where it was read from (`built-in` for the built-in ones).
@@ -815,6 +819,7 @@ impl Profile {
             tools: None,
             disallowed_tools: Vec::new(),
             max_turns: None,
+            isolation: None,
             instructions: String::new(),
             source: source.to_string(),
             notices: Vec::new(),

@@ -661,9 +661,9 @@ fn repository(fx: &Fx) {
     git(&fx.ws, &["commit", "-q", "-m", "start"]);
 }
 
-/// The parent delegates one child with `isolation`; the child rewrites `a.txt` and
-/// creates `b.txt` (in its worktree), then reports.
-fn isolated_script(mock: &MockLlm, isolation: &'static str) {
+/// The parent delegates one child with these `sub_agent` arguments; the child rewrites
+/// `a.txt` and creates `b.txt` (in its worktree), then reports.
+fn isolated_script(mock: &MockLlm, delegation: Value) {
     mock.respond_with(move |request| {
         let messages = request.body["messages"]
             .as_array()
@@ -697,14 +697,7 @@ fn isolated_script(mock: &MockLlm, isolation: &'static str) {
             }
         } else {
             match results {
-                0 => openai::tool_answer(
-                    &[(
-                        "d1",
-                        "sub_agent",
-                        json!({"title": "iso", "task": "rewrite a.txt", "isolation": isolation}),
-                    )],
-                    (10, 5),
-                ),
+                0 => openai::tool_answer(&[("d1", "sub_agent", delegation.clone())], (10, 5)),
                 _ => openai::text_answer(&["parent ok"], (10, 5)),
             }
         };
@@ -712,9 +705,17 @@ fn isolated_script(mock: &MockLlm, isolation: &'static str) {
     });
 }
 
+fn worktree_call() -> Value {
+    json!({"title": "iso", "task": "rewrite a.txt", "isolation": "worktree"})
+}
+
 /// Starts the parent, waits until the whole tree is idle; returns the parent and child.
 async fn delegate_isolated(fx: &Fx) -> (String, String) {
-    isolated_script(&fx.mock, "worktree");
+    delegate_with(fx, worktree_call()).await
+}
+
+async fn delegate_with(fx: &Fx, delegation: Value) -> (String, String) {
+    isolated_script(&fx.mock, delegation);
     let (parent, _events) = fx.session();
     fx.ok(
         "submit",
@@ -823,7 +824,7 @@ async fn undo_worktree_apply_with_a_conflict_applies_nothing_and_discard_removes
 async fn undo_worktree_isolation_in_a_plain_folder_is_a_clear_tool_error() {
     let fx = Fx::new().await;
     fx.put("a.txt", "one\n");
-    isolated_script(&fx.mock, "worktree");
+    isolated_script(&fx.mock, worktree_call());
     let (parent, mut events) = fx.session();
     fx.ok(
         "submit",
@@ -915,5 +916,43 @@ async fn undo_names_what_it_cannot_restore() {
     assert_eq!(fx.get("small.txt"), None);
     // Not covered, so left as they are.
     assert!(fx.ws.join("big.bin").exists() && fx.ws.join("nested/n.txt").exists());
+    fx.shutdown().await;
+}
+
+/// A profile with `isolation: worktree` gives its sub-agents a worktree even when the
+/// call does not ask for one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_worktree_from_a_profile() {
+    let fx = Fx::new().await;
+    repository(&fx);
+    fx.put(
+        ".bumblehive/agents/isolated.md",
+        "---\nname: isolated\ndescription: works apart\nisolation: worktree\n---\nWork carefully.\n",
+    );
+    let (_parent, child) = delegate_with(
+        &fx,
+        json!({"title": "iso", "task": "rewrite a.txt", "agent": "isolated"}),
+    )
+    .await;
+    let worktree = fx.service.session_info(&child).unwrap().worktree;
+    assert!(
+        worktree.is_some(),
+        "the profile's isolation was not applied"
+    );
+    assert_eq!(fx.get("a.txt").as_deref(), Some("one\n"));
+    let agents = fx
+        .ok(
+            "list_agents",
+            json!({"workspace": fx.ws.display().to_string()}),
+        )
+        .await;
+    let isolated = agents["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "isolated")
+        .unwrap()
+        .clone();
+    assert_eq!(isolated["isolation"], "worktree");
     fx.shutdown().await;
 }
