@@ -710,6 +710,80 @@ async fn two_servers(base: &Path, label: &str, children: usize, latency_ms: u64)
     service.shutdown().await;
 }
 
+/// Bytes under `dir`, files only.
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(current) = stack.pop() {
+        for entry in std::fs::read_dir(&current).into_iter().flatten().flatten() {
+            match entry.metadata() {
+                Ok(meta) if meta.is_dir() => stack.push(entry.path()),
+                Ok(meta) => total += meta.len(),
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
+
+/// The checkpoint before a changing tool call (`checkpoints`): a workspace of `files`
+/// files (100 folders, ~1 KB each, plus a `.gitignore`d build folder); the first
+/// snapshot, then incremental ones after changing one file (and none), with the space
+/// the shadow store takes after each step.
+async fn checkpoint(dir: &Path, label: &str, files: usize, rounds: usize) {
+    let root = dir.join(format!("checkpoint-{files}"));
+    let ws = root.join("ws");
+    for i in 0..files {
+        let folder = ws.join(format!("d{:02}", i % 100));
+        std::fs::create_dir_all(&folder).unwrap();
+        let line = format!("// file {i}: some source text to make the file a realistic size\n");
+        std::fs::write(folder.join(format!("f{i}.rs")), line.repeat(16)).unwrap();
+    }
+    std::fs::create_dir_all(ws.join("target")).unwrap();
+    std::fs::write(ws.join(".gitignore"), "target/\n").unwrap();
+    for i in 0..200 {
+        std::fs::write(ws.join("target").join(format!("o{i}")), vec![0u8; 4096]).unwrap();
+    }
+    let workspace_bytes = dir_bytes(&ws);
+    let data = root.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let checkpoints = bumblehive::checkpoints::Checkpoints::new(&data);
+    let store = data.join("checkpoints");
+    let start = Instant::now();
+    checkpoints.snapshot(&ws).await.unwrap();
+    let first = start.elapsed();
+    let after_first = dir_bytes(&store);
+    let mut changed = Vec::new();
+    let mut unchanged = Vec::new();
+    for round in 0..rounds {
+        let path = ws
+            .join(format!("d{:02}", round % 100))
+            .join(format!("f{round}.rs"));
+        std::fs::write(&path, format!("// changed in round {round}\n").repeat(16)).unwrap();
+        let start = Instant::now();
+        checkpoints.snapshot(&ws).await.unwrap();
+        changed.push(start.elapsed());
+        let start = Instant::now();
+        checkpoints.snapshot(&ws).await.unwrap();
+        unchanged.push(start.elapsed());
+    }
+    let after_rounds = dir_bytes(&store);
+    changed.sort();
+    unchanged.sort();
+    let pct = |v: &[Duration], p: usize| v[(v.len() * p / 100).min(v.len() - 1)];
+    println!(
+        "checkpoint [{label}] {files} files ({} KiB): first snapshot {:.0} ms, store {} KiB; incremental, one file changed: p50 {:.1} ms p90 {:.1} ms; nothing changed: p50 {:.1} ms; store after {rounds} changed files: {} KiB (+{:.1} KiB per change)",
+        workspace_bytes / 1024,
+        first.as_secs_f64() * 1e3,
+        after_first / 1024,
+        pct(&changed, 50).as_secs_f64() * 1e3,
+        pct(&changed, 90).as_secs_f64() * 1e3,
+        pct(&unchanged, 50).as_secs_f64() * 1e3,
+        after_rounds / 1024,
+        (after_rounds.saturating_sub(after_first)) as f64 / 1024.0 / rounds as f64,
+    );
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     // `cargo bench --bench runtime -- soak` runs only the benches whose name has "soak".
@@ -759,6 +833,7 @@ fn main() {
             soak(disk.path(), "disk", 200, &[50, 100, 200]).await;
             context(1_000, 8_192, 5).await;
             two_servers(disk.path(), "disk", 8, 2).await;
+            checkpoint(disk.path(), "disk", 200, 5).await;
             return;
         }
         if wanted("per-turn") {
@@ -792,6 +867,12 @@ fn main() {
                 two_servers(memory.path(), "tmpfs", 64, 20).await;
             }
             two_servers(disk.path(), "disk", 64, 20).await;
+        }
+        if wanted("checkpoint") {
+            if let Some(memory) = &memory {
+                checkpoint(memory.path(), "tmpfs", 10_000, 50).await;
+            }
+            checkpoint(disk.path(), "disk", 10_000, 50).await;
         }
     });
 }

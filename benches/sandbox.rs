@@ -68,6 +68,7 @@ fn main() {
         delegator: None,
         run_config: Default::default(),
         secret_env: Vec::new(),
+        checkpoints: None,
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {

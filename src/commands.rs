@@ -33,7 +33,7 @@ impl CommandError {
         match self.code() {
             "unknown_command" | "not_found" => 404,
             "invalid_argument" => 400,
-            "busy" => 409,
+            "busy" | "conflict" => 409,
             "unavailable" => 503,
             _ => 500,
         }
@@ -182,6 +182,18 @@ pub async fn execute(
         ),
         Command::TestProvider(a) => {
             CommandOutput::TestProvider(service.test_provider(&a.name).await?)
+        }
+        Command::TurnChanges(a) => {
+            CommandOutput::TurnChanges(service.turn_changes(&a.session_id).await?)
+        }
+        Command::UndoTurn(a) => CommandOutput::UndoTurn(service.undo_turn(a).await?),
+        Command::ForkSession(a) => CommandOutput::ForkSession(service.fork_session(a).await?),
+        Command::ApplyWorktree(a) => {
+            CommandOutput::ApplyWorktree(service.apply_worktree(&a.session_id).await?)
+        }
+        Command::DiscardWorktree(a) => {
+            service.discard_worktree(&a.session_id).await?;
+            CommandOutput::DiscardWorktree(done())
         }
         Command::ListFiles(a) => CommandOutput::ListFiles(
             service

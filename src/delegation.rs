@@ -108,11 +108,35 @@ pub(crate) async fn deliver_report(registry: &Registry, report: Report) {
         .store
         .meta(&report.session_id)
         .map_or(1, |meta| meta.reports + 1);
+    let mut content = report_text(&report.task_id, &report.outcome);
+    // An isolated child's report ends with what it changed in its worktree.
+    let worktree = registry
+        .shared
+        .store
+        .meta(&report.session_id)
+        .ok()
+        .and_then(|meta| meta.worktree);
+    if let Some(info) = worktree {
+        let stat = tokio::task::spawn_blocking(move || {
+            crate::checkpoints::worktree::diff_stat(&info).map(|stat| (info.branch.clone(), stat))
+        })
+        .await;
+        content.push_str(&match stat {
+            Ok(Ok((branch, stat))) if stat.is_empty() => {
+                format!("\n\n[Worktree {branch}: no changes]")
+            }
+            Ok(Ok((branch, stat))) => format!(
+                "\n\n[Worktree {branch}: changes not yet in the workspace; the person applies or discards them]\n{stat}"
+            ),
+            Ok(Err(err)) => format!("\n\n[Worktree: cannot read its changes: {err}]"),
+            Err(err) => format!("\n\n[Worktree: cannot read its changes: {err}]"),
+        });
+    }
     let record = ReportRecord {
         task_id: report.task_id.clone(),
         child_session_id: report.session_id.clone(),
         message_id: nth_report_message_id(&report.task_id, number),
-        content: report_text(&report.task_id, &report.outcome),
+        content,
         config: report.config,
     };
     // The flush takes milliseconds on a disk: off the async threads, so a burst of
@@ -230,6 +254,37 @@ impl SubagentObserver for EventObserver {
     }
 }
 
+/// Gives a new child its own worktree and makes that its workspace; a child whose
+/// worktree cannot be made is deleted again.
+async fn isolate(
+    registry: &Registry,
+    mut meta: crate::store::SessionMeta,
+    workspace: &std::path::Path,
+) -> Result<String, String> {
+    let store = registry.shared.store.clone();
+    let data_dir = registry.shared.data_dir.clone();
+    let workspace = workspace.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let made = crate::checkpoints::worktree::create(&data_dir, &workspace, &meta.session_id)
+            .map_err(|err| format!("cannot create the sub-agent's worktree: {err}"));
+        let written = made.and_then(|(info, inside)| {
+            meta.workspace = inside.display().to_string();
+            meta.worktree = Some(info);
+            store.write_meta(&meta).map_err(|err| err.to_string())?;
+            Ok(meta.workspace.clone())
+        });
+        if written.is_err() {
+            if let Some(info) = &meta.worktree {
+                let _ = crate::checkpoints::worktree::remove(info);
+            }
+            let _ = store.delete(&meta.session_id);
+        }
+        written
+    })
+    .await
+    .map_err(|err| err.to_string())?
+}
+
 /// The runtime side of the `sub_agent` tool.
 pub(crate) struct ServiceDelegator {
     pub(crate) registry: Weak<Registry>,
@@ -242,14 +297,28 @@ impl Delegator for ServiceDelegator {
             .registry
             .upgrade()
             .ok_or_else(|| "runtime unavailable".to_string())?;
+        let mut request = request;
         if let Some(agent) = &request.agent {
             let profiles = registry.shared.profiles(&ctx.workspace);
-            if profiles.get(agent).is_none() {
+            let Some(profile) = profiles.get(agent) else {
                 return Err(format!(
                     "no agent profile named {agent:?}; available: {}",
                     profiles.names().join(", ")
                 ));
+            };
+            // A profile that asks for a worktree gets one whatever the call says.
+            if profile.isolation.as_deref() == Some("worktree") {
+                request.worktree = true;
             }
+        }
+        if request.worktree {
+            // Before anything is created: a folder that is not a repository is the model's
+            // mistake to hear about, with nothing to clean up.
+            let ws = ctx.workspace.clone();
+            tokio::task::spawn_blocking(move || crate::checkpoints::worktree::repository_of(&ws))
+                .await
+                .map_err(|err| err.to_string())?
+                .map_err(|err| err.to_string())?;
         }
         let Delegation { title, task, .. } = request.clone();
         let parent = registry
@@ -274,6 +343,11 @@ impl Delegator for ServiceDelegator {
                 agent: request.agent.clone(),
             })
             .map_err(|err| err.to_string())?;
+        let workspace = if request.worktree {
+            isolate(&registry, meta.clone(), &ctx.workspace).await?
+        } else {
+            workspace
+        };
         let child = registry
             .controller(&meta.session_id)
             .map_err(|err| err.to_string())?;

@@ -13,6 +13,9 @@ pub enum RuntimeError {
     InvalidArgument(String),
     #[error("{0}")]
     Unavailable(String),
+    /// Undo refused: files changed since the agent wrote them (`force` overrides).
+    #[error("{0}")]
+    Conflict(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -27,6 +30,7 @@ impl RuntimeError {
             RuntimeError::NotFound(_) => "not_found",
             RuntimeError::InvalidArgument(_) => "invalid_argument",
             RuntimeError::Unavailable(_) => "unavailable",
+            RuntimeError::Conflict(_) => "conflict",
             RuntimeError::Store(StoreError::NotFound(_)) => "not_found",
             RuntimeError::Store(_) => "storage",
             RuntimeError::Config(ConfigError::Invalid(_)) => "invalid_argument",

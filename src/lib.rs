@@ -22,6 +22,7 @@
 //!   HTTP and API keys: [`providers`].
 
 pub mod approvals;
+pub mod checkpoints;
 pub mod commands;
 pub mod config;
 pub mod context;

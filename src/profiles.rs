@@ -22,6 +22,7 @@ pub fn built_in() -> Vec<Profile> {
             tools: tools.map(|t| t.iter().map(|s| s.to_string()).collect()),
             disallowed_tools: Vec::new(),
             max_turns: None,
+            isolation: None,
             instructions: instructions.into(),
             source: "built-in".into(),
             notices: Vec::new(),
@@ -312,6 +313,16 @@ fn read_markdown(text: &str, format: Format, profile: &mut Profile) -> Result<()
                     profile.disallowed_tools = names;
                 }
             }
+            "isolation" => match value.scalar().as_str() {
+                "worktree" => profile.isolation = Some("worktree".into()),
+                "none" | "" => profile.isolation = None,
+                other => {
+                    return Err((
+                        line,
+                        format!("isolation must be \"worktree\" or \"none\", got {other:?}"),
+                    ));
+                }
+            },
             "max_turns" | "maxTurns" => match value.scalar().parse() {
                 Ok(turns) => profile.max_turns = Some(turns),
                 Err(_) => {

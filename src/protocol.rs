@@ -278,6 +278,36 @@ pub struct SessionInfo {
     /// last is the model the session ran on last).
     #[serde(default)]
     pub models: Vec<ModelUsage>,
+    /// The session this one was forked from (`fork_session`), listed under it, and the
+    /// index of the message the fork starts before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub forked_from: Option<SessionId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub forked_at: Option<usize>,
+    /// A child that works in its own git worktree (`isolation: "worktree"`): its tab
+    /// offers Apply to workspace and Discard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub worktree: Option<WorktreeInfo>,
+}
+
+/// Where an isolated child works: a git worktree of the parent's repository.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct WorktreeInfo {
+    /// The top folder of the parent's repository, where Apply writes.
+    pub origin: String,
+    /// The worktree, under `<data>/worktrees/<child id>`.
+    pub path: String,
+    /// `bumblehive/<child id>`.
+    pub branch: String,
+    /// The commit the worktree started from.
+    pub base: String,
+    /// The changes were applied to the workspace.
+    #[serde(default)]
+    pub applied: bool,
 }
 
 /// The tokens one model spent in a session.
@@ -735,6 +765,108 @@ pub mod commands {
         pub files: Vec<String>,
     }
 
+    /// `undo_turn`: restore the files the session's calls changed from the turn of the
+    /// person's message at `message_index` on (see `checkpoints`).
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct UndoTurn {
+        pub session_id: SessionId,
+        pub message_index: usize,
+        /// Overwrite files the person changed since the agent wrote them.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub force: bool,
+        /// Only say what would change back (with diffs and conflicts); change nothing.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub preview: bool,
+    }
+
+    /// `fork_session`: a new session whose history is the original's before
+    /// `message_index` (a message of the person); with `rewind` the files go back too.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct ForkSession {
+        pub session_id: SessionId,
+        pub message_index: usize,
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub rewind: bool,
+        /// With `rewind`: overwrite files the person changed since the agent wrote them.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub force: bool,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct Forked {
+        pub session: SessionInfo,
+        /// The person's message the fork starts from, for the composer to offer again.
+        pub draft: String,
+        /// With `rewind`: what the undo restored.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional = nullable)]
+        pub undo: Option<UndoResult>,
+    }
+
+    /// `apply_worktree`: what was applied to the workspace.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct Applied {
+        /// `git diff --stat` of the applied changes (empty: there were none).
+        pub stat: String,
+    }
+
+    /// One file a turn (or an undo) changes, with its unified diff.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct FileChange {
+        pub path: String,
+        /// `added`, `modified`, `deleted` or `type changed`.
+        pub status: String,
+        pub diff: String,
+    }
+
+    /// The files the agent changed in one turn (the person's message at `message_index`
+    /// and everything after it until their next).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct TurnChange {
+        pub message_index: usize,
+        pub files: Vec<FileChange>,
+        /// What was not recorded, with why (ignored by `.gitignore`, over the size cap,
+        /// a nested git repository): undo cannot bring those back.
+        pub skipped: Vec<String>,
+        /// The turn's changes were undone.
+        pub undone: bool,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct TurnChanges {
+        /// False when checkpoints are off (git missing); `notice` says why.
+        pub available: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional = nullable)]
+        pub notice: Option<String>,
+        pub turns: Vec<TurnChange>,
+    }
+
+    /// What an undo restored (or, as a preview, would restore).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct UndoResult {
+        /// False for a preview.
+        pub applied: bool,
+        /// Each file as it changes back: the diff from now to the restored content.
+        pub files: Vec<FileChange>,
+        /// Files changed since the agent wrote them (overwritten only with `force`).
+        pub conflicts: Vec<String>,
+        /// What the checkpoints left out, which the undo cannot restore.
+        pub skipped: Vec<String>,
+    }
+
     /// The one command table (SPEC §9), typed once: each command's name, its arguments
     /// and its result. It generates [`Command`] (what transports decode), [`CommandArgs`]
     /// and [`CommandResults`] (what the UI's adapter is typed with, through ts-rs: a
@@ -810,6 +942,11 @@ pub mod commands {
         compact => Compact(SessionRef) -> Empty;
         set_agent => SetAgent(SetAgent) -> SessionInfo;
         test_provider => TestProvider(TestProvider) -> ProviderTest;
+        turn_changes => TurnChanges(SessionRef) -> TurnChanges;
+        undo_turn => UndoTurn(UndoTurn) -> UndoResult;
+        fork_session => ForkSession(ForkSession) -> Forked;
+        apply_worktree => ApplyWorktree(SessionRef) -> Applied;
+        discard_worktree => DiscardWorktree(SessionRef) -> Empty;
     }
 }
 
@@ -828,6 +965,10 @@ pub struct Profile {
     pub disallowed_tools: Vec<String>,
     /// How many model calls one run may make.
     pub max_turns: Option<usize>,
+    /// `worktree`: its sub-agents always work in a git worktree of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub isolation: Option<String>,
     /// The profile's instructions (the file's body).
     pub instructions: String,
     /// Where it was read from (`built-in` for the built-in ones).
@@ -847,6 +988,7 @@ impl Profile {
             tools: None,
             disallowed_tools: Vec::new(),
             max_turns: None,
+            isolation: None,
             instructions: String::new(),
             source: source.to_string(),
             notices: Vec::new(),
@@ -912,6 +1054,14 @@ pub struct AppInfo {
     pub sandbox: crate::sandbox::SandboxStatus,
     /// Whether the config names a model server; when not, the first run offers set-up.
     pub provider_configured: bool,
+    /// Sub-agent worktrees under the data dir whose session is gone (found at start).
+    #[serde(default)]
+    #[ts(optional = nullable)]
+    pub leftover_worktrees: Vec<String>,
+    /// Why checkpoints and undo are off (git missing), when they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub checkpoints_off: Option<String>,
 }
 
 /// The error object of the command table: `{"error": {"code", "message"}}`.

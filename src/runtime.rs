@@ -119,6 +119,8 @@ pub struct Shared {
     /// Request slots model servers reported (llama.cpp `total_slots`), per provider and
     /// block; `None` when the server does not say.
     server_slots: Mutex<HashMap<String, (ProviderConfig, Option<usize>)>>,
+    /// The checkpoint store that changing tool calls record into (undo).
+    pub(crate) checkpoints: Arc<crate::checkpoints::Checkpoints>,
 }
 
 /// How long one workspace's environment detection is reused by other sessions.
@@ -149,6 +151,7 @@ impl Shared {
             tools,
         } = parts;
         Shared {
+            checkpoints: crate::checkpoints::Checkpoints::new(&data_dir),
             store,
             data_dir,
             config: RwLock::new(config),

@@ -60,6 +60,8 @@ pub struct ServiceOptions {
 pub struct RuntimeService {
     registry: Arc<Registry>,
     recovery: RecoveryStats,
+    /// Sub-agent worktrees found at start whose session is gone.
+    leftover_worktrees: Arc<Vec<String>>,
 }
 
 impl RuntimeService {
@@ -99,7 +101,19 @@ impl RuntimeService {
         });
         let (recovery, metas) = crate::recovery::recover(&registry.shared.store)?;
         registry.shared.sum_tree_usage(&metas);
-        Ok(RuntimeService { registry, recovery })
+        let store = &registry.shared.store;
+        let leftover_worktrees =
+            crate::checkpoints::worktree::leftovers(&options.data_dir, |id| store.exists(id));
+        for path in &leftover_worktrees {
+            tracing::warn!(
+                "a sub-agent worktree whose session is gone: {path} (remove it with `git worktree remove`)"
+            );
+        }
+        Ok(RuntimeService {
+            registry,
+            recovery,
+            leftover_worktrees: Arc::new(leftover_worktrees),
+        })
     }
 
     fn shared(&self) -> &Shared {
@@ -129,6 +143,8 @@ impl RuntimeService {
                 .config_path
                 .as_deref()
                 .is_some_and(crate::config::provider_configured),
+            leftover_worktrees: self.leftover_worktrees.to_vec(),
+            checkpoints_off: shared.checkpoints.off().map(str::to_string),
         }
     }
 
@@ -694,9 +710,189 @@ impl RuntimeService {
         }
         shared.approvals.forget_session(session_id);
         shared.forget_tree_usage(session_id);
+        if let Some(info) = &meta.worktree {
+            let info = info.clone();
+            let removed =
+                tokio::task::spawn_blocking(move || crate::checkpoints::worktree::remove(&info))
+                    .await;
+            if !matches!(removed, Ok(Ok(()))) {
+                tracing::warn!(session = %session_id, "cannot remove the sub-agent's worktree: {removed:?}");
+            }
+        }
         shared.store.delete(session_id)?;
+        shared.checkpoints.forget_session(session_id);
         self.registry.remove(session_id);
         Ok(())
+    }
+
+    /// The files the agent changed in each turn of a session, with diffs (the Changes view).
+    pub async fn turn_changes(
+        &self,
+        session_id: &str,
+    ) -> Result<commands::TurnChanges, RuntimeError> {
+        if !self.shared().store.exists(session_id) {
+            return Err(RuntimeError::NotFound(format!("session {session_id}")));
+        }
+        Ok(self.shared().checkpoints.turn_changes(session_id).await?)
+    }
+
+    /// Undoes the changes of a session's turns from the person's message at
+    /// `message_index` on (or previews that). Refused while the session runs.
+    pub async fn undo_turn(
+        &self,
+        args: commands::UndoTurn,
+    ) -> Result<commands::UndoResult, RuntimeError> {
+        self.turn_message(&args.session_id, args.message_index)?;
+        if !args.preview && self.controller(&args.session_id)?.is_running() {
+            return Err(RuntimeError::Busy(format!(
+                "session {} is running; stop it before undoing its changes",
+                args.session_id
+            )));
+        }
+        Ok(self
+            .shared()
+            .checkpoints
+            .undo(
+                &args.session_id,
+                args.message_index,
+                args.force,
+                args.preview,
+            )
+            .await?)
+    }
+
+    /// A new session whose history is the original's before the person's message at
+    /// `message_index`; the original stays as it is. With `rewind` the files are
+    /// restored first (and nothing is forked if that is refused).
+    pub async fn fork_session(
+        &self,
+        args: commands::ForkSession,
+    ) -> Result<commands::Forked, RuntimeError> {
+        let (loaded, draft) = self.turn_message(&args.session_id, args.message_index)?;
+        let undo = if args.rewind {
+            Some(
+                self.undo_turn(commands::UndoTurn {
+                    session_id: args.session_id.clone(),
+                    message_index: args.message_index,
+                    force: args.force,
+                    preview: false,
+                })
+                .await?,
+            )
+        } else {
+            None
+        };
+        let store = &self.shared().store;
+        let mut meta = store.create(NewSession {
+            workspace: loaded.meta.workspace.clone(),
+            title: Some(format!("{} (fork)", loaded.meta.title)),
+            agent: loaded.meta.agent.clone(),
+            ..NewSession::default()
+        })?;
+        meta.forked_from = Some(args.session_id.clone());
+        meta.forked_at = Some(args.message_index);
+        meta.provider = loaded.meta.provider.clone();
+        meta.model = loaded.meta.model.clone();
+        store.write_meta(&meta)?;
+        let copied = store
+            .append(&meta.session_id, &loaded.messages[..args.message_index])
+            .and_then(|()| store.sync(&meta.session_id));
+        store.release(&meta.session_id);
+        if let Err(err) = copied {
+            // A fork with half a history is worse than none.
+            let _ = store.delete(&meta.session_id);
+            return Err(err.into());
+        }
+        Ok(commands::Forked {
+            session: meta.info(SessionState::Idle),
+            draft,
+            undo,
+        })
+    }
+
+    /// Applies an isolated child's changes to the parent's workspace, all or nothing.
+    pub async fn apply_worktree(
+        &self,
+        session_id: &str,
+    ) -> Result<commands::Applied, RuntimeError> {
+        let (controller, info) = self.idle_worktree(session_id)?;
+        if info.applied {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "the changes of {} were applied already; discard the worktree when done",
+                info.branch
+            )));
+        }
+        let stat = tokio::task::spawn_blocking(move || crate::checkpoints::worktree::apply(&info))
+            .await
+            .map_err(|err| RuntimeError::Unavailable(err.to_string()))?
+            .map_err(|err| match err {
+                crate::checkpoints::worktree::WorktreeError::Conflict(_) => {
+                    RuntimeError::Conflict(err.to_string())
+                }
+                other => RuntimeError::Unavailable(other.to_string()),
+            })?;
+        controller.edit_meta(|meta| {
+            if let Some(info) = &mut meta.worktree {
+                info.applied = true;
+            }
+        });
+        Ok(commands::Applied { stat })
+    }
+
+    /// Removes an isolated child's worktree and branch; the session stays, without them.
+    pub async fn discard_worktree(&self, session_id: &str) -> Result<(), RuntimeError> {
+        let (controller, info) = self.idle_worktree(session_id)?;
+        tokio::task::spawn_blocking(move || crate::checkpoints::worktree::remove(&info))
+            .await
+            .map_err(|err| RuntimeError::Unavailable(err.to_string()))?
+            .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
+        controller.edit_meta(|meta| meta.worktree = None);
+        Ok(())
+    }
+
+    fn idle_worktree(
+        &self,
+        session_id: &str,
+    ) -> Result<(Arc<SessionController>, crate::protocol::WorktreeInfo), RuntimeError> {
+        let controller = self.controller(session_id)?;
+        let Some(info) = controller.current_meta().worktree else {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "session {session_id} has no worktree (only sub-agents started with isolation \"worktree\" have one)"
+            )));
+        };
+        let working = matches!(
+            self.subagents().state_of(session_id),
+            Some(SubagentState::WaitingForSlot | SubagentState::Running)
+        );
+        if controller.is_running() || working {
+            return Err(RuntimeError::Busy(format!(
+                "sub-agent {session_id} is still working; wait for its report"
+            )));
+        }
+        Ok((controller, info))
+    }
+
+    /// A session's history, checked to hold a message of the person at `index`; returns
+    /// it with that message's text.
+    fn turn_message(
+        &self,
+        session_id: &str,
+        index: usize,
+    ) -> Result<(crate::store::LoadedSession, String), RuntimeError> {
+        let loaded = self.shared().store.load(session_id)?;
+        let Some(message) = loaded.messages.get(index) else {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "message_index {index} is past the end of the session's history ({} messages)",
+                loaded.messages.len()
+            )));
+        };
+        if crate::checkpoints::turn_of(std::slice::from_ref(message)) != Some(0) {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "message {index} is not a message of the person; turns start at the person's messages"
+            )));
+        }
+        let text = message.text().to_string();
+        Ok((loaded, text))
     }
 
     /// Decides an approval that the session (or one of its descendants) asked for.

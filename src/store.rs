@@ -65,6 +65,14 @@ pub struct SessionMeta {
     /// Tokens per provider and model (see [`SessionInfo::models`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<ModelUsage>,
+    /// A fork's original session and the message index it was cut before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<SessionId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_at: Option<usize>,
+    /// An isolated child's git worktree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::protocol::WorktreeInfo>,
 }
 
 /// One line of a parent's report ledger: a recorded report, or the note that it reached
@@ -140,6 +148,9 @@ impl SessionMeta {
             provider: self.provider.clone(),
             model: self.model.clone(),
             models: self.models.clone(),
+            forked_from: self.forked_from.clone(),
+            forked_at: self.forked_at,
+            worktree: self.worktree.clone(),
         }
     }
 }
@@ -277,6 +288,9 @@ impl SessionStore {
             provider: None,
             model: None,
             models: Vec::new(),
+            forked_from: None,
+            forked_at: None,
+            worktree: None,
         };
         let messages = dir.join(MESSAGES);
         private_file(&messages).map_err(|err| StoreError::io(&messages, err))?;

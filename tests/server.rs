@@ -199,7 +199,7 @@ impl Server {
     }
 
     /// Starts the binary on `dir` (config and data inside it).
-    async fn spawn(dir: tempfile::TempDir, model: Model, mock: MockLlm) -> Server {
+    pub async fn spawn(dir: tempfile::TempDir, model: Model, mock: MockLlm) -> Server {
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
             .arg("--config")
             .arg(dir.path().join("config.json"))
@@ -377,6 +377,17 @@ impl Sse {
         session_id: Option<&str>,
         status: Option<&str>,
     ) -> Value {
+        self.wait_within(WAIT, kind, session_id, status).await
+    }
+
+    /// [`Self::wait`] with a longer limit, for work that takes seconds (big workspaces).
+    pub async fn wait_within(
+        &mut self,
+        limit: std::time::Duration,
+        kind: &str,
+        session_id: Option<&str>,
+        status: Option<&str>,
+    ) -> Value {
         let wanted = async {
             loop {
                 let value = self.rx.recv().await.expect("the event stream ended");
@@ -385,7 +396,7 @@ impl Sse {
                 }
             }
         };
-        tokio::time::timeout(WAIT, wanted)
+        tokio::time::timeout(limit, wanted)
             .await
             .unwrap_or_else(|_| panic!("timed out waiting for {kind} {session_id:?} {status:?}"))
     }

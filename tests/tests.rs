@@ -66,3 +66,7 @@ mod keyring;
 // Context that lasts: instructions, environment, context windows from local servers, and
 // compaction against the scripted model server with a 2,000-token window.
 mod context;
+
+// Checkpoints and undo: the Changes view, undo of a turn in git and plain folders, the
+// person's later edits, rewind and fork, deletion, SIGKILL during an undo (names start with undo_).
+mod undo;

@@ -107,6 +107,7 @@ pub fn context(workspace: &Path, gate: Arc<dyn ApprovalGate>) -> ToolContext {
         delegator: None,
         run_config: Default::default(),
         secret_env: Vec::new(),
+        checkpoints: None,
     }
 }
 

@@ -570,6 +570,11 @@ impl Run {
             delegator: self.turn.delegator.clone(),
             run_config: self.config.clone(),
             secret_env: self.turn.secret_env.clone(),
+            checkpoints: crate::checkpoints::CallHook::for_run(
+                &self.ctl.shared.checkpoints,
+                self.ctl.session_id(),
+                &self.history,
+            ),
         };
         let mut running = FuturesUnordered::new();
         // Set by a tool once an approved change has started (see `tools::COMMITTED`).

@@ -80,6 +80,10 @@ impl Tool for Configured {
         "run_command"
     }
 
+    fn changes_workspace(&self) -> bool {
+        true
+    }
+
     fn description(&self) -> &'static str {
         DESCRIPTION
     }
@@ -97,6 +101,10 @@ impl Tool for Configured {
 impl Tool for RunCommand {
     fn name(&self) -> &'static str {
         "run_command"
+    }
+
+    fn changes_workspace(&self) -> bool {
+        true
     }
 
     fn description(&self) -> &'static str {

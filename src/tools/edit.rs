@@ -31,6 +31,10 @@ impl Tool for EditFile {
         "edit_file"
     }
 
+    fn changes_workspace(&self) -> bool {
+        true
+    }
+
     fn description(&self) -> &'static str {
         "Replace an exact piece of text in a file. old_string must match the file exactly \
 (whitespace and line endings included) and occur exactly once, unless replace_all is true. \

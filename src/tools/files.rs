@@ -306,6 +306,10 @@ impl Tool for WriteFile {
         "write_file"
     }
 
+    fn changes_workspace(&self) -> bool {
+        true
+    }
+
     fn description(&self) -> &'static str {
         "Create or overwrite a file with the given content (missing folders are created). \
 The person is shown a diff and asked for approval first. To change part of a file, prefer edit_file."

@@ -127,6 +127,8 @@ pub struct Delegation {
     pub task: String,
     /// A profile name; `None` for `general`.
     pub agent: Option<String>,
+    /// Work in a git worktree of its own (`isolation: "worktree"`).
+    pub worktree: bool,
 }
 
 /// Everything a tool call may use. Cheap to clone.
@@ -143,6 +145,9 @@ pub struct ToolContext {
     /// Environment variables that hold secrets (the provider's API key): commands do not
     /// get them, so an approved `env` cannot write a key into the session's history.
     pub secret_env: Vec<String>,
+    /// Where changing calls record their checkpoints (`None`: not recorded, e.g. git
+    /// is missing or the call runs outside a session).
+    pub checkpoints: Option<crate::checkpoints::CallHook>,
 }
 
 /// The variables [`ToolContext::secret_env`] holds for a provider config: the configured
@@ -178,6 +183,12 @@ pub trait Tool: Send + Sync {
     fn description(&self) -> &str;
     /// JSON schema of the arguments object.
     fn parameters(&self) -> Value;
+    /// Whether a call may change the workspace: the runtime then records a checkpoint
+    /// before it and what it changed after it (`checkpoints`). MCP tools that may write
+    /// say true too.
+    fn changes_workspace(&self) -> bool {
+        false
+    }
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError>;
 }
 
@@ -280,7 +291,27 @@ impl ToolRegistry {
                 )));
             }
         };
-        tool.call(ctx, arguments).await
+        let hook = ctx
+            .checkpoints
+            .as_ref()
+            .filter(|_| tool.changes_workspace());
+        let Some(hook) = hook else {
+            return tool.call(ctx, arguments).await;
+        };
+        let before = hook.before(&ctx.workspace).await;
+        let result = tool.call(ctx, arguments.clone()).await;
+        // Refused before it did anything: nothing to record, and the result must not wait
+        // for a snapshot (a Stop collects the calls that are done at once, and a denial by
+        // the stop is one of them).
+        let untouched = matches!(
+            result,
+            Err(ToolError::Denied(_) | ToolError::InvalidArguments(_) | ToolError::Disabled(_))
+        );
+        if let (Some(before), false) = (before, untouched) {
+            hook.after(&ctx.workspace, before, name, &ctx.call_id, &arguments)
+                .await;
+        }
+        result
     }
 }
 

@@ -35,6 +35,9 @@ struct SubAgentArgs {
     /// A profile name (SPEC §11); the runtime lists them in the description it sends.
     #[serde(default)]
     agent: Option<String>,
+    /// `worktree`: the child works in a git worktree of its own (`none`: the default).
+    #[serde(default)]
+    isolation: Option<String>,
 }
 
 #[async_trait]
@@ -55,7 +58,8 @@ Returns at once with a task id; the sub-agent's report arrives later as a user m
             "properties": {
                 "title": {"type": "string", "description": "A short name for the sub-agent's tab"},
                 "task": {"type": "string", "description": "What the sub-agent must do, self-contained"},
-                "agent": {"type": "string", "description": "The profile the sub-agent runs with (see the list in this tool's description); general when omitted"}
+                "agent": {"type": "string", "description": "The profile the sub-agent runs with (see the list in this tool's description); general when omitted"},
+                "isolation": {"type": "string", "enum": ["none", "worktree"], "description": "worktree: the sub-agent works in its own git worktree and branch (git workspaces only); its changes reach the workspace only when the person applies them. none (default): it works in the workspace itself"}
             },
             "required": ["title", "task"]
         })
@@ -66,6 +70,15 @@ Returns at once with a task id; the sub-agent's report arrives later as a user m
         if args.task.trim().is_empty() {
             return Err(ToolError::InvalidArguments("task must not be empty".into()));
         }
+        let worktree = match args.isolation.as_deref().map(str::trim) {
+            None | Some("") | Some("none") => false,
+            Some("worktree") => true,
+            Some(other) => {
+                return Err(ToolError::InvalidArguments(format!(
+                    "isolation must be \"none\" or \"worktree\", not {other:?}"
+                )));
+            }
+        };
         let delegator = delegator_after_gate(
             ctx,
             self.name(),
@@ -80,6 +93,7 @@ Returns at once with a task id; the sub-agent's report arrives later as a user m
                     title: args.title,
                     task: args.task,
                     agent: args.agent.filter(|a| !a.trim().is_empty()),
+                    worktree,
                 },
             )
             .await

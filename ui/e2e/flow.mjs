@@ -366,6 +366,32 @@ export function flowSteps(driver, ctx) {
         await driver.shot('17-approved-from-inbox');
       },
     ],
+    [
+      "the Changes view undoes a sub-agent's write, after its preview",
+      async () => {
+        const paths = (css) => driver.query(`return Array.from(document.querySelectorAll('${css}')).map((e) => e.getAttribute('data-path'));`);
+        await driver.click(`[data-testid=session-item][data-session-id="${ctx.firstSession}"] .session-open`);
+        await waitFor('the first session again', (x) => x.session === ctx.firstSession && tab(x, 'Writer'));
+        await driver.click('[data-testid=child-tab][data-title=Writer]');
+        await driver.click('[data-testid=child-changes]');
+        await until("the Writer's notes.txt in its changes", () => paths('[data-testid=changes-turn] [data-testid=change-file]'), (p) => p.includes('notes.txt'), { timeout: 10000 });
+        check(existsSync(join(ctx.workspace, 'notes.txt')), 'notes.txt is not in the workspace before the undo');
+        await driver.shot('18-changes-view');
+        await driver.click('[data-testid=child-undo]');
+        await until('the undo preview naming notes.txt', () => paths('[data-testid=undo-preview] [data-testid=change-file]'), (p) => p.includes('notes.txt'), { timeout: 10000 });
+        await driver.shot('19-undo-preview');
+        await driver.click('[data-testid=undo-confirm]');
+        const done = await until(
+          'the undo to finish',
+          () => driver.query("const e = document.querySelector('[data-testid=changes-done]'); return e ? e.textContent : '';"),
+          (t) => t.includes('restored'),
+          { timeout: 10000 },
+        );
+        check(done.includes('1 file(s) restored'), `the undo says: ${done}`);
+        check(!existsSync(join(ctx.workspace, 'notes.txt')), 'notes.txt is still in the workspace after the undo');
+        await driver.shot('20-undone');
+      },
+    ],
   ];
 }
 

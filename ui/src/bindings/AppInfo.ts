@@ -20,4 +20,12 @@ sandbox: SandboxStatus,
 /**
  * Whether the config names a model server; when not, the first run offers set-up.
  */
-provider_configured: boolean, };
+provider_configured: boolean, 
+/**
+ * Sub-agent worktrees under the data dir whose session is gone (found at start).
+ */
+leftover_worktrees?: Array<string>, 
+/**
+ * Why checkpoints and undo are off (git missing), when they are.
+ */
+checkpoints_off?: string | null, };

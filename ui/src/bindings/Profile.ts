@@ -21,6 +21,10 @@ tools: Array<string> | null, disallowed_tools: Array<string>,
  */
 max_turns: number | null, 
 /**
+ * `worktree`: its sub-agents always work in a git worktree of their own.
+ */
+isolation?: string | null, 
+/**
  * The profile's instructions (the file's body).
  */
 instructions: string, 

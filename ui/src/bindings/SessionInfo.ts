@@ -2,6 +2,7 @@
 import type { ModelUsage } from "./ModelUsage";
 import type { SessionState } from "./SessionState";
 import type { Usage } from "./Usage";
+import type { WorktreeInfo } from "./WorktreeInfo";
 
 /**
  * Session metadata as lists and the command table return it.
@@ -31,4 +32,14 @@ provider?: string | null, model?: string | null,
  * Tokens by the provider and model that spent them, in the order first used (the
  * last is the model the session ran on last).
  */
-models: Array<ModelUsage>, };
+models: Array<ModelUsage>, 
+/**
+ * The session this one was forked from (`fork_session`), listed under it, and the
+ * index of the message the fork starts before.
+ */
+forked_from?: string | null, forked_at?: number | null, 
+/**
+ * A child that works in its own git worktree (`isolation: "worktree"`): its tab
+ * offers Apply to workspace and Discard.
+ */
+worktree?: WorktreeInfo | null, };

@@ -209,6 +209,8 @@ export function Chat(props: {
   onOpenSettings?: () => void;
   /** Puts the person's last message into the composer to edit and send as a new one. */
   onEdit?: (text: string) => void;
+  /** Forks the conversation before the person's message at this history index. */
+  onFork?: (messageIndex: number) => void;
 }) {
   const { transcript: t, statuses = {} } = props;
   const canSend = props.canSend ?? true;
@@ -322,6 +324,17 @@ export function Chat(props: {
               {i === lastUser && canSend && props.onEdit && !t.running && (
                 <button type="button" class="quiet icon-button" data-testid="edit-message" title="Edit and send again as a new message" aria-label="Edit and send again" onClick={() => props.onEdit?.(m.content ?? '')}>
                   <Icon name="edit" />
+                </button>
+              )}
+              {canSend && props.onFork && !t.running && (
+                <button
+                  type="button"
+                  class="quiet"
+                  data-testid="fork-message"
+                  title="Fork from here: a new conversation with the history before this message, this message in its composer; no file is touched"
+                  onClick={() => props.onFork?.(i)}
+                >
+                  Fork
                 </button>
               )}
               <CopyButton text={m.content ?? ''} />

@@ -11,6 +11,7 @@ import { agentLabel, modelLine, sessionModels } from '../usage';
 import { CommandError, toCommandError, type Platform } from '../platform';
 import { formatTokens } from '../util';
 import { ApprovalDialog } from './ApprovalDialog';
+import { ChangesView } from './ChangesView';
 import { Chat } from './Chat';
 import { Composer } from './Composer';
 import { ConfirmButton } from './ConfirmButton';
@@ -132,11 +133,12 @@ function childTip(tab: ChildTab, info: SessionInfo | undefined, usage: Tokens, s
   return lines.join('\n');
 }
 
-function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionInfo; onDeleted: () => void }) {
+function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionInfo; onDeleted: () => void; onSessionsChanged: () => void }) {
   const { model, tab, info } = props;
   const t = model.state.transcripts[tab.sessionId];
   const [error, setError] = useState<{ message: string; retry: () => void } | null>(null);
   const [busy, setBusy] = useState(false);
+  const [changes, setChanges] = useState(false);
   useEffect(() => model.ensureTranscript(tab.sessionId), [model, tab.sessionId]);
   const usage = childTokens(model, info, tab.sessionId);
   const agent = agentLabel(info);
@@ -180,6 +182,9 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
         </span>
         <Meter meter={t?.context} testid="child-context" />
         <span class="spacer" />
+        <button type="button" aria-pressed={changes} data-testid="child-changes" onClick={() => setChanges(!changes)}>
+          {changes ? 'Conversation' : 'Changes'}
+        </button>
         <button type="button" disabled={!(active || tab.interrupted) || busy} data-testid="child-cancel" onClick={() => void cancel()}>
           Cancel
         </button>
@@ -209,7 +214,9 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
       )}
       {error && <ErrorBox message={error.message} onRetry={error.retry} onDismiss={() => setError(null)} />}
       {t?.status === 'error' && <ErrorBox message={`Cannot read this sub-agent's history: ${t.loadError}`} onRetry={() => void model.loadTranscript(tab.sessionId)} />}
-      {t ? (
+      {changes ? (
+        <ChangesView platform={model.platform} sessionId={tab.sessionId} child worktree={props.info?.worktree ?? null} onWorktreeChanged={props.onSessionsChanged} />
+      ) : t ? (
         <Chat
           key={tab.sessionId}
           transcript={t}
@@ -264,6 +271,7 @@ export function SessionPane(props: {
   const [chosen, setChosen] = useState<{ provider: string | null } | null>(null);
   const [pickError, setPickError] = useState<string | null>(null);
   const [picking, setPicking] = useState(false);
+  const [forkError, setForkError] = useState<string | null>(null);
 
   const makeModel = (id: string) => {
     const m = new SessionModel(platform, id, {
@@ -418,7 +426,8 @@ export function SessionPane(props: {
     setResuming(false);
     if (failed.length) setResumeError(`Cannot resume ${failed.join('; ')}`);
   };
-  const childTab = tab === 'main' ? undefined : state.children.find((c) => c.sessionId === tab);
+  const childTab = tab === 'main' || tab === 'changes' ? undefined : state.children.find((c) => c.sessionId === tab);
+  const showChanges = tab === 'changes';
   const approval = state.approvals[0];
   const approvalPanel = approval ? (
     <ApprovalDialog approval={approval} queued={state.approvals.length} onDecide={(a, ok, remember, reason) => model.decide(a, ok, remember, reason)} />
@@ -427,9 +436,12 @@ export function SessionPane(props: {
   return (
     <div class="session-pane" data-testid="session-pane" data-session-id={model.sessionId} data-running={state.running} data-paused={state.paused}>
       <div class="tabs" role="tablist">
-        <button type="button" role="tab" aria-selected={!childTab} class={`tab ${!childTab ? 'active' : ''}`} data-testid="tab-main" onClick={() => setTab('main')}>
+        <button type="button" role="tab" aria-selected={!childTab && !showChanges} class={`tab ${!childTab && !showChanges ? 'active' : ''}`} data-testid="tab-main" onClick={() => setTab('main')}>
           Main
           {state.running && <span class="dot running" aria-label="running" />}
+        </button>
+        <button type="button" role="tab" aria-selected={showChanges} class={`tab ${showChanges ? 'active' : ''}`} data-testid="tab-changes" onClick={() => setTab('changes')}>
+          Changes
         </button>
         {state.children.map((c) => {
           const info = props.sessions.find((s) => s.session_id === c.sessionId);
@@ -466,12 +478,24 @@ export function SessionPane(props: {
         })}
       </div>
       {state.stream === 'reconnecting' && <div class="banner" data-testid="reconnecting">Connection lost; reconnecting…</div>}
-      {childTab ? (
+      {showChanges ? (
+        <ChangesView
+          key={model.sessionId}
+          platform={platform}
+          sessionId={model.sessionId}
+          messageText={(i) => main.messages?.[i]?.content ?? undefined}
+          onForked={(forked) => {
+            setDraft({ text: forked.draft });
+            callbacks.current.onCreated(forked.session.session_id);
+          }}
+        />
+      ) : childTab ? (
         <>
           <ChildView
             model={model}
             tab={childTab}
             info={props.sessions.find((s) => s.session_id === childTab.sessionId)}
+            onSessionsChanged={props.onSessionsChanged}
             onDeleted={() => {
               setTab('main');
               model.removeChild(childTab.sessionId);
@@ -490,6 +514,7 @@ export function SessionPane(props: {
               This session is paused: its last run was stopped or failed. Send a message to go on.
             </div>
           )}
+          {forkError && <ErrorBox message={forkError} onDismiss={() => setForkError(null)} testid="fork-error" />}
           {interrupted.length > 0 && (
             <div class="notice" data-testid="interrupted-banner">
               {interrupted.length === 1 ? `Sub-agent “${interrupted[0].title}” was` : `${interrupted.length} sub-agents were`} cut off when Bumblehive
@@ -505,6 +530,15 @@ export function SessionPane(props: {
             onRetry={(text) => model.submit(text)}
             onOpenSettings={props.onOpenSettings}
             onEdit={(text) => setDraft({ text })}
+            onFork={(index) =>
+              void platform
+                .invoke('fork_session', { session_id: model.sessionId, message_index: index, rewind: false })
+                .then((forked) => {
+                  setDraft({ text: forked.draft });
+                  callbacks.current.onCreated(forked.session.session_id);
+                })
+                .catch((err) => setForkError(`Cannot fork: ${toCommandError(err).message}`))
+            }
             transcript={main}
             statuses={state.statuses}
             inflight={state.inflight}

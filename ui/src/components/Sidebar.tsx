@@ -52,7 +52,21 @@ export function sessionTree(sessions: SessionInfo[]): Node[] {
   }
   const byTime = (a: Node, b: Node) => a.info.created_at.localeCompare(b.info.created_at) || a.info.session_id.localeCompare(b.info.session_id);
   for (const node of nodes.values()) node.children.sort(byTime);
-  return roots.sort((a, b) => byTime(b, a));
+  roots.sort((a, b) => byTime(b, a));
+  // A fork (Rewind, Fork from here) is listed right under its original, oldest first.
+  const listed = new Set(roots.map((r) => r.info.session_id));
+  const forksOf = new Map<string, Node[]>();
+  for (const root of roots) {
+    const from = root.info.forked_from;
+    if (from && listed.has(from)) forksOf.set(from, [...(forksOf.get(from) ?? []), root]);
+  }
+  const ordered: Node[] = [];
+  const place = (node: Node) => {
+    ordered.push(node);
+    for (const fork of (forksOf.get(node.info.session_id) ?? []).sort(byTime)) place(fork);
+  };
+  for (const root of roots) if (!(root.info.forked_from && listed.has(root.info.forked_from))) place(root);
+  return ordered;
 }
 
 export function Sidebar(props: {
@@ -130,7 +144,7 @@ export function Sidebar(props: {
     return (
       <li key={s.session_id}>
         <div
-          class={`session-item depth-${Math.min(depth, 3)} ${props.selected === s.session_id ? 'selected' : ''}`}
+          class={`session-item depth-${Math.min(depth, 3)} ${s.forked_from ? 'forked' : ''} ${props.selected === s.session_id ? 'selected' : ''}`}
           data-testid="session-item"
           data-session-id={s.session_id}
           data-state={s.state}
@@ -165,6 +179,11 @@ export function Sidebar(props: {
             <span class={`badge badge-${s.interrupted ? 'interrupted' : s.state}`} data-testid="session-state" data-state={stateIcon(s).label} title={stateIcon(s).label}>
               <Icon name={stateIcon(s).icon} label={stateIcon(s).label} />
             </span>
+            {s.forked_from && (
+              <span class="fork-mark muted" data-testid="fork-mark" title="A fork of the conversation above">
+                ↳
+              </span>
+            )}
             <span class="session-title">{s.title || 'Untitled'}</span>
             {agent && (
               <span class="session-agent muted" data-testid="session-agent">

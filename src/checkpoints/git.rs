@@ -1,0 +1,418 @@
+//! The shadow repository of one workspace: the git CLI driven with `GIT_DIR` in the data dir and `GIT_WORK_TREE` on the workspace, so snapshots are git trees and the person's own `.git` is never read or written.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::CheckpointError;
+
+/// Files bigger than this are not recorded (and the undo preview says so).
+pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+
+/// A shadow repository: the git dir, and the workspace it snapshots.
+#[derive(Debug, Clone)]
+pub struct Shadow {
+    pub git_dir: PathBuf,
+    pub workspace: PathBuf,
+}
+
+/// One state of the workspace: a tree in the shadow store, and what it left out.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub tree: String,
+    /// Paths not recorded, with why (`over the size cap`, `a nested git repository`).
+    pub skipped: Vec<String>,
+}
+
+/// How a path differs between two trees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub path: String,
+    /// `A`, `M`, `D` or `T` (type change) as `git diff-tree` says it.
+    pub status: char,
+    /// The mode and blob on the `to` side (`None` when the path is deleted there).
+    pub to: Option<(String, String)>,
+}
+
+/// Whether git can be run at all; the message says why not.
+pub fn available() -> Result<(), String> {
+    match Command::new("git").arg("--version").output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!(
+            "git --version failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(err) => Err(format!("git was not found ({err})")),
+    }
+}
+
+impl Shadow {
+    fn git(&self) -> Command {
+        let mut cmd = Command::new("git");
+        // Isolated from the person's own configuration and repository: the shadow's
+        // behaviour must not depend on their hooks, attributes or global excludes.
+        for var in [
+            "GIT_INDEX_FILE",
+            "GIT_OBJECT_DIRECTORY",
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+            "GIT_CEILING_DIRECTORIES",
+            "GIT_NAMESPACE",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.env("GIT_DIR", &self.git_dir)
+            .env("GIT_WORK_TREE", &self.workspace)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("LC_ALL", "C")
+            .current_dir(&self.workspace)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs git with `args` (and `input` on stdin); its stdout, or an error with stderr.
+    fn run(&self, args: &[&str], input: Option<&[u8]>) -> Result<Vec<u8>, CheckpointError> {
+        let mut cmd = self.git();
+        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        if input.is_some() {
+            cmd.stdin(Stdio::piped());
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|err| CheckpointError::Git(format!("cannot run git: {err}")))?;
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            // Written from another thread: git may fill its stdout pipe before it has read
+            // all of a long input, and both sides would wait forever.
+            let input = input.to_vec();
+            let writer = std::thread::spawn(move || stdin.write_all(&input));
+            let out = child
+                .wait_with_output()
+                .map_err(|err| CheckpointError::Git(format!("git failed: {err}")))?;
+            let _ = writer.join();
+            return finish(args, out);
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(|err| CheckpointError::Git(format!("git failed: {err}")))?;
+        finish(args, out)
+    }
+
+    /// Creates the shadow repository if it does not exist yet.
+    pub fn ensure(&self) -> Result<(), CheckpointError> {
+        if self.git_dir.join("HEAD").exists() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&self.git_dir)
+            .map_err(|err| CheckpointError::io(&self.git_dir, err))?;
+        self.run(&["init", "--quiet"], None)?;
+        for (key, value) in [
+            // Trees are only ever referenced from our records: git must never prune them.
+            ("gc.auto", "0"),
+            ("gc.pruneExpire", "never"),
+            ("core.autocrlf", "false"),
+            ("core.symlinks", "true"),
+            ("core.quotePath", "false"),
+            ("core.untrackedCache", "true"),
+            ("core.fsmonitor", "false"),
+            ("core.hooksPath", "/dev/null"),
+        ] {
+            self.run(&["config", key, value], None)?;
+        }
+        // Never recorded: the temporary files of the file tools (`tools::paths`) and of an
+        // undo (killed half-way, they stay), which a snapshot taken meanwhile would catch,
+        // and a data dir inside the workspace (tests, portable set-ups), whose shadow
+        // would try to snapshot its own objects.
+        let mut exclude = String::from(".*.bh-*.tmp\n.*.bumblehive-undo\n");
+        if let Some(data) = self.git_dir.parent().and_then(Path::parent) {
+            if let Ok(rel) = data.strip_prefix(&self.workspace) {
+                if !rel.as_os_str().is_empty() {
+                    exclude.push_str(&format!("/{}/\n", rel.display()));
+                }
+            }
+        }
+        let info = self.git_dir.join("info");
+        std::fs::create_dir_all(&info).map_err(|err| CheckpointError::io(&info, err))?;
+        std::fs::write(info.join("exclude"), exclude)
+            .map_err(|err| CheckpointError::io(&info, err))?;
+        std::fs::write(
+            self.git_dir.join("bumblehive-workspace"),
+            self.workspace.display().to_string(),
+        )
+        .map_err(|err| CheckpointError::io(&self.git_dir, err))?;
+        Ok(())
+    }
+
+    /// Records the workspace as it is now. Only what changed since the last snapshot is
+    /// hashed (git's index keeps the stat data); ignored files and files over the cap
+    /// are left out.
+    pub fn snapshot(&self) -> Result<Snapshot, CheckpointError> {
+        self.ensure()?;
+        let listed = self.run(
+            &[
+                "ls-files",
+                "-z",
+                "--others",
+                "--modified",
+                "--deleted",
+                "--exclude-standard",
+            ],
+            None,
+        )?;
+        let mut update = Vec::new();
+        let mut drop_big = Vec::new();
+        let mut skipped = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for raw in listed.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+            if !seen.insert(raw) {
+                continue;
+            }
+            let path = String::from_utf8_lossy(raw).into_owned();
+            if path.ends_with('/') {
+                // `ls-files --others` names a folder with its own `.git` as a whole.
+                skipped.push(format!("{path} (a nested git repository)"));
+                continue;
+            }
+            match std::fs::symlink_metadata(self.workspace.join(&path)) {
+                Ok(meta) if meta.is_file() && meta.len() > MAX_FILE_BYTES => {
+                    skipped.push(format!(
+                        "{path} (over the {} MB cap)",
+                        MAX_FILE_BYTES / 1024 / 1024
+                    ));
+                    drop_big.extend_from_slice(raw);
+                    drop_big.push(0);
+                }
+                _ => {
+                    update.extend_from_slice(raw);
+                    update.push(0);
+                }
+            }
+        }
+        if !update.is_empty() {
+            self.run(
+                &["update-index", "-z", "--add", "--remove", "--stdin"],
+                Some(&update),
+            )?;
+        }
+        if !drop_big.is_empty() {
+            self.run(
+                &["update-index", "-z", "--force-remove", "--stdin"],
+                Some(&drop_big),
+            )?;
+        }
+        let tree = self.run(&["write-tree"], None)?;
+        Ok(Snapshot {
+            tree: String::from_utf8_lossy(&tree).trim().to_string(),
+            skipped,
+        })
+    }
+
+    /// How `to` differs from `from`, limited to `paths` when given.
+    pub fn diff_trees(
+        &self,
+        from: &str,
+        to: &str,
+        paths: Option<&[String]>,
+    ) -> Result<Vec<Entry>, CheckpointError> {
+        if from == to {
+            return Ok(Vec::new());
+        }
+        let mut args = vec!["diff-tree", "-r", "-z", "--no-renames", from, to];
+        let literal: Vec<String>;
+        if let Some(paths) = paths {
+            if paths.is_empty() {
+                return Ok(Vec::new());
+            }
+            args.push("--");
+            literal = paths.iter().map(|p| format!(":(literal){p}")).collect();
+            args.extend(literal.iter().map(String::as_str));
+        }
+        let out = self.run(&args, None)?;
+        parse_diff_tree(&out)
+    }
+
+    /// A unified diff of `paths` between two trees, for the person to read.
+    pub fn patch(&self, from: &str, to: &str, path: &str) -> Result<String, CheckpointError> {
+        let literal = format!(":(literal){path}");
+        let out = self.run(
+            &[
+                "diff",
+                "--no-color",
+                "--no-ext-diff",
+                "--no-renames",
+                from,
+                to,
+                "--",
+                &literal,
+            ],
+            None,
+        )?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// The content of a blob.
+    pub fn blob(&self, oid: &str) -> Result<Vec<u8>, CheckpointError> {
+        self.run(&["cat-file", "blob", oid], None)
+    }
+
+    /// Whether `path` is ignored by the workspace's `.gitignore` files.
+    pub fn ignored(&self, path: &str) -> bool {
+        self.run(&["check-ignore", "-q", "--no-index", "--", path], None)
+            .is_ok()
+    }
+}
+
+fn finish(args: &[&str], out: std::process::Output) -> Result<Vec<u8>, CheckpointError> {
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(CheckpointError::Git(format!(
+            "git {} failed: {}",
+            args.first().copied().unwrap_or(""),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// `:<old mode> <new mode> <old oid> <new oid> <status>\0<path>\0`, repeated.
+fn parse_diff_tree(out: &[u8]) -> Result<Vec<Entry>, CheckpointError> {
+    let mut fields = out.split(|b| *b == 0);
+    let mut entries = Vec::new();
+    while let Some(head) = fields.next() {
+        if head.is_empty() {
+            continue;
+        }
+        let head = String::from_utf8_lossy(head);
+        let parts: Vec<&str> = head.trim_start_matches(':').split(' ').collect();
+        let path = fields
+            .next()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .ok_or_else(|| CheckpointError::Git(format!("diff-tree: no path after {head}")))?;
+        let [_, new_mode, _, new_oid, status] = parts[..] else {
+            return Err(CheckpointError::Git(format!(
+                "diff-tree: cannot read {head}"
+            )));
+        };
+        let status = status.chars().next().unwrap_or('M');
+        entries.push(Entry {
+            path,
+            status,
+            to: (status != 'D').then(|| (new_mode.to_string(), new_oid.to_string())),
+        });
+    }
+    Ok(entries)
+}
+
+/// Puts `path` (relative to the workspace) in the state `entry` describes, one file at a
+/// time and atomically: a new content is written beside it and renamed over it, so a
+/// process killed meanwhile leaves the old file or the new one, never a mix.
+pub fn restore_entry(
+    shadow: &Shadow,
+    entry: &Entry,
+    contents: &BTreeMap<String, Vec<u8>>,
+) -> Result<(), CheckpointError> {
+    let target = shadow.workspace.join(&entry.path);
+    match &entry.to {
+        None => {
+            match std::fs::symlink_metadata(&target) {
+                Ok(meta) if meta.is_dir() => {
+                    return Err(CheckpointError::Restore(format!(
+                        "{} is a folder now; it was not removed",
+                        entry.path
+                    )));
+                }
+                Ok(_) => std::fs::remove_file(&target)
+                    .map_err(|err| CheckpointError::io(&target, err))?,
+                Err(_) => {}
+            }
+            remove_empty_parents(&shadow.workspace, &target);
+            Ok(())
+        }
+        Some((mode, oid)) => {
+            let bytes = contents.get(oid).ok_or_else(|| {
+                CheckpointError::Restore(format!("no content for {}", entry.path))
+            })?;
+            let parent = target
+                .parent()
+                .ok_or_else(|| CheckpointError::Restore(format!("{} has no folder", entry.path)))?;
+            std::fs::create_dir_all(parent).map_err(|err| CheckpointError::io(parent, err))?;
+            if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+                return Err(CheckpointError::Restore(format!(
+                    "{} is a folder now; the file was not put back",
+                    entry.path
+                )));
+            }
+            let name = target
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let tmp = parent.join(format!(
+                ".{name}.{}{TEMP_SUFFIX}",
+                uuid::Uuid::new_v4().simple()
+            ));
+            let written =
+                write_temp(&tmp, mode, bytes).and_then(|()| std::fs::rename(&tmp, &target));
+            if let Err(err) = written {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(CheckpointError::io(&target, err));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The suffix of an undo's temporary files (`.<name>.<uuid><suffix>`).
+const TEMP_SUFFIX: &str = ".bumblehive-undo";
+
+/// Removes the temporary files an earlier, killed undo left in `folder`.
+pub fn remove_stale_temps(folder: &Path) {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && name.ends_with(TEMP_SUFFIX) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+fn write_temp(tmp: &Path, mode: &str, bytes: &[u8]) -> std::io::Result<()> {
+    if mode == "120000" {
+        let link = String::from_utf8_lossy(bytes).into_owned();
+        #[cfg(unix)]
+        return std::os::unix::fs::symlink(link, tmp);
+        #[cfg(not(unix))]
+        return std::fs::write(tmp, link);
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(tmp)?;
+    file.write_all(bytes)?;
+    // Flushed before the rename: after a power loss the file is old or new, not empty.
+    file.sync_all()?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let bits = if mode == "100755" { 0o755 } else { 0o644 };
+        std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(bits))?;
+    }
+    Ok(())
+}
+
+/// Removes folders that a deletion left empty, up to (not including) the workspace.
+fn remove_empty_parents(workspace: &Path, file: &Path) {
+    let mut dir = file.parent();
+    while let Some(current) = dir {
+        if current == workspace || !current.starts_with(workspace) {
+            break;
+        }
+        // `remove_dir` refuses a folder that is not empty: nothing else is touched.
+        if std::fs::remove_dir(current).is_err() {
+            break;
+        }
+        dir = current.parent();
+    }
+}

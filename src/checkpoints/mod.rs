@@ -1,0 +1,706 @@
+//! Checkpoints and undo: before a tool that changes the workspace runs, the workspace is recorded in a shadow git store in the data dir (git and non-git folders alike, shell commands included); each session's records say which files each call changed, so a turn's changes can be shown, and undone.
+//!
+//! Design (the README's "Undo" section says it for the person):
+//! - One shadow repository per workspace, `<data>/checkpoints/<hash of the path>/`, driven
+//!   with the git CLI (`GIT_DIR` there, `GIT_WORK_TREE` the workspace). A snapshot is a
+//!   tree (`update-index` of what `ls-files` says changed, then `write-tree`): only changed
+//!   files are hashed, and only new contents take space. The person's `.git` is never
+//!   touched; their `.gitignore` files are honoured; files over [`git::MAX_FILE_BYTES`]
+//!   and nested git repositories are left out, and the preview says so.
+//! - Per call: a snapshot before and after it, under a per-workspace lock; the record
+//!   (session, turn = index of the person's message, call, both trees, changed paths) is
+//!   appended to `<data>/checkpoints/sessions/<session>.jsonl`.
+//! - Undo from a turn: every file the session's calls changed from that turn on goes back
+//!   to its content before the first of those calls touched it; a file whose content is
+//!   not what the agent left (the person changed it since) is refused unless forced.
+//!   Each file is replaced atomically (temp file + rename), so a crash mid-undo leaves
+//!   each file old or new. Empty folders are not recorded; folders a restore empties are
+//!   removed. Symlinks are restored as links, the executable bit is kept.
+//! - Without git, checkpoints are off and every command says so.
+
+pub mod git;
+pub mod worktree;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::protocol::commands::{FileChange, TurnChange, TurnChanges, UndoResult};
+use crate::protocol::{Message, Role};
+use git::{Entry, Shadow};
+
+/// Why a checkpoint operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("checkpoints are off: {0}")]
+    Off(String),
+    #[error("{0}")]
+    Git(String),
+    #[error("cannot restore: {0}")]
+    Restore(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Files the person changed after the agent wrote them; nothing was restored.
+    #[error(
+        "these files were changed after the agent wrote them, so undo would lose those changes: {}; nothing was restored (undo again with force to overwrite them)",
+        .0.join(", ")
+    )]
+    Conflict(Vec<String>),
+}
+
+impl CheckpointError {
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        CheckpointError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// One changing call, as recorded.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CallRecord {
+    /// The history index of the person's message whose turn made the call.
+    turn: usize,
+    call_id: String,
+    tool: String,
+    workspace: String,
+    before: String,
+    after: String,
+    /// When the call started and finished (a clock made monotonic across records).
+    started: u64,
+    finished: u64,
+    changed: Vec<String>,
+    #[serde(default)]
+    skipped: Vec<String>,
+}
+
+/// A line of a session's record file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Line {
+    Call(CallRecord),
+    /// Every call of a turn `>= undo_from` finished before `at` was undone.
+    Undo {
+        undo_from: usize,
+        at: u64,
+    },
+}
+
+/// The checkpoint store of one data dir.
+pub struct Checkpoints {
+    root: PathBuf,
+    /// Why checkpoints are off (git missing), if they are.
+    off: Option<String>,
+    /// One lock per workspace: snapshots share the shadow index.
+    locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    clock: AtomicU64,
+}
+
+impl Checkpoints {
+    /// The store under `<data_dir>/checkpoints`; off (and logged once) when git is missing.
+    pub fn new(data_dir: &Path) -> Arc<Self> {
+        let off = git::available().err();
+        if let Some(why) = &off {
+            tracing::warn!("checkpoints and undo are off: {why}");
+        }
+        Arc::new(Checkpoints {
+            // Canonical, so that a data dir inside a workspace is recognised (and left out).
+            root: data_dir
+                .canonicalize()
+                .unwrap_or_else(|_| data_dir.to_path_buf())
+                .join("checkpoints"),
+            off,
+            locks: Mutex::new(HashMap::new()),
+            clock: AtomicU64::new(0),
+        })
+    }
+
+    /// Why checkpoints are off, if they are.
+    pub fn off(&self) -> Option<&str> {
+        self.off.as_deref()
+    }
+
+    fn check_on(&self) -> Result<(), CheckpointError> {
+        match &self.off {
+            Some(why) => Err(CheckpointError::Off(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// A wall-clock stamp in nanoseconds, strictly greater than every earlier one.
+    fn tick(&self) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let previous = self.clock.fetch_max(now, Ordering::SeqCst);
+        if previous >= now {
+            self.clock.fetch_add(1, Ordering::SeqCst) + 1
+        } else {
+            now
+        }
+    }
+
+    /// The shadow repository of a workspace.
+    pub fn shadow(&self, workspace: &Path) -> Shadow {
+        let canonical = workspace
+            .canonicalize()
+            .unwrap_or_else(|_| workspace.to_path_buf());
+        Shadow {
+            git_dir: self.root.join(format!(
+                "{:016x}",
+                fnv1a(canonical.to_string_lossy().as_bytes())
+            )),
+            workspace: canonical,
+        }
+    }
+
+    fn lock(&self, shadow: &Shadow) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(shadow.git_dir.clone())
+            .or_default()
+            .clone()
+    }
+
+    fn records_path(&self, session_id: &str) -> PathBuf {
+        self.root
+            .join("sessions")
+            .join(format!("{session_id}.jsonl"))
+    }
+
+    fn append(&self, session_id: &str, line: &Line) -> Result<(), CheckpointError> {
+        let path = self.records_path(session_id);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|err| CheckpointError::io(dir, err))?;
+        }
+        let mut text = serde_json::to_string(line)
+            .map_err(|err| CheckpointError::Git(format!("cannot encode a record: {err}")))?;
+        text.push('\n');
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|err| CheckpointError::io(&path, err))?;
+        // One write per line: lines of concurrent calls do not interleave.
+        file.write_all(text.as_bytes())
+            .and_then(|()| file.sync_data())
+            .map_err(|err| CheckpointError::io(&path, err))
+    }
+
+    /// A session's call records, each with whether it was undone. A torn last line (a
+    /// crash mid-append) is skipped.
+    fn records(&self, session_id: &str) -> Result<Vec<(CallRecord, bool)>, CheckpointError> {
+        let path = self.records_path(session_id);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(err) => return Err(CheckpointError::io(&path, err)),
+        };
+        let mut calls: Vec<(CallRecord, bool)> = Vec::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            match serde_json::from_str::<Line>(line) {
+                Ok(Line::Call(call)) => calls.push((call, false)),
+                Ok(Line::Undo { undo_from, at }) => {
+                    for (call, undone) in &mut calls {
+                        if call.turn >= undo_from && call.finished < at {
+                            *undone = true;
+                        }
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(session = session_id, "skipping a checkpoint record: {err}")
+                }
+            }
+        }
+        Ok(calls)
+    }
+
+    /// Forgets a deleted session's records (the shadow store stays: other sessions of
+    /// the workspace share it).
+    pub fn forget_session(&self, session_id: &str) {
+        let path = self.records_path(session_id);
+        if let Err(err) = std::fs::remove_file(&path) {
+            if err.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(
+                    session = session_id,
+                    "cannot remove checkpoint records: {err}"
+                );
+            }
+        }
+    }
+
+    /// Takes a snapshot of `workspace` now (the benchmark and the hook use it).
+    pub async fn snapshot(&self, workspace: &Path) -> Result<git::Snapshot, CheckpointError> {
+        Ok(self.stamped_snapshot(workspace).await?.0)
+    }
+
+    /// A snapshot and its stamp, taken under the workspace's lock: stamps order the
+    /// snapshots of concurrent calls as they were really taken.
+    async fn stamped_snapshot(
+        &self,
+        workspace: &Path,
+    ) -> Result<(git::Snapshot, u64), CheckpointError> {
+        self.check_on()?;
+        let shadow = self.shadow(workspace);
+        let guard = self.lock(&shadow).lock_owned().await;
+        let stamp = self.tick();
+        // The lock goes with the work: if this future is dropped (a Stop), git still
+        // runs to the end, and no other snapshot may use the index meanwhile.
+        let snapshot = tokio::task::spawn_blocking(move || {
+            let _guard = guard;
+            shadow.snapshot()
+        })
+        .await
+        .map_err(|err| CheckpointError::Git(format!("the snapshot failed: {err}")))??;
+        Ok((snapshot, stamp))
+    }
+
+    /// The changes of each turn of a session, with their diffs; `history` names turns.
+    pub async fn turn_changes(
+        self: &Arc<Self>,
+        session_id: &str,
+    ) -> Result<TurnChanges, CheckpointError> {
+        if let Some(why) = &self.off {
+            return Ok(TurnChanges {
+                available: false,
+                notice: Some(format!("Checkpoints and undo are off: {why}")),
+                turns: Vec::new(),
+            });
+        }
+        let this = self.clone();
+        let id = session_id.to_string();
+        tokio::task::spawn_blocking(move || this.turn_changes_blocking(&id))
+            .await
+            .map_err(|err| CheckpointError::Git(format!("reading changes failed: {err}")))?
+    }
+
+    fn turn_changes_blocking(&self, session_id: &str) -> Result<TurnChanges, CheckpointError> {
+        let records = self.records(session_id)?;
+        let mut by_turn: BTreeMap<usize, Vec<&(CallRecord, bool)>> = BTreeMap::new();
+        for record in &records {
+            by_turn.entry(record.0.turn).or_default().push(record);
+        }
+        let mut turns = Vec::new();
+        for (turn, calls) in by_turn {
+            let undone = calls.iter().all(|(_, undone)| *undone);
+            let mut files = Vec::new();
+            let mut skipped = BTreeSet::new();
+            let plan = plan_files(calls.iter().map(|(c, _)| c));
+            // Shown as of the turn's last snapshot: a later call's snapshot has what an
+            // earlier one caught half-way (a temporary file) settled again.
+            let last_after: BTreeMap<&str, &str> = calls
+                .iter()
+                .map(|(c, _)| c)
+                .fold(BTreeMap::<&str, (u64, &str)>::new(), |mut last, c| {
+                    let entry = last.entry(c.workspace.as_str()).or_insert((0, ""));
+                    if c.finished >= entry.0 {
+                        *entry = (c.finished, c.after.as_str());
+                    }
+                    last
+                })
+                .into_iter()
+                .map(|(ws, (_, tree))| (ws, tree))
+                .collect();
+            for ((workspace, path), (before, after)) in plan {
+                let after = last_after
+                    .get(workspace.as_str())
+                    .map(|t| t.to_string())
+                    .unwrap_or(after);
+                let shadow = self.shadow(Path::new(&workspace));
+                let entries =
+                    shadow.diff_trees(&before, &after, Some(std::slice::from_ref(&path)))?;
+                let Some(entry) = entries.first() else {
+                    continue; // changed and changed back within the turn
+                };
+                files.push(FileChange {
+                    path: path.clone(),
+                    status: status_name(entry.status).into(),
+                    diff: shadow.patch(&before, &after, &path)?,
+                });
+            }
+            for (call, _) in &calls {
+                skipped.extend(call.skipped.iter().cloned());
+            }
+            turns.push(TurnChange {
+                message_index: turn,
+                files,
+                skipped: skipped.into_iter().collect(),
+                undone,
+            });
+        }
+        Ok(TurnChanges {
+            available: true,
+            notice: None,
+            turns,
+        })
+    }
+
+    /// Restores every file the session's calls changed from the turn of `from` on to
+    /// its content before that. `preview` only says what would change back. Refuses
+    /// files the person changed since the agent wrote them, unless `force`.
+    pub async fn undo(
+        self: &Arc<Self>,
+        session_id: &str,
+        from: usize,
+        force: bool,
+        preview: bool,
+    ) -> Result<UndoResult, CheckpointError> {
+        self.check_on()?;
+        let records = self.records(session_id)?;
+        let active: Vec<CallRecord> = records
+            .into_iter()
+            .filter(|(call, undone)| !undone && call.turn >= from)
+            .map(|(call, _)| call)
+            .collect();
+        let plan = plan_files(active.iter());
+        let mut workspaces: BTreeMap<String, Vec<(String, String, String)>> = BTreeMap::new();
+        for ((workspace, path), (before, after)) in plan {
+            workspaces
+                .entry(workspace)
+                .or_default()
+                .push((path, before, after));
+        }
+        let mut result = UndoResult {
+            applied: false,
+            files: Vec::new(),
+            conflicts: Vec::new(),
+            skipped: active
+                .iter()
+                .flat_map(|c| c.skipped.iter().cloned())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+        };
+        // All workspaces are checked before any is changed: nothing applies half-way
+        // because of a conflict.
+        let mut planned = Vec::new();
+        for (workspace, files) in workspaces {
+            let shadow = self.shadow(Path::new(&workspace));
+            let guard = self.lock(&shadow).lock_owned().await;
+            let check = shadow.clone();
+            let (entries, conflicts, changes) =
+                tokio::task::spawn_blocking(move || plan_restore(&check, &files))
+                    .await
+                    .map_err(|err| CheckpointError::Git(format!("the undo failed: {err}")))??;
+            result.conflicts.extend(conflicts);
+            result.files.extend(changes);
+            planned.push((shadow, guard, entries));
+        }
+        if preview {
+            return Ok(result);
+        }
+        if !result.conflicts.is_empty() && !force {
+            return Err(CheckpointError::Conflict(result.conflicts));
+        }
+        for (shadow, _guard, entries) in planned {
+            tokio::task::spawn_blocking(move || apply(&shadow, &entries))
+                .await
+                .map_err(|err| CheckpointError::Git(format!("the undo failed: {err}")))??;
+        }
+        let at = self.tick();
+        self.append(
+            session_id,
+            &Line::Undo {
+                undo_from: from,
+                at,
+            },
+        )?;
+        result.applied = true;
+        Ok(result)
+    }
+}
+
+/// For each (workspace, path) the calls changed: the tree it goes back to and the tree
+/// that holds what the agent left in it.
+///
+/// It goes back to the first snapshot of the first turn that changed it: within a turn
+/// that snapshot comes before every change (a later call's snapshot may have caught a
+/// concurrent call half-way, e.g. its temporary file), and between turns the person's
+/// own edits are kept. What the agent left is in the last snapshot after a call that
+/// changed it.
+fn plan_files<'a>(
+    calls: impl Iterator<Item = &'a CallRecord>,
+) -> BTreeMap<(String, String), (String, String)> {
+    let calls: Vec<&CallRecord> = calls.collect();
+    // The first snapshot of each (workspace, turn).
+    let mut first_of_turn: BTreeMap<(&str, usize), (u64, &str)> = BTreeMap::new();
+    for call in &calls {
+        let first = first_of_turn
+            .entry((call.workspace.as_str(), call.turn))
+            .or_insert((u64::MAX, ""));
+        if call.started < first.0 {
+            *first = (call.started, call.before.as_str());
+        }
+    }
+    let mut first_turn: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut last: BTreeMap<(String, String), (u64, String)> = BTreeMap::new();
+    for call in &calls {
+        for path in &call.changed {
+            let key = (call.workspace.clone(), path.clone());
+            let turn = first_turn.entry(key.clone()).or_insert(call.turn);
+            *turn = (*turn).min(call.turn);
+            let latest = last.entry(key).or_insert((0, String::new()));
+            if call.finished >= latest.0 {
+                *latest = (call.finished, call.after.clone());
+            }
+        }
+    }
+    first_turn
+        .into_iter()
+        .filter_map(|(key, turn)| {
+            let before = first_of_turn.get(&(key.0.as_str(), turn))?.1.to_string();
+            let after = last.get(&key)?.1.clone();
+            Some((key, (before, after)))
+        })
+        .collect()
+}
+
+/// What restoring `files` (path, tree before, tree after) would do in the workspace as it
+/// is now: the entries to apply, the paths changed since the agent wrote them, and the
+/// changes for the preview.
+#[allow(clippy::type_complexity)]
+fn plan_restore(
+    shadow: &Shadow,
+    files: &[(String, String, String)],
+) -> Result<(Vec<(Entry, Option<Vec<u8>>)>, Vec<String>, Vec<FileChange>), CheckpointError> {
+    let now = shadow.snapshot()?;
+    let mut conflicts = Vec::new();
+    let mut by_after: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut by_before: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (path, before, after) in files {
+        by_after.entry(after).or_default().push(path.clone());
+        by_before.entry(before).or_default().push(path.clone());
+    }
+    let mut changed_since = BTreeSet::new();
+    for (after, paths) in &by_after {
+        for entry in shadow.diff_trees(after, &now.tree, Some(paths))? {
+            changed_since.insert(entry.path);
+        }
+    }
+    let mut entries = Vec::new();
+    let mut changes = Vec::new();
+    for (before, paths) in &by_before {
+        for entry in shadow.diff_trees(&now.tree, before, Some(paths))? {
+            // Only a file the undo would write can lose the person's edits; one that is
+            // already as it was (e.g. a temporary file another call's snapshot caught)
+            // is no conflict.
+            if changed_since.contains(&entry.path) {
+                conflicts.push(entry.path.clone());
+            }
+            let content = match &entry.to {
+                Some((_, oid)) => Some(shadow.blob(oid)?),
+                None => None,
+            };
+            changes.push(FileChange {
+                path: entry.path.clone(),
+                status: status_name(entry.status).into(),
+                diff: shadow.patch(&now.tree, before, &entry.path)?,
+            });
+            entries.push((entry, content));
+        }
+    }
+    conflicts.sort();
+    changes.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok((entries, conflicts, changes))
+}
+
+fn apply(shadow: &Shadow, entries: &[(Entry, Option<Vec<u8>>)]) -> Result<(), CheckpointError> {
+    // An undo killed half-way left its temporary files where it was writing: the same
+    // folders this one writes in. They are ours, so they go.
+    let folders: BTreeSet<PathBuf> = entries
+        .iter()
+        .filter_map(|(e, _)| {
+            shadow
+                .workspace
+                .join(&e.path)
+                .parent()
+                .map(Path::to_path_buf)
+        })
+        .collect();
+    for folder in folders {
+        git::remove_stale_temps(&folder);
+    }
+    for (entry, content) in entries {
+        let mut contents = BTreeMap::new();
+        if let (Some((_, oid)), Some(bytes)) = (&entry.to, content) {
+            contents.insert(oid.clone(), bytes.clone());
+        }
+        git::restore_entry(shadow, entry, &contents)?;
+    }
+    Ok(())
+}
+
+fn status_name(status: char) -> &'static str {
+    match status {
+        'A' => "added",
+        'D' => "deleted",
+        'T' => "type changed",
+        _ => "modified",
+    }
+}
+
+/// 64-bit FNV-1a: a stable name for a workspace's shadow (std's hasher may change).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf29ce484222325;
+    for byte in bytes {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x100000001b3);
+    }
+    hash
+}
+
+/// What a run gives each of its tool calls: the session and turn to record changes under.
+#[derive(Clone)]
+pub struct CallHook {
+    checkpoints: Arc<Checkpoints>,
+    session_id: String,
+    turn: usize,
+}
+
+/// The state before one call, to compare with after it.
+pub struct Before {
+    snapshot: git::Snapshot,
+    started: u64,
+}
+
+impl CallHook {
+    /// The hook for a run of `session_id` whose history is `history`: its calls belong to
+    /// the turn of the person's last message (reports from sub-agents start no turn).
+    pub fn for_run(
+        checkpoints: &Arc<Checkpoints>,
+        session_id: &str,
+        history: &[Message],
+    ) -> Option<CallHook> {
+        if checkpoints.off.is_some() {
+            return None;
+        }
+        let turn = turn_of(history)?;
+        Some(CallHook {
+            checkpoints: checkpoints.clone(),
+            session_id: session_id.to_string(),
+            turn,
+        })
+    }
+
+    /// Snapshots the workspace before a changing call; `None` (logged) if that failed:
+    /// the call still runs, it just cannot be undone.
+    pub async fn before(&self, workspace: &Path) -> Option<Before> {
+        match self.checkpoints.stamped_snapshot(workspace).await {
+            Ok((snapshot, started)) => Some(Before { snapshot, started }),
+            Err(err) => {
+                tracing::warn!(session = %self.session_id, "no checkpoint before a call: {err}");
+                None
+            }
+        }
+    }
+
+    /// Snapshots again after the call and records what it changed.
+    pub async fn after(
+        &self,
+        workspace: &Path,
+        before: Before,
+        tool: &str,
+        call_id: &str,
+        arguments: &Value,
+    ) {
+        let recorded = self
+            .record(workspace, before, tool, call_id, arguments)
+            .await;
+        if let Err(err) = recorded {
+            tracing::warn!(session = %self.session_id, call = call_id, "cannot record a call's changes: {err}");
+        }
+    }
+
+    async fn record(
+        &self,
+        workspace: &Path,
+        before: Before,
+        tool: &str,
+        call_id: &str,
+        arguments: &Value,
+    ) -> Result<(), CheckpointError> {
+        let checkpoints = &self.checkpoints;
+        let shadow = checkpoints.shadow(workspace);
+        let named = arguments
+            .get("path")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let guard = checkpoints.lock(&shadow).lock_owned().await;
+        let finished = checkpoints.tick();
+        let work = shadow.clone();
+        let before_tree = before.snapshot.tree.clone();
+        let (after, changed, ignored) = tokio::task::spawn_blocking(move || {
+            let _guard = guard;
+            let after = work.snapshot()?;
+            let changed: Vec<String> = work
+                .diff_trees(&before_tree, &after.tree, None)?
+                .into_iter()
+                .map(|e| e.path)
+                .collect();
+            // A file tool on an ignored path changes what no snapshot holds: say so.
+            let ignored = named
+                .filter(|p| !changed.iter().any(|c| c == p))
+                .filter(|p| work.ignored(p));
+            Ok::<_, CheckpointError>((after, changed, ignored))
+        })
+        .await
+        .map_err(|err| CheckpointError::Git(format!("the snapshot failed: {err}")))??;
+        let mut skipped: BTreeSet<String> = after
+            .skipped
+            .iter()
+            .filter(|s| !before.snapshot.skipped.contains(s))
+            .cloned()
+            .collect();
+        if let Some(path) = ignored {
+            skipped.insert(format!("{path} (ignored by .gitignore)"));
+        }
+        if changed.is_empty() && skipped.is_empty() {
+            return Ok(());
+        }
+        let record = CallRecord {
+            turn: self.turn,
+            call_id: call_id.to_string(),
+            tool: tool.to_string(),
+            workspace: shadow.workspace.display().to_string(),
+            before: before.snapshot.tree,
+            after: after.tree,
+            started: before.started,
+            finished,
+            changed,
+            skipped: skipped.into_iter().collect(),
+        };
+        checkpoints.append(&self.session_id, &Line::Call(record))
+    }
+}
+
+/// The index of the person's last message: reports (`subagent:` ids) are not turns.
+pub fn turn_of(history: &[Message]) -> Option<usize> {
+    history.iter().rposition(|m| {
+        m.role == Role::User
+            && !m
+                .id
+                .as_deref()
+                .is_some_and(|id| id.starts_with("subagent:"))
+    })
+}
+
+impl From<CheckpointError> for crate::error::RuntimeError {
+    fn from(err: CheckpointError) -> Self {
+        match err {
+            CheckpointError::Conflict(_) => crate::error::RuntimeError::Conflict(err.to_string()),
+            other => crate::error::RuntimeError::Unavailable(other.to_string()),
+        }
+    }
+}

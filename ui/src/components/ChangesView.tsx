@@ -1,0 +1,229 @@
+// The Changes view of a session: the files the agent changed in each turn with their diffs,
+// and the ways back (undo a turn, rewind to it, fork from it; a sub-agent's undo; an isolated
+// sub-agent's Apply to workspace and Discard).
+import { useEffect, useState } from 'preact/hooks';
+import type { FileChange } from '../bindings/FileChange';
+import type { Forked } from '../bindings/Forked';
+import type { TurnChange } from '../bindings/TurnChange';
+import type { TurnChanges } from '../bindings/TurnChanges';
+import type { UndoResult } from '../bindings/UndoResult';
+import type { WorktreeInfo } from '../bindings/WorktreeInfo';
+import { toCommandError, type Platform } from '../platform';
+import { DiffView } from './DiffView';
+import { ErrorBox } from './ErrorBox';
+
+/** An undo waiting for the person to confirm, after its preview. */
+interface Pending {
+  messageIndex: number;
+  /** Undo only, or rewind (undo and fork). */
+  rewind: boolean;
+  preview: UndoResult;
+}
+
+function FileList(props: { files: FileChange[]; testid: string }) {
+  return (
+    <ul class="changes-files" data-testid={props.testid}>
+      {props.files.map((f) => (
+        <li key={f.path} data-testid="change-file" data-path={f.path} data-status={f.status}>
+          <details>
+            <summary>
+              <span class={`change-status change-${f.status.replace(' ', '-')}`}>{f.status}</span> <code>{f.path}</code>
+            </summary>
+            <DiffView diff={f.diff} />
+          </details>
+        </li>
+      ))}
+    </ul>
+  );
+}
+
+export function ChangesView(props: {
+  platform: Platform;
+  sessionId: string;
+  /** A sub-agent's tab: one "Undo this sub-agent's changes" for all its turns. */
+  child?: boolean;
+  /** An isolated sub-agent's worktree: Apply to workspace and Discard. */
+  worktree?: WorktreeInfo | null;
+  /** The text of each of the person's messages, by index (turn titles). */
+  messageText?: (index: number) => string | undefined;
+  /** A fork was made (Rewind or Fork from here): open it, with its draft in the composer. */
+  onForked?: (forked: Forked) => void;
+  /** The worktree was applied or discarded: the session's info changed. */
+  onWorktreeChanged?: () => void;
+}) {
+  const { platform, sessionId } = props;
+  const [changes, setChanges] = useState<TurnChanges | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const [pending, setPending] = useState<Pending | null>(null);
+  const [done, setDone] = useState<string | null>(null);
+
+  const load = async () => {
+    try {
+      setChanges(await platform.invoke('turn_changes', { session_id: sessionId }));
+      setError(null);
+    } catch (err) {
+      setError(`Cannot read the changes: ${toCommandError(err).message}`);
+    }
+  };
+  useEffect(() => {
+    setChanges(null);
+    setPending(null);
+    setDone(null);
+    void load();
+  }, [sessionId]);
+
+  const run = async (work: () => Promise<void>) => {
+    setBusy(true);
+    setError(null);
+    try {
+      await work();
+    } catch (err) {
+      setError(toCommandError(err).message);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  /** First the preview: the person sees what changes back, then confirms. */
+  const ask = (messageIndex: number, rewind: boolean) =>
+    run(async () => {
+      setDone(null);
+      const preview = await platform.invoke('undo_turn', { session_id: sessionId, message_index: messageIndex, preview: true });
+      setPending({ messageIndex, rewind, preview });
+    });
+
+  const confirm = (force: boolean) =>
+    run(async () => {
+      if (!pending) return;
+      const { messageIndex, rewind } = pending;
+      if (rewind) {
+        const forked = await platform.invoke('fork_session', { session_id: sessionId, message_index: messageIndex, rewind: true, force });
+        setPending(null);
+        setDone(`Rewound: ${forked.undo?.files.length ?? 0} file(s) restored; the conversation goes on in a fork.`);
+        props.onForked?.(forked);
+      } else {
+        const result = await platform.invoke('undo_turn', { session_id: sessionId, message_index: messageIndex, force });
+        setPending(null);
+        setDone(`Undone: ${result.files.length} file(s) restored.`);
+      }
+      await load();
+    });
+
+  const fork = (messageIndex: number) =>
+    run(async () => {
+      const forked = await platform.invoke('fork_session', { session_id: sessionId, message_index: messageIndex, rewind: false });
+      setDone('Forked: the new conversation starts from that message; no file was touched.');
+      props.onForked?.(forked);
+    });
+
+  const apply = () =>
+    run(async () => {
+      const applied = await platform.invoke('apply_worktree', { session_id: sessionId });
+      setDone(applied.stat ? `Applied to the workspace:\n${applied.stat}` : 'Nothing to apply: the sub-agent changed nothing.');
+      props.onWorktreeChanged?.();
+    });
+  const discard = () =>
+    run(async () => {
+      await platform.invoke('discard_worktree', { session_id: sessionId });
+      setDone('Discarded: the worktree and its branch are removed.');
+      props.onWorktreeChanged?.();
+    });
+
+  const turns = changes?.turns ?? [];
+  const open = turns.filter((t) => !t.undone && t.files.length > 0);
+
+  return (
+    <div class="changes-view" data-testid="changes-view" data-session-id={sessionId}>
+      {error && <ErrorBox message={error} onDismiss={() => setError(null)} testid="changes-error" />}
+      {done && (
+        <div class="notice" data-testid="changes-done" style="white-space: pre-wrap">
+          {done}
+        </div>
+      )}
+      {props.worktree && (
+        <div class="notice worktree" data-testid="worktree-actions">
+          This sub-agent works in its own worktree (branch <code>{props.worktree.branch}</code>); its changes reach the workspace only when applied.
+          {props.worktree.applied && <strong> Applied.</strong>}
+          <button type="button" class="primary" disabled={busy || props.worktree.applied} data-testid="worktree-apply" onClick={() => void apply()}>
+            Apply to workspace
+          </button>
+          <button type="button" disabled={busy} data-testid="worktree-discard" onClick={() => void discard()}>
+            Discard
+          </button>
+        </div>
+      )}
+      {changes && !changes.available && (
+        <div class="notice" data-testid="changes-off">
+          {changes.notice ?? 'Checkpoints are off.'}
+        </div>
+      )}
+      {pending && (
+        <div class="undo-preview" data-testid="undo-preview">
+          <strong>
+            {pending.rewind ? 'Rewind to here' : 'Undo changes'}: {pending.preview.files.length} file(s) change back
+          </strong>
+          <FileList files={pending.preview.files} testid="undo-preview-files" />
+          {pending.preview.skipped.length > 0 && (
+            <div class="muted" data-testid="undo-preview-skipped">
+              Not covered (cannot be restored): {pending.preview.skipped.join(', ')}
+            </div>
+          )}
+          {pending.preview.conflicts.length > 0 && (
+            <div class="notice warn" data-testid="undo-preview-conflicts">
+              Changed since the agent wrote them (your edits would be lost): {pending.preview.conflicts.join(', ')}
+            </div>
+          )}
+          <div class="row">
+            {pending.preview.conflicts.length === 0 ? (
+              <button type="button" class="primary" disabled={busy} data-testid="undo-confirm" onClick={() => void confirm(false)}>
+                {pending.rewind ? 'Rewind' : 'Undo'}
+              </button>
+            ) : (
+              <button type="button" class="danger" disabled={busy} data-testid="undo-confirm-force" onClick={() => void confirm(true)}>
+                Overwrite my edits and {pending.rewind ? 'rewind' : 'undo'}
+              </button>
+            )}
+            <button type="button" disabled={busy} data-testid="undo-cancel" onClick={() => setPending(null)}>
+              Cancel
+            </button>
+          </div>
+        </div>
+      )}
+      {props.child && open.length > 0 && !pending && (
+        <button type="button" disabled={busy} data-testid="child-undo" onClick={() => void ask(open[0].message_index, false)}>
+          Undo this sub-agent's changes
+        </button>
+      )}
+      {changes && turns.length === 0 && <div class="empty" data-testid="changes-empty">The agent has changed no file in this session.</div>}
+      {turns.map((turn: TurnChange) => (
+        <section key={turn.message_index} class={`changes-turn ${turn.undone ? 'undone' : ''}`} data-testid="changes-turn" data-index={turn.message_index}>
+          <header>
+            <strong>Turn {turn.message_index}</strong>
+            {props.messageText?.(turn.message_index) && <span class="muted"> — {props.messageText(turn.message_index)!.slice(0, 80)}</span>}
+            {turn.undone && <span class="badge" data-testid="turn-undone"> undone</span>}
+          </header>
+          <FileList files={turn.files} testid="turn-files" />
+          {turn.skipped.length > 0 && (
+            <div class="muted small" data-testid="turn-skipped">
+              Not recorded: {turn.skipped.join(', ')}
+            </div>
+          )}
+          {!props.child && (
+            <div class="row">
+              <button type="button" disabled={busy || turn.undone} data-testid="turn-undo" onClick={() => void ask(turn.message_index, false)}>
+                Undo changes
+              </button>
+              <button type="button" disabled={busy} data-testid="turn-rewind" onClick={() => void ask(turn.message_index, true)}>
+                Rewind to here
+              </button>
+              <button type="button" disabled={busy} data-testid="turn-fork" onClick={() => void fork(turn.message_index)}>
+                Fork from here
+              </button>
+            </div>
+          )}
+        </section>
+      ))}
+    </div>
+  );
+}

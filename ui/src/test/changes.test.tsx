@@ -1,0 +1,217 @@
+// The Changes view: each turn's files with diffs; Undo changes shows the preview first and
+// asks before overwriting the person's edits; Rewind and Fork open the fork; a sub-agent's
+// undo; an isolated sub-agent's Apply to workspace (a conflict shown) and Discard; and the
+// Changes tab of a session in the whole app.
+import { render } from 'preact';
+import { act } from 'preact/test-utils';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ChangesView } from '../components/ChangesView';
+import { sessionTree } from '../components/Sidebar';
+import type { Forked } from '../bindings/Forked';
+import type { TurnChanges } from '../bindings/TurnChanges';
+import { CommandError } from '../platform';
+import { $, $$, FakePlatform, inAct, info, settle, workspacePlatform } from './fake';
+import { mountApp } from './mount';
+
+let root: HTMLElement | null = null;
+let unmount: (() => void) | null = null;
+afterEach(() => {
+  if (root) render(null, root);
+  root = null;
+  unmount?.();
+  unmount = null;
+});
+
+const file = (path: string, status: string, diff = `--- a/${path}\n+++ b/${path}\n@@ -1 +1 @@\n-old\n+new\n`) => ({ path, status, diff });
+
+function changes(undone = false): TurnChanges {
+  return {
+    available: true,
+    turns: [
+      { message_index: 0, files: [file('a.txt', 'modified'), file('b.txt', 'added')], skipped: ['build/out.log (ignored by .gitignore)'], undone },
+      { message_index: 4, files: [file('c.txt', 'deleted')], skipped: [], undone: false },
+    ],
+  };
+}
+
+async function mount(fake: FakePlatform, extra: Partial<Parameters<typeof ChangesView>[0]> = {}) {
+  document.body.innerHTML = '';
+  root = document.createElement('div');
+  document.body.appendChild(root);
+  await act(async () => {
+    render(<ChangesView platform={fake} sessionId="s1" {...extra} />, root!);
+  });
+  await settle();
+  return root;
+}
+
+describe('changes view', () => {
+  it('lists each turn with its files and diffs, and what was not recorded', async () => {
+    const fake = new FakePlatform({ turn_changes: () => changes() });
+    const view = await mount(fake);
+    const turns = $$(view, 'changes-turn');
+    expect(turns.map((t) => t.dataset.index)).toEqual(['0', '4']);
+    const files = $$(turns[0], 'change-file').map((f) => [f.dataset.path, f.dataset.status]);
+    expect(files).toEqual([
+      ['a.txt', 'modified'],
+      ['b.txt', 'added'],
+    ]);
+    expect(turns[0].querySelector('.diff-add')!.textContent).toContain('+new');
+    expect($(turns[0], 'turn-skipped')!.textContent).toContain('build/out.log (ignored by .gitignore)');
+    expect(fake.callsOf('turn_changes')).toEqual([{ session_id: 's1' }]);
+  });
+
+  it('undoes a turn after its preview, and asks before overwriting the person’s edits', async () => {
+    let conflicts = ['a.txt'];
+    let undone = false;
+    const fake = new FakePlatform({
+      turn_changes: () => changes(undone),
+      undo_turn: (args) => {
+        if (args.preview) return { applied: false, files: [file('a.txt', 'modified'), file('b.txt', 'deleted')], conflicts, skipped: [] };
+        if (conflicts.length && !args.force) throw new CommandError('conflict', 'a.txt was changed');
+        undone = true;
+        return { applied: true, files: [file('a.txt', 'modified'), file('b.txt', 'deleted')], conflicts, skipped: [] };
+      },
+    });
+    const view = await mount(fake);
+    await inAct(() => $$(view, 'turn-undo')[0].click());
+    await settle();
+    expect(fake.callsOf('undo_turn')).toEqual([{ session_id: 's1', message_index: 0, preview: true }]);
+    const preview = $(view, 'undo-preview')!;
+    expect($$(preview, 'change-file').map((f) => f.dataset.path)).toEqual(['a.txt', 'b.txt']);
+    // A file the person changed since: the only way on is to say so.
+    expect($(preview, 'undo-preview-conflicts')!.textContent).toContain('a.txt');
+    expect($(view, 'undo-confirm')).toBeNull();
+    await inAct(() => $(view, 'undo-cancel')!.click());
+    expect($(view, 'undo-preview')).toBeNull();
+    expect(fake.callsOf('undo_turn').length).toBe(1);
+
+    await inAct(() => $$(view, 'turn-undo')[0].click());
+    await settle();
+    await inAct(() => $(view, 'undo-confirm-force')!.click());
+    await settle();
+    expect(fake.callsOf('undo_turn').at(-1)).toEqual({ session_id: 's1', message_index: 0, force: true });
+    expect($(view, 'changes-done')!.textContent).toContain('2 file(s) restored');
+    expect($(view, 'turn-undone')).not.toBeNull();
+    expect(($$(view, 'turn-undo')[0] as HTMLButtonElement).disabled).toBe(true);
+
+    // Without a conflict the plain Undo is offered.
+    conflicts = [];
+    await inAct(() => $$(view, 'turn-undo')[1].click());
+    await settle();
+    expect($(view, 'undo-confirm-force')).toBeNull();
+    expect($(view, 'undo-confirm')).not.toBeNull();
+  });
+
+  it('rewinds and forks: the fork is opened with the message as a draft', async () => {
+    const forked: Forked[] = [];
+    const fake = new FakePlatform({
+      turn_changes: () => changes(),
+      undo_turn: () => ({ applied: false, files: [file('c.txt', 'added')], conflicts: [], skipped: [] }),
+      fork_session: (args) => ({ session: info(args.rewind ? 'rewound' : 'forked'), draft: 'second', undo: args.rewind ? { applied: true, files: [file('c.txt', 'added')], conflicts: [], skipped: [] } : null }),
+    });
+    const view = await mount(fake, { onForked: (f) => forked.push(f) });
+    await inAct(() => $$(view, 'turn-fork')[1].click());
+    await settle();
+    expect(fake.callsOf('fork_session')).toEqual([{ session_id: 's1', message_index: 4, rewind: false }]);
+    expect(fake.callsOf('undo_turn')).toEqual([]);
+    await inAct(() => $$(view, 'turn-rewind')[1].click());
+    await settle();
+    expect($(view, 'undo-preview')!.textContent).toContain('Rewind to here');
+    await inAct(() => $(view, 'undo-confirm')!.click());
+    await settle();
+    expect(fake.callsOf('fork_session').at(-1)).toEqual({ session_id: 's1', message_index: 4, rewind: true, force: false });
+    expect(forked.map((f) => f.session.session_id)).toEqual(['forked', 'rewound']);
+    expect(forked[1].draft).toBe('second');
+  });
+
+  it('offers a sub-agent one undo for all its changes', async () => {
+    const fake = new FakePlatform({
+      turn_changes: () => changes(),
+      undo_turn: (args) => ({ applied: !args.preview, files: [file('a.txt', 'modified')], conflicts: [], skipped: [] }),
+    });
+    const view = await mount(fake, { child: true });
+    expect($(view, 'turn-undo')).toBeNull();
+    await inAct(() => $(view, 'child-undo')!.click());
+    await settle();
+    await inAct(() => $(view, 'undo-confirm')!.click());
+    await settle();
+    expect(fake.callsOf('undo_turn')).toEqual([
+      { session_id: 's1', message_index: 0, preview: true },
+      { session_id: 's1', message_index: 0, force: false },
+    ]);
+  });
+
+  it('applies an isolated sub-agent’s worktree, shows a conflict, and discards it', async () => {
+    let conflict = true;
+    let changed = 0;
+    const fake = new FakePlatform({
+      turn_changes: () => ({ available: true, turns: [] }),
+      apply_worktree: () => {
+        if (conflict) throw new CommandError('conflict', "the sub-agent's changes do not apply cleanly: a.txt; nothing was applied");
+        return { stat: ' a.txt | 2 +-\n 1 file changed' };
+      },
+      discard_worktree: () => ({}),
+    });
+    const worktree = { origin: '/ws', path: '/data/worktrees/c1', branch: 'bumblehive/c1', base: 'abc', applied: false };
+    const view = await mount(fake, { child: true, worktree, onWorktreeChanged: () => changed++ });
+    expect($(view, 'worktree-actions')!.textContent).toContain('bumblehive/c1');
+    await inAct(() => $(view, 'worktree-apply')!.click());
+    await settle();
+    expect($(view, 'changes-error')!.textContent).toContain('nothing was applied');
+    conflict = false;
+    await inAct(() => $(view, 'worktree-apply')!.click());
+    await settle();
+    expect($(view, 'changes-done')!.textContent).toContain('1 file changed');
+    await inAct(() => $(view, 'worktree-discard')!.click());
+    await settle();
+    expect(fake.callsOf('discard_worktree')).toEqual([{ session_id: 's1' }]);
+    expect(changed).toBe(2);
+  });
+
+  it('says so when checkpoints are off', async () => {
+    const fake = new FakePlatform({ turn_changes: () => ({ available: false, notice: 'Checkpoints and undo are off: git was not found', turns: [] }) });
+    const view = await mount(fake);
+    expect($(view, 'changes-off')!.textContent).toContain('git was not found');
+  });
+
+  it('lists a fork right under its original in the sidebar', () => {
+    const tree = sessionTree([
+      info('orig', { created_at: '2025-01-01T00:00:00Z' }),
+      info('newer', { created_at: '2025-01-03T00:00:00Z' }),
+      info('fork2', { created_at: '2025-01-04T00:00:00Z', forked_from: 'orig', forked_at: 4 }),
+      info('fork1', { created_at: '2025-01-02T00:00:00Z', forked_from: 'orig', forked_at: 0 }),
+    ]);
+    expect(tree.map((n) => n.info.session_id)).toEqual(['newer', 'orig', 'fork1', 'fork2']);
+  });
+
+  it('forks from one of the person’s messages in the chat, with that message as the draft', async () => {
+    const history = [
+      { role: 'user', content: 'first', id: 'm1' },
+      { role: 'assistant', content: 'one' },
+      { role: 'user', content: 'second', id: 'm2' },
+      { role: 'assistant', content: 'two' },
+    ];
+    const fake = workspacePlatform([info('a')], { a: history, f: history.slice(0, 2) });
+    fake.handlers.fork_session = (args) => ({ session: info('f', { forked_from: 'a', forked_at: args.message_index }), draft: 'second' });
+    const mounted = await mountApp(fake, 'a');
+    unmount = mounted.unmount;
+    const forks = $$(mounted.root, 'fork-message');
+    expect(forks.length).toBe(2);
+    await inAct(() => forks[1].click());
+    await settle();
+    expect(fake.callsOf('fork_session')).toEqual([{ session_id: 'a', message_index: 2, rewind: false }]);
+    expect(($(mounted.root, 'prompt-input') as HTMLTextAreaElement).value).toBe('second');
+  });
+
+  it('is a tab of the session in the app', async () => {
+    const fake = workspacePlatform([info('a')], { a: [] });
+    fake.handlers.turn_changes = () => changes();
+    const mounted = await mountApp(fake, 'a');
+    unmount = mounted.unmount;
+    await inAct(() => $(mounted.root, 'tab-changes')!.click());
+    await settle();
+    expect($$(mounted.root, 'changes-turn').length).toBe(2);
+    expect(fake.callsOf('turn_changes')).toEqual([{ session_id: 'a' }]);
+  });
+});
