@@ -21,6 +21,7 @@ import type { MessageRef } from './bindings/MessageRef';
 import type { SessionRef } from './bindings/SessionRef';
 import type { Steered } from './bindings/Steered';
 import type { Submit } from './bindings/Submit';
+import type { ImagePart } from './bindings/ImagePart';
 import type { Submitted } from './bindings/Submitted';
 import { CommandError, toCommandError, type Platform, type StreamStatus } from './platform';
 
@@ -116,6 +117,8 @@ export interface ViewState {
   transcripts: Record<string, Transcript>;
   /** The instruction files (AGENTS.md, CLAUDE.md, the user's) the last run loaded. */
   instructions: InstructionFile[];
+  /** Task ids of children the person deleted here (their `sub_agent` cards say "deleted"). */
+  deleted: string[];
 }
 
 export const REPORT_PREFIX = 'subagent:';
@@ -213,6 +216,8 @@ export class SessionModel {
   private disposed = false;
   /** Whether this run's instruction files were read (once per run, after its first call). */
   private instructionsRead = false;
+  /** Children deleted here: a sessions list read before the deletion must not bring them back. */
+  private deletedSessions = new Set<string>();
 
   constructor(
     readonly platform: Platform,
@@ -235,6 +240,7 @@ export class SessionModel {
       treeUsage: { input: 0, output: 0 },
       transcripts: { [sessionId]: emptyTranscript(sessionId) },
       instructions: [],
+      deleted: [],
     };
   }
 
@@ -413,7 +419,7 @@ export class SessionModel {
     // Children of children too, in list order.
     for (let pass = 0; pass < 4; pass++) {
       for (const info of sessions) {
-        if (!info.parent_session_id || !mine.has(info.parent_session_id)) continue;
+        if (!info.parent_session_id || !mine.has(info.parent_session_id) || this.deletedSessions.has(info.session_id)) continue;
         const index = children.findIndex((c) => c.sessionId === info.session_id);
         if (index < 0) {
           children.push({
@@ -494,7 +500,7 @@ export class SessionModel {
       (m) => m.status === 'started' && snapshot.running && !steered.some((s) => s.messageId === m.messageId),
     );
     let children = [...this.state.children];
-    for (const info of snapshot.subagents) children = upsertChild(children, info);
+    for (const info of snapshot.subagents) if (!this.deletedSessions.has(info.session_id)) children = upsertChild(children, info);
     this.state = {
       ...this.state,
       synced: true,
@@ -757,10 +763,37 @@ export class SessionModel {
     this.options.onSessionsChanged?.();
   }
 
-  /** Drops a child's tab (after `delete_session`). */
+  /**
+   * Sends a message to a sub-agent (typed into its tab, or Retry): a finished or failed child
+   * runs again and reports again to its parent, so its tab shows it running at once.
+   */
+  async submitToChild(sessionId: string, content: string, images: ImagePart[] = []): Promise<void> {
+    const args: Submit = { session_id: sessionId, content, config: null };
+    if (images.length) args.images = images;
+    await this.platform.invoke('submit', args);
+    if (this.disposed) return;
+    this.set({ children: this.state.children.map((c) => (c.sessionId === sessionId ? { ...c, state: 'running', interrupted: false } : c)) });
+    this.patchTranscript(sessionId, () => ({ running: true }));
+  }
+
+  /**
+   * Drops a child's tab (after `delete_session`). A deleted child never reports (SPEC), so the
+   * parent's chat says so where it happened, and its `sub_agent` card says "deleted".
+   */
   removeChild(sessionId: string): void {
+    const child = this.state.children.find((c) => c.sessionId === sessionId);
     const { [sessionId]: _gone, ...transcripts } = this.state.transcripts;
-    this.set({ children: this.state.children.filter((c) => c.sessionId !== sessionId), transcripts });
+    this.deletedSessions.add(sessionId);
+    this.set({
+      children: this.state.children.filter((c) => c.sessionId !== sessionId),
+      transcripts,
+      deleted: child?.taskId ? [...this.state.deleted, child.taskId] : this.state.deleted,
+    });
+    if (!child) return;
+    const parent = child.parentSessionId && this.state.transcripts[child.parentSessionId] ? child.parentSessionId : this.sessionId;
+    const active = child.state === 'running' || child.state === 'waiting_for_slot' || child.interrupted;
+    const text = active ? `Sub-agent “${child.title}” was deleted; it will not report.` : `Sub-agent “${child.title}” was deleted.`;
+    this.patchTranscript(parent, (t) => ({ notes: [...t.notes, { kind: 'notice', text, at: t.messages.length }] }));
   }
 
   // ------------------------------------------------------------------ derived
@@ -789,8 +822,9 @@ export class SessionModel {
 
   // ------------------------------------------------------------------ actions
 
-  async submit(content: string): Promise<void> {
+  async submit(content: string, images: ImagePart[] = []): Promise<void> {
     const args: Submit = { session_id: this.sessionId, content, config: null };
+    if (images.length) args.images = images;
     const result: Submitted = await this.platform.invoke('submit', args);
     if (this.disposed) return;
     const id = result.message_id;
