@@ -33,15 +33,20 @@ export function imageRefusal(file: { name: string; type: string; size: number },
   return null;
 }
 
-const TEXT_EXTENSIONS =
-  /\.(txt|md|markdown|rst|rs|ts|tsx|js|jsx|mjs|cjs|json|jsonl|toml|ya?ml|ini|cfg|conf|env|py|rb|go|java|kt|c|h|cc|cpp|hpp|cs|swift|php|sh|bash|zsh|fish|ps1|sql|html?|css|scss|less|xml|svg|csv|tsv|log|diff|patch|lock|gitignore|dockerfile|makefile|vue|svelte|lua|pl|r|scala|hs|ex|exs|erl|clj|dart|zig|nim|proto|graphql|tf)$/i;
+/**
+ * What a dropped file that is not an image is, by its type: `text`, `binary`, or `unknown`
+ * (no type, as for most source files): then its bytes decide (`isBinaryText`).
+ */
+export function fileKind(file: { type: string }): 'text' | 'binary' | 'unknown' {
+  if (file.type.startsWith('text/') || /^application\/(json|xml|javascript|typescript|x-sh|x-yaml|yaml|toml|sql)/.test(file.type)) return 'text';
+  return !file.type || file.type === 'application/octet-stream' ? 'unknown' : 'binary';
+}
 
-/** Whether a dropped file that is not an image looks like text (by type, else by name). */
-export function looksLikeText(file: { name: string; type: string }): boolean {
-  if (file.type.startsWith('text/')) return true;
-  if (/^application\/(json|xml|x-sh|x-yaml|yaml|toml|javascript|typescript|sql|x-httpd-php)/.test(file.type)) return true;
-  if (file.type && file.type !== 'application/octet-stream') return false;
-  return TEXT_EXTENSIONS.test(file.name) || /^(Makefile|Dockerfile|LICENSE|README|Cargo\.lock)$/i.test(file.name);
+/** Text read from a binary file has NULs or many replacement characters. */
+export function isBinaryText(text: string): boolean {
+  if (text.includes('\u0000')) return true;
+  const bad = text.match(/\uFFFD/g)?.length ?? 0;
+  return bad > 8 && bad > text.length / 100;
 }
 
 /** The fence language of a file name (`main.rs` → `rs`), or empty. */
@@ -54,13 +59,13 @@ function fenceLanguage(name: string): string {
  * A file's text as a fenced code block headed by its name, cut at `cap` characters with a
  * line saying so. The fence is longer than any backtick run inside, so the text cannot end it.
  */
-export function fencedBlock(name: string, text: string, cap = MAX_TEXT_CHARS): { block: string; cut: boolean } {
-  const cut = text.length > cap;
+export function fencedBlock(name: string, text: string, cap = MAX_TEXT_CHARS, more = false): { block: string; cut: boolean } {
+  // `more`: the text read is already only the file's start.
+  const cut = more || text.length > cap;
   const body = (cut ? text.slice(0, cap) : text).replace(/\n$/, '');
   const longest = Math.max(2, ...Array.from(body.matchAll(/`+/g), (m) => m[0].length));
   const fence = '`'.repeat(longest + 1);
-  const size = (n: number) => (n >= 1024 ? `${Math.round(n / 1024)} KB` : `${n} characters`);
-  const note = cut ? `\n(${name} was cut to its first ${size(cap)} of ${size(text.length)}.)` : '';
+  const note = cut ? `\n(${name} was cut: only its first ${cap >= 1024 ? `${Math.round(cap / 1024)} KB` : `${cap} characters`} are here.)` : '';
   return { block: `${name}:\n${fence}${fenceLanguage(name)}\n${body}\n${fence}${note}`, cut };
 }
 
@@ -77,7 +82,9 @@ export function readBase64(file: Blob): Promise<string> {
   });
 }
 
-export function readText(file: Blob): Promise<string> {
+/** Reads a file's text: only its start when it is far longer than `MAX_TEXT_CHARS` could use. */
+export function readText(whole: Blob): Promise<string> {
+  const file = whole.size > MAX_TEXT_CHARS * 4 ? whole.slice(0, MAX_TEXT_CHARS * 4) : whole;
   return new Promise((resolve, reject) => {
     const reader = new FileReader();
     reader.onload = () => resolve(String(reader.result ?? ''));

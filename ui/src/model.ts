@@ -96,6 +96,8 @@ export interface Inflight {
   messageId: string;
   content: string | null;
   status: MessageStatus;
+  /** The images sent with it (shown until the message is appended). */
+  images?: ImagePart[];
 }
 
 export interface ViewState {
@@ -492,7 +494,7 @@ export class SessionModel {
     const queued = snapshot.pending.filter((p) => p.status === 'queued');
     const steered: Inflight[] = snapshot.pending
       .filter((p) => p.status !== 'queued')
-      .map((p) => ({ messageId: p.message_id, content: p.content, status: p.status }));
+      .map((p) => ({ messageId: p.message_id, content: p.content, status: p.status, ...(p.images?.length ? { images: p.images } : {}) }));
     const statuses = { ...this.state.statuses };
     for (const p of snapshot.pending) statuses[p.message_id] = p.status;
     // Started messages of a run in flight are not in the snapshot: keep them until appended.
@@ -831,11 +833,11 @@ export class SessionModel {
     const statuses = { ...this.state.statuses, [id]: result.status };
     if (result.status === 'queued') {
       const pending = this.state.pending.filter((p) => p.message_id !== id);
-      pending.push({ message_id: id, content, status: 'queued', config: { runtime: {} } as PendingMessage['config'] });
+      pending.push({ message_id: id, content, status: 'queued', config: { runtime: {} } as PendingMessage['config'], ...(images.length ? { images } : {}) });
       this.set({ statuses, pending });
     } else {
       const inflight = this.state.inflight.filter((m) => m.messageId !== id);
-      if (!this.appended.has(id)) inflight.push({ messageId: id, content, status: result.status });
+      if (!this.appended.has(id)) inflight.push({ messageId: id, content, status: result.status, ...(images.length ? { images } : {}) });
       this.set({ statuses, inflight, running: true, paused: false });
     }
   }
@@ -875,7 +877,7 @@ export class SessionModel {
     if (this.disposed) return;
     const pending = this.state.pending.filter((p) => p.message_id !== messageId);
     const inflight = this.state.inflight.filter((m) => m.messageId !== messageId);
-    if (!this.appended.has(messageId)) inflight.push({ messageId, content: item?.content ?? null, status: result.status });
+    if (!this.appended.has(messageId)) inflight.push({ messageId, content: item?.content ?? null, status: result.status, ...(item?.images?.length ? { images: item.images } : {}) });
     this.set({
       pending,
       inflight,

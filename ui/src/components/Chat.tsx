@@ -447,6 +447,7 @@ export function Chat(props: {
             <StatusChip status={m.status} />
           </div>
           <div class="plain">{m.content ?? ''}</div>
+          <MessageImages images={m.images} />
         </div>,
       );
     }

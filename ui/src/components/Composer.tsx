@@ -1,7 +1,7 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { argumentQuery, insertMention, matchCommands, mentionAt, parseSlash, slashQuery, type SlashCommand } from '../commands';
-import { fencedBlock, imageRefusal, imageSrc, looksLikeText, readBase64, readText, type Attachment } from '../attachments';
+import { fencedBlock, fileKind, imageRefusal, imageSrc, isBinaryText, MAX_TEXT_CHARS, readBase64, readText, type Attachment } from '../attachments';
 import type { ImagePart } from '../bindings/ImagePart';
 import { toCommandError } from '../platform';
 import { ErrorBox } from './ErrorBox';
@@ -156,17 +156,17 @@ export function Composer(props: {
         }
         continue;
       }
-      if (!looksLikeText(file)) {
+      if (fileKind(file) === 'binary') {
         notes.push(`Cannot attach ${file.name}: only images (PNG, JPEG, GIF, WebP) and text files can be added to a message.`);
         continue;
       }
       try {
         const content = await readText(file);
-        if (content.includes('\u0000')) {
+        if (isBinaryText(content)) {
           notes.push(`Cannot attach ${file.name}: it is not a text file; only images and text files can be added to a message.`);
           continue;
         }
-        const { block, cut } = fencedBlock(file.name, content);
+        const { block, cut } = fencedBlock(file.name, content, MAX_TEXT_CHARS, file.size > MAX_TEXT_CHARS * 4);
         if (cut) notes.push(`${file.name} is longer than 100 KB: only its first 100 KB were inserted.`);
         inserts.push(block);
       } catch (err) {
@@ -179,18 +179,33 @@ export function Composer(props: {
   };
 
   const onPaste = (e: ClipboardEvent) => {
-    const files = Array.from(e.clipboardData?.files ?? []).filter((f) => f.type.startsWith('image/'));
-    const fromItems = files.length
-      ? files
-      : Array.from(e.clipboardData?.items ?? [])
-          .filter((i) => i.kind === 'file' && i.type.startsWith('image/'))
-          .map((i) => i.getAsFile())
-          .filter((f): f is File => !!f);
     // Pasted text goes into the field as usual; only images are taken here.
-    if (!fromItems.length) return;
+    const files = Array.from(e.clipboardData?.files ?? []).filter((f) => f.type.startsWith('image/'));
+    if (!files.length) return;
     e.preventDefault();
-    void addFiles(fromItems, false);
+    // Taking the images stops the default paste: put any text that came with them in by hand.
+    const pastedText = e.clipboardData?.getData?.('text/plain') ?? '';
+    const el = area.current;
+    if (pastedText && el) {
+      const start = el.selectionStart ?? text.length;
+      const end = el.selectionEnd ?? start;
+      setText(text.slice(0, start) + pastedText + text.slice(end));
+    }
+    void addFiles(files, false);
   };
+
+  // A file dropped beside the composer would make the page navigate to it (leaving the app).
+  useEffect(() => {
+    const guard = (e: DragEvent) => {
+      if (Array.from(e.dataTransfer?.types ?? []).includes('Files')) e.preventDefault();
+    };
+    window.addEventListener('dragover', guard);
+    window.addEventListener('drop', guard);
+    return () => {
+      window.removeEventListener('dragover', guard);
+      window.removeEventListener('drop', guard);
+    };
+  }, []);
 
   const [dragging, setDragging] = useState(false);
   const onDragOver = (e: DragEvent) => {

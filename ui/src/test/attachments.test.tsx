@@ -71,8 +71,33 @@ describe('pasting and dropping images', () => {
     expect(fake.callsOf('submit')).toEqual([
       { session_id: 'p', content: 'what is this?', config: null, images: [{ media_type: 'image/png', data: PNG_BASE64 }] },
     ]);
-    // Sent: the attachments are gone from the composer.
+    // Sent: the attachments are gone from the composer, and the message in flight shows its image.
     expect($$(root, 'attachment')).toHaveLength(0);
+    const sent = $$(root, 'chat-message').find((m) => m.dataset.messageId === 'msg-1')!;
+    expect($$(sent, 'message-image')).toHaveLength(1);
+  });
+
+  it('text pasted together with an image still goes into the field', async () => {
+    const { root } = await openSession();
+    const input = $(root, 'prompt-input') as HTMLTextAreaElement;
+    await inAct(() => typeInto(input, 'see: '));
+    input.setSelectionRange(5, 5);
+    const event = new Event('paste', { bubbles: true, cancelable: true });
+    Object.defineProperty(event, 'clipboardData', {
+      value: { files: [new File([PNG], 'a.png', { type: 'image/png' })], items: [], types: ['Files', 'text/plain'], getData: (t: string) => (t === 'text/plain' ? 'the chart' : '') },
+    });
+    await inAct(() => void input.dispatchEvent(event));
+    await settle();
+    expect(input.value).toBe('see: the chart');
+    expect($$(root, 'attachment')).toHaveLength(1);
+  });
+
+  it('a file dropped beside the composer does not make the page navigate to it', async () => {
+    await openSession();
+    const event = new Event('drop', { bubbles: true, cancelable: true });
+    Object.defineProperty(event, 'dataTransfer', { value: { files: [], types: ['Files'] } });
+    window.dispatchEvent(event);
+    expect(event.defaultPrevented).toBe(true);
   });
 
   it('refuses a too-big image and an unknown type, saying why, and attaches nothing', async () => {
@@ -114,9 +139,29 @@ describe('dropping files that are not images', () => {
   it('a long text file is cut, and says so; backticks inside cannot close the fence', () => {
     const long = fencedBlock('big.txt', 'x'.repeat(300), 100);
     expect(long.cut).toBe(true);
-    expect(long.block).toBe(`big.txt:\n\`\`\`txt\n${'x'.repeat(100)}\n\`\`\`\n(big.txt was cut to its first 100 characters of 300 characters.)`);
+    expect(long.block).toBe(`big.txt:\n\`\`\`txt\n${'x'.repeat(100)}\n\`\`\`\n(big.txt was cut: only its first 100 characters are here.)`);
     const fenced = fencedBlock('a.md', 'before\n```\ncode\n```\n');
     expect(fenced.block).toBe('a.md:\n````md\nbefore\n```\ncode\n```\n````');
+  });
+
+  it('a file without a type is read, and refused when its bytes are not text', async () => {
+    const { root } = await openSession();
+    const input = $(root, 'prompt-input') as HTMLTextAreaElement;
+    const blob = new File([new Uint8Array([0x7f, 0x45, 0x4c, 0x46, 0, 0, 1])], 'a.out', { type: '' });
+    await inAct(() => void drop($(root, 'composer')!, [blob]));
+    await settle();
+    expect(input.value).toBe('');
+    expect($(root, 'attach-error')!.textContent).toContain('Cannot attach a.out: it is not a text file');
+  });
+
+  it('a dropped text file over 100 KB is cut and the composer says so', async () => {
+    const { root } = await openSession();
+    const input = $(root, 'prompt-input') as HTMLTextAreaElement;
+    await inAct(() => void drop($(root, 'composer')!, [new File(['y'.repeat(150 * 1024)], 'log.txt', { type: 'text/plain' })]));
+    await settle();
+    expect(input.value.length).toBeLessThan(101 * 1024);
+    expect(input.value).toContain('(log.txt was cut: only its first 100 KB are here.)');
+    expect($(root, 'attach-error')!.textContent).toContain('log.txt is longer than 100 KB: only its first 100 KB were inserted.');
   });
 });
 
