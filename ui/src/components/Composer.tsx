@@ -259,7 +259,9 @@ export function Composer(props: {
       setChoice((c) => (c + (e.key === 'ArrowDown' ? 1 : menu.length - 1)) % menu.length);
       return;
     }
-    if (menu.length && (e.key === 'Tab' || (e.key === 'Enter' && !e.shiftKey && !e.isComposing))) {
+    // `/agent ` + Enter runs it as typed (lists the profiles) rather than picking the first name.
+    const bareArg = argCommand && !typingArg?.query && e.key === 'Enter';
+    if (menu.length && !bareArg && (e.key === 'Tab' || (e.key === 'Enter' && !e.shiftKey && !e.isComposing))) {
       const item = menu[Math.min(choice, menu.length - 1)];
       e.preventDefault();
       if (mention) item.pick();

@@ -203,7 +203,9 @@ describe('/agent (profiles)', () => {
   it('/agent alone lists the profiles and the current one', async () => {
     const { fake, root } = await openSession();
     const input = $(root, 'prompt-input') as HTMLTextAreaElement;
-    await inAct(() => typeInto(input, '/agent'));
+    await inAct(() => typeInto(input, '/agent '));
+    // Every name is offered, but Enter on no name yet lists them instead of picking one.
+    expect($$(root, 'argument-item').map((i) => i.dataset.name)).toEqual(['explore', 'review', 'none']);
     await inAct(() => key(input, 'Enter'));
     const text = $(root, 'composer-info')!.textContent!;
     expect(text).toContain('explore — Reads and searches, changes nothing');
