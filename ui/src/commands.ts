@@ -7,6 +7,8 @@ export interface SlashCommand {
   available: boolean;
   /** Why it cannot run now (default: the runtime has no command for it yet). */
   reason?: string;
+  /** Values its argument can take (`/agent explore`): offered as the person types. */
+  choices?: { value: string; hint: string }[];
 }
 
 /** The word being typed when the text is a slash command (`/ne` → `ne`), else null. */
@@ -19,6 +21,12 @@ export function slashQuery(text: string): string | null {
 export function parseSlash(text: string): { name: string; arg: string } | null {
   const match = /^\/([\w-]+)(?:\s+(.*))?$/s.exec(text.trim());
   return match ? { name: match[1].toLowerCase(), arg: (match[2] ?? '').trim() } : null;
+}
+
+/** The command and partial argument being typed (`/agent ex` → agent, ex), else null. */
+export function argumentQuery(text: string): { name: string; query: string } | null {
+  const match = /^\/([\w-]+)\s+(\S*)$/.exec(text);
+  return match ? { name: match[1].toLowerCase(), query: match[2].toLowerCase() } : null;
 }
 
 export function matchCommands(commands: SlashCommand[], query: string): SlashCommand[] {

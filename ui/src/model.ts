@@ -21,6 +21,7 @@ import type { MessageRef } from './bindings/MessageRef';
 import type { SessionRef } from './bindings/SessionRef';
 import type { Steered } from './bindings/Steered';
 import type { Submit } from './bindings/Submit';
+import type { ImagePart } from './bindings/ImagePart';
 import type { Submitted } from './bindings/Submitted';
 import { CommandError, toCommandError, type Platform, type StreamStatus } from './platform';
 
@@ -95,6 +96,8 @@ export interface Inflight {
   messageId: string;
   content: string | null;
   status: MessageStatus;
+  /** The images sent with it (shown until the message is appended). */
+  images?: ImagePart[];
 }
 
 export interface ViewState {
@@ -116,6 +119,8 @@ export interface ViewState {
   transcripts: Record<string, Transcript>;
   /** The instruction files (AGENTS.md, CLAUDE.md, the user's) the last run loaded. */
   instructions: InstructionFile[];
+  /** Task ids of children the person deleted here (their `sub_agent` cards say "deleted"). */
+  deleted: string[];
 }
 
 export const REPORT_PREFIX = 'subagent:';
@@ -213,6 +218,8 @@ export class SessionModel {
   private disposed = false;
   /** Whether this run's instruction files were read (once per run, after its first call). */
   private instructionsRead = false;
+  /** Children deleted here: a sessions list read before the deletion must not bring them back. */
+  private deletedSessions = new Set<string>();
 
   constructor(
     readonly platform: Platform,
@@ -235,6 +242,7 @@ export class SessionModel {
       treeUsage: { input: 0, output: 0 },
       transcripts: { [sessionId]: emptyTranscript(sessionId) },
       instructions: [],
+      deleted: [],
     };
   }
 
@@ -413,7 +421,7 @@ export class SessionModel {
     // Children of children too, in list order.
     for (let pass = 0; pass < 4; pass++) {
       for (const info of sessions) {
-        if (!info.parent_session_id || !mine.has(info.parent_session_id)) continue;
+        if (!info.parent_session_id || !mine.has(info.parent_session_id) || this.deletedSessions.has(info.session_id)) continue;
         const index = children.findIndex((c) => c.sessionId === info.session_id);
         if (index < 0) {
           children.push({
@@ -486,7 +494,7 @@ export class SessionModel {
     const queued = snapshot.pending.filter((p) => p.status === 'queued');
     const steered: Inflight[] = snapshot.pending
       .filter((p) => p.status !== 'queued')
-      .map((p) => ({ messageId: p.message_id, content: p.content, status: p.status }));
+      .map((p) => ({ messageId: p.message_id, content: p.content, status: p.status, ...(p.images?.length ? { images: p.images } : {}) }));
     const statuses = { ...this.state.statuses };
     for (const p of snapshot.pending) statuses[p.message_id] = p.status;
     // Started messages of a run in flight are not in the snapshot: keep them until appended.
@@ -494,7 +502,7 @@ export class SessionModel {
       (m) => m.status === 'started' && snapshot.running && !steered.some((s) => s.messageId === m.messageId),
     );
     let children = [...this.state.children];
-    for (const info of snapshot.subagents) children = upsertChild(children, info);
+    for (const info of snapshot.subagents) if (!this.deletedSessions.has(info.session_id)) children = upsertChild(children, info);
     this.state = {
       ...this.state,
       synced: true,
@@ -757,10 +765,37 @@ export class SessionModel {
     this.options.onSessionsChanged?.();
   }
 
-  /** Drops a child's tab (after `delete_session`). */
+  /**
+   * Sends a message to a sub-agent (typed into its tab, or Retry): a finished or failed child
+   * runs again and reports again to its parent, so its tab shows it running at once.
+   */
+  async submitToChild(sessionId: string, content: string, images: ImagePart[] = []): Promise<void> {
+    const args: Submit = { session_id: sessionId, content, config: null };
+    if (images.length) args.images = images;
+    await this.platform.invoke('submit', args);
+    if (this.disposed) return;
+    this.set({ children: this.state.children.map((c) => (c.sessionId === sessionId ? { ...c, state: 'running', interrupted: false } : c)) });
+    this.patchTranscript(sessionId, () => ({ running: true }));
+  }
+
+  /**
+   * Drops a child's tab (after `delete_session`). A deleted child never reports (SPEC), so the
+   * parent's chat says so where it happened, and its `sub_agent` card says "deleted".
+   */
   removeChild(sessionId: string): void {
+    const child = this.state.children.find((c) => c.sessionId === sessionId);
     const { [sessionId]: _gone, ...transcripts } = this.state.transcripts;
-    this.set({ children: this.state.children.filter((c) => c.sessionId !== sessionId), transcripts });
+    this.deletedSessions.add(sessionId);
+    this.set({
+      children: this.state.children.filter((c) => c.sessionId !== sessionId),
+      transcripts,
+      deleted: child?.taskId ? [...this.state.deleted, child.taskId] : this.state.deleted,
+    });
+    if (!child) return;
+    const parent = child.parentSessionId && this.state.transcripts[child.parentSessionId] ? child.parentSessionId : this.sessionId;
+    const active = child.state === 'running' || child.state === 'waiting_for_slot' || child.interrupted;
+    const text = active ? `Sub-agent “${child.title}” was deleted; it will not report.` : `Sub-agent “${child.title}” was deleted.`;
+    this.patchTranscript(parent, (t) => ({ notes: [...t.notes, { kind: 'notice', text, at: t.messages.length }] }));
   }
 
   // ------------------------------------------------------------------ derived
@@ -789,19 +824,20 @@ export class SessionModel {
 
   // ------------------------------------------------------------------ actions
 
-  async submit(content: string): Promise<void> {
+  async submit(content: string, images: ImagePart[] = []): Promise<void> {
     const args: Submit = { session_id: this.sessionId, content, config: null };
+    if (images.length) args.images = images;
     const result: Submitted = await this.platform.invoke('submit', args);
     if (this.disposed) return;
     const id = result.message_id;
     const statuses = { ...this.state.statuses, [id]: result.status };
     if (result.status === 'queued') {
       const pending = this.state.pending.filter((p) => p.message_id !== id);
-      pending.push({ message_id: id, content, status: 'queued', config: { runtime: {} } as PendingMessage['config'] });
+      pending.push({ message_id: id, content, status: 'queued', config: { runtime: {} } as PendingMessage['config'], ...(images.length ? { images } : {}) });
       this.set({ statuses, pending });
     } else {
       const inflight = this.state.inflight.filter((m) => m.messageId !== id);
-      if (!this.appended.has(id)) inflight.push({ messageId: id, content, status: result.status });
+      if (!this.appended.has(id)) inflight.push({ messageId: id, content, status: result.status, ...(images.length ? { images } : {}) });
       this.set({ statuses, inflight, running: true, paused: false });
     }
   }
@@ -841,7 +877,7 @@ export class SessionModel {
     if (this.disposed) return;
     const pending = this.state.pending.filter((p) => p.message_id !== messageId);
     const inflight = this.state.inflight.filter((m) => m.messageId !== messageId);
-    if (!this.appended.has(messageId)) inflight.push({ messageId, content: item?.content ?? null, status: result.status });
+    if (!this.appended.has(messageId)) inflight.push({ messageId, content: item?.content ?? null, status: result.status, ...(item?.images?.length ? { images: item.images } : {}) });
     this.set({
       pending,
       inflight,

@@ -1,6 +1,8 @@
 import type { ComponentChildren } from 'preact';
-import { useLayoutEffect, useRef, useState } from 'preact/hooks';
+import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import { copyText } from '../markdown';
+import { imageSrc } from '../attachments';
+import type { ImagePart } from '../bindings/ImagePart';
 import type { Compaction } from '../bindings/Compaction';
 import type { Message } from '../bindings/Message';
 import type { MessageStatus } from '../bindings/MessageStatus';
@@ -34,7 +36,45 @@ function CopyButton({ text, label = 'Copy message' }: { text: string; label?: st
       }}
     >
       <Icon name={done ? 'done' : 'copy'} />
+      {done && (
+        <span class="copied" data-testid="copied" role="status">
+          Copied
+        </span>
+      )}
     </button>
+  );
+}
+
+/** The images of a person's message: thumbnails; a click shows one larger (Esc or a click closes it). */
+function MessageImages({ images }: { images: ImagePart[] | undefined }) {
+  const [open, setOpen] = useState<string | null>(null);
+  const shown = (images ?? []).map(imageSrc).filter((src): src is string => !!src);
+  useEffect(() => {
+    if (!open) return;
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key !== 'Escape') return;
+      // Esc closes the image, it does not stop the run.
+      e.preventDefault();
+      e.stopPropagation();
+      setOpen(null);
+    };
+    window.addEventListener('keydown', onKey, true);
+    return () => window.removeEventListener('keydown', onKey, true);
+  }, [open]);
+  if (!shown.length) return null;
+  return (
+    <div class="message-images" data-testid="message-images">
+      {shown.map((src, i) => (
+        <button key={i} type="button" class="message-image" data-testid="message-image" title="View larger" aria-label={`Image ${i + 1}: view larger`} onClick={() => setOpen(src)}>
+          <img src={src} alt={`Image ${i + 1}`} />
+        </button>
+      ))}
+      {open && (
+        <div class="overlay image-viewer" data-testid="image-viewer" role="dialog" aria-label="Image" onClick={() => setOpen(null)}>
+          <img src={open} alt="Image, larger" />
+        </div>
+      )}
+    </div>
   );
 }
 
@@ -211,6 +251,8 @@ export function Chat(props: {
   onEdit?: (text: string) => void;
   /** Forks the conversation before the person's message at this history index. */
   onFork?: (messageIndex: number) => void;
+  /** Task ids of sub-agents the person deleted (their cards say "deleted"). */
+  deleted?: string[];
 }) {
   const { transcript: t, statuses = {} } = props;
   const canSend = props.canSend ?? true;
@@ -339,7 +381,8 @@ export function Chat(props: {
               )}
               <CopyButton text={m.content ?? ''} />
             </div>
-            <div class="plain">{m.content}</div>
+            {m.content ? <div class="plain">{m.content}</div> : null}
+            <MessageImages images={m.images} />
           </div>,
         );
       }
@@ -374,6 +417,7 @@ export function Chat(props: {
               result={results.get(call.id)}
               child={call.name === 'sub_agent' ? props.tabs.find((c) => c.taskId === call.id) : undefined}
               reported={reported.has(call.id)}
+              deleted={props.deleted?.includes(call.id)}
               onOpenChild={props.onOpenChild}
             />
           ))}
@@ -416,6 +460,7 @@ export function Chat(props: {
             <StatusChip status={m.status} />
           </div>
           <div class="plain">{m.content ?? ''}</div>
+          <MessageImages images={m.images} />
         </div>,
       );
     }

@@ -1,24 +1,35 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { insertMention, matchCommands, mentionAt, parseSlash, slashQuery, type SlashCommand } from '../commands';
+import { argumentQuery, insertMention, matchCommands, mentionAt, parseSlash, slashQuery, type SlashCommand } from '../commands';
+import { fencedBlock, fileKind, imageRefusal, imageSrc, isBinaryText, MAX_TEXT_CHARS, readBase64, readText, type Attachment } from '../attachments';
+import type { ImagePart } from '../bindings/ImagePart';
 import { toCommandError } from '../platform';
 import { ErrorBox } from './ErrorBox';
 
-/** The prompt: Enter sends, Shift+Enter is a new line, Esc stops; `/` commands, `@` files. */
+let attachmentSeq = 0;
+
+/**
+ * The prompt: Enter sends, Shift+Enter is a new line, Esc stops; `/` commands, `@` files.
+ * Pasted or dropped images become attachments sent with the next message; dropped text files
+ * are inserted as fenced code blocks.
+ */
 export function Composer(props: {
   running: boolean;
   disabled?: boolean;
   placeholder?: string;
-  onSend: (text: string) => Promise<void>;
+  /** `images` are the attachments (empty when none); the text may be empty when there are some. */
+  onSend: (text: string, images: ImagePart[]) => Promise<void>;
   onStop: () => Promise<void>;
   autoFocus?: boolean;
   /** Text to put in the composer (edit and resend); a new object each time. */
   draft?: { text: string } | null;
   commands?: SlashCommand[];
-  /** Runs a command; a returned promise that fails shows its error here. */
-  onCommand?: (name: string, arg: string) => void | Promise<void>;
+  /** Runs a command; a returned promise that fails shows its error here, a string it gives shows as a note. */
+  onCommand?: (name: string, arg: string) => void | Promise<void | string>;
   /** Workspace files matching a query (fuzzy); null when the backend cannot list files. */
   findFiles?: (query: string) => Promise<string[] | null>;
+  /** Whether images can be attached (default yes). */
+  images?: boolean;
   /** Shown under the text field (the model picker). */
   extra?: ComponentChildren;
 }) {
@@ -30,6 +41,13 @@ export function Composer(props: {
   const [choice, setChoice] = useState(0);
   const [mention, setMention] = useState<{ query: string; start: number; files: string[] } | null>(null);
   const mentionSeq = useRef(0);
+  const [attachments, setAttachments] = useState<Attachment[]>([]);
+  const attached = useRef(0);
+  attached.current = attachments.length;
+  /** Why pasted or dropped files were refused or cut (shown until dismissed or sent). */
+  const [fileNotes, setFileNotes] = useState<string[]>([]);
+  /** What a command answered (`/agent` lists the profiles). */
+  const [info, setInfo] = useState<string | null>(null);
 
   useEffect(() => {
     if (!props.draft) return;
@@ -40,9 +58,14 @@ export function Composer(props: {
   const commands = props.commands ?? [];
   const query = slashQuery(text);
   const matches = query == null ? [] : matchCommands(commands, query);
+  const typingArg = argumentQuery(text);
+  const argCommand = typingArg ? commands.find((c) => c.name === typingArg.name && c.available && c.choices?.length) : undefined;
+  const argMatches = argCommand && typingArg ? argCommand.choices!.filter((c) => c.value.toLowerCase().startsWith(typingArg.query)) : [];
   const menu: { key: string; label: string; hint: string; disabled: boolean; pick: () => void }[] = mention
     ? mention.files.map((f) => ({ key: f, label: `@${f}`, hint: '', disabled: false, pick: () => pickMention(f) }))
-    : matches.map((c) => ({
+    : argCommand
+      ? argMatches.map((c) => ({ key: c.value, label: `/${argCommand.name} ${c.value}`, hint: c.hint, disabled: false, pick: () => runCommand(argCommand.name, c.value) }))
+      : matches.map((c) => ({
         key: c.name,
         label: `/${c.name}`,
         hint: c.available ? c.description : c.reason ? `${c.description} (${c.reason})` : `${c.description} (coming)`,
@@ -61,10 +84,16 @@ export function Composer(props: {
       return;
     }
     setError(null);
+    setInfo(null);
     setText('');
     const done = props.onCommand?.(name, arg);
     if (done && typeof done.then === 'function') {
-      done.catch((err) => setError({ message: `/${name} failed: ${toCommandError(err).message}`, retry: () => runCommand(name, arg) }));
+      done.then(
+        (said) => {
+          if (typeof said === 'string') setInfo(said);
+        },
+        (err) => setError({ message: `/${name} failed: ${toCommandError(err).message}`, retry: () => runCommand(name, arg) }),
+      );
     }
   };
 
@@ -100,15 +129,111 @@ export function Composer(props: {
     if (!props.running) setStopping(false);
   }, [props.running]);
 
+  const canAttach = props.images ?? true;
+
+  /** Pasted or dropped files: images attach, text files are inserted, anything else is refused. */
+  const addFiles = async (files: File[], dropped: boolean) => {
+    const notes: string[] = [];
+    const inserts: string[] = [];
+    let count = attached.current;
+    const added: Attachment[] = [];
+    for (const file of files) {
+      if (file.type.startsWith('image/') || !dropped) {
+        if (!canAttach) {
+          notes.push(`Cannot attach ${file.name || 'the pasted image'}: images cannot be sent here.`);
+          continue;
+        }
+        const refusal = imageRefusal(file, count);
+        if (refusal) {
+          notes.push(refusal);
+          continue;
+        }
+        try {
+          added.push({ id: `a${++attachmentSeq}`, name: file.name || 'pasted image', image: { media_type: file.type, data: await readBase64(file) } });
+          count++;
+        } catch (err) {
+          notes.push(`Cannot read ${file.name || 'the pasted image'}: ${String((err as Error)?.message ?? err)}`);
+        }
+        continue;
+      }
+      if (fileKind(file) === 'binary') {
+        notes.push(`Cannot attach ${file.name}: only images (PNG, JPEG, GIF, WebP) and text files can be added to a message.`);
+        continue;
+      }
+      try {
+        const content = await readText(file);
+        if (isBinaryText(content)) {
+          notes.push(`Cannot attach ${file.name}: it is not a text file; only images and text files can be added to a message.`);
+          continue;
+        }
+        const { block, cut } = fencedBlock(file.name, content, MAX_TEXT_CHARS, file.size > MAX_TEXT_CHARS * 4);
+        if (cut) notes.push(`${file.name} is longer than 100 KB: only its first 100 KB were inserted.`);
+        inserts.push(block);
+      } catch (err) {
+        notes.push(`Cannot read ${file.name}: ${String((err as Error)?.message ?? err)}`);
+      }
+    }
+    if (added.length) setAttachments((list) => [...list, ...added]);
+    if (inserts.length) setText((current) => [current.replace(/\s+$/, ''), ...inserts].filter((s) => s).join('\n\n') + '\n');
+    setFileNotes(notes);
+  };
+
+  const onPaste = (e: ClipboardEvent) => {
+    // Pasted text goes into the field as usual; only images are taken here.
+    const files = Array.from(e.clipboardData?.files ?? []).filter((f) => f.type.startsWith('image/'));
+    if (!files.length) return;
+    e.preventDefault();
+    // Taking the images stops the default paste: put any text that came with them in by hand.
+    const pastedText = e.clipboardData?.getData?.('text/plain') ?? '';
+    const el = area.current;
+    if (pastedText && el) {
+      const start = el.selectionStart ?? text.length;
+      const end = el.selectionEnd ?? start;
+      setText(text.slice(0, start) + pastedText + text.slice(end));
+    }
+    void addFiles(files, false);
+  };
+
+  // A file dropped beside the composer would make the page navigate to it (leaving the app).
+  useEffect(() => {
+    const guard = (e: DragEvent) => {
+      if (Array.from(e.dataTransfer?.types ?? []).includes('Files')) e.preventDefault();
+    };
+    window.addEventListener('dragover', guard);
+    window.addEventListener('drop', guard);
+    return () => {
+      window.removeEventListener('dragover', guard);
+      window.removeEventListener('drop', guard);
+    };
+  }, []);
+
+  const [dragging, setDragging] = useState(false);
+  const onDragOver = (e: DragEvent) => {
+    if (!Array.from(e.dataTransfer?.types ?? []).includes('Files')) return;
+    e.preventDefault();
+    if (!dragging) setDragging(true);
+  };
+  const onDrop = (e: DragEvent) => {
+    const files = Array.from(e.dataTransfer?.files ?? []);
+    setDragging(false);
+    if (!files.length) return;
+    e.preventDefault();
+    void addFiles(files, true);
+  };
+
   const send = async (content = text) => {
-    if (!content.trim() || sending || props.disabled) return;
+    const images = attachments.map((a) => a.image);
+    if ((!content.trim() && !images.length) || sending || props.disabled) return;
     const slash = commands.length ? parseSlash(content) : null;
     if (slash && commands.some((c) => c.name === slash.name)) return runCommand(slash.name, slash.arg);
     setSending(true);
     setError(null);
     try {
-      await props.onSend(content);
+      await props.onSend(content, images);
       setText((current) => (current === content ? '' : current));
+      const sent = new Set(images);
+      setAttachments((list) => list.filter((a) => !sent.has(a.image)));
+      setFileNotes([]);
     } catch (err) {
       setError({ message: toCommandError(err).message, retry: () => void send(content) });
     } finally {
@@ -134,19 +259,21 @@ export function Composer(props: {
       setChoice((c) => (c + (e.key === 'ArrowDown' ? 1 : menu.length - 1)) % menu.length);
       return;
     }
-    if (menu.length && (e.key === 'Tab' || (e.key === 'Enter' && !e.shiftKey && !e.isComposing))) {
+    // `/agent ` + Enter runs it as typed (lists the profiles) rather than picking the first name.
+    const bareArg = argCommand && !typingArg?.query && e.key === 'Enter';
+    if (menu.length && !bareArg && (e.key === 'Tab' || (e.key === 'Enter' && !e.shiftKey && !e.isComposing))) {
       const item = menu[Math.min(choice, menu.length - 1)];
       e.preventDefault();
       if (mention) item.pick();
-      else if (e.key === 'Tab') setText(`${item.label} `);
+      else if (e.key === 'Tab') setText(argCommand ? item.label : `${item.label} `);
       else item.pick();
       return;
     }
-    if (e.key === 'Escape' && (mention || matches.length)) {
+    if (e.key === 'Escape' && (mention || matches.length || argMatches.length)) {
       e.preventDefault();
       e.stopPropagation();
       setMention(null);
-      if (matches.length) setText('');
+      if (matches.length || argMatches.length) setText('');
       return;
     }
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && !e.altKey && !e.ctrlKey && !e.metaKey) {
@@ -160,10 +287,40 @@ export function Composer(props: {
   };
 
   return (
-    <div class="composer-wrap">
+    <div class={`composer-wrap ${dragging ? 'dragging' : ''}`} onDragOver={onDragOver} onDragLeave={() => setDragging(false)} onDrop={onDrop} data-testid="composer">
       {error && <ErrorBox message={error.message} onRetry={error.retry} onDismiss={() => setError(null)} testid="composer-error" />}
+      {info && (
+        <div class="note note-notice composer-info" data-testid="composer-info" role="status">
+          <pre class="plain">{info}</pre>
+          <button type="button" class="quiet" aria-label="Dismiss" onClick={() => setInfo(null)}>
+            ×
+          </button>
+        </div>
+      )}
+      {fileNotes.length > 0 && (
+        <ErrorBox message={fileNotes.join('\n')} onDismiss={() => setFileNotes([])} testid="attach-error" />
+      )}
+      {attachments.length > 0 && (
+        <div class="attachments" data-testid="attachments">
+          {attachments.map((a) => (
+            <div key={a.id} class="attachment" data-testid="attachment" title={a.name}>
+              <img src={imageSrc(a.image) ?? ''} alt={a.name} data-testid="attachment-thumb" />
+              <button
+                type="button"
+                class="attachment-remove"
+                data-testid="attachment-remove"
+                aria-label={`Remove ${a.name}`}
+                title={`Remove ${a.name}`}
+                onClick={() => setAttachments((list) => list.filter((x) => x.id !== a.id))}
+              >
+                ×
+              </button>
+            </div>
+          ))}
+        </div>
+      )}
       {menu.length > 0 && (
-        <ul class="composer-menu" role="listbox" data-testid={mention ? 'mention-menu' : 'slash-menu'}>
+        <ul class="composer-menu" role="listbox" data-testid={mention ? 'mention-menu' : argCommand ? 'argument-menu' : 'slash-menu'}>
           {menu.map((item, i) => (
             <li key={item.key}>
               <button
@@ -171,7 +328,7 @@ export function Composer(props: {
                 role="option"
                 aria-selected={i === choice}
                 class={`${i === choice ? 'active' : ''} ${item.disabled ? 'coming' : ''}`}
-                data-testid={mention ? 'mention-item' : 'slash-item'}
+                data-testid={mention ? 'mention-item' : argCommand ? 'argument-item' : 'slash-item'}
                 data-name={item.key}
                 onMouseDown={(e) => e.preventDefault()}
                 onClick={item.pick}
@@ -199,13 +356,14 @@ export function Composer(props: {
             updateMention(el.value, el.selectionStart ?? el.value.length);
           }}
           onKeyDown={onKeyDown}
+          onPaste={onPaste}
         />
         <div class="composer-buttons">
           {props.extra}
           <button type="button" class="danger" data-testid="stop-button" disabled={!props.running || stopping} onClick={() => void stop()} title="Stop (Esc)">
             {stopping ? 'Stopping…' : 'Stop'}
           </button>
-          <button type="button" class="primary" data-testid="send-button" disabled={!text.trim() || sending || props.disabled} onClick={() => void send()}>
+          <button type="button" class="primary" data-testid="send-button" disabled={(!text.trim() && !attachments.length) || sending || props.disabled} onClick={() => void send()}>
             {sending ? 'Sending…' : 'Send'}
           </button>
         </div>

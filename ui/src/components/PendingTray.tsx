@@ -107,6 +107,12 @@ export function PendingTray(props: {
             <span class="pending-label">{label}</span>
             <span class="pending-preview" title={p.content}>
               {preview}
+              {p.images?.length ? (
+                <span class="muted" data-testid="pending-images">
+                  {' '}
+                  (+{p.images.length} image{p.images.length === 1 ? '' : 's'})
+                </span>
+              ) : null}
             </span>
             <button type="button" class="primary" disabled={busy != null} data-testid="pending-resume" onClick={() => void act(p.message_id, () => props.onResume(p.message_id))}>
               Resume

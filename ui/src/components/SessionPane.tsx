@@ -22,6 +22,10 @@ import { Icon, type IconName } from './Icon';
 import { NeedsBadge } from './Sidebar';
 import { Meter } from './StatusLine';
 import type { SlashCommand } from '../commands';
+import type { ImagePart } from '../bindings/ImagePart';
+import type { Profiles } from '../bindings/Profiles';
+import type { ListAgents } from '../bindings/ListAgents';
+import type { SetAgent } from '../bindings/SetAgent';
 
 export interface PaneStats {
   treeTokens: number;
@@ -53,7 +57,18 @@ export const SLASH_COMMANDS: SlashCommand[] = [
   { name: 'clear', description: 'Start over in a new session (this one stays in the list)', available: true },
   { name: 'compact', description: 'Summarise the earlier conversation to make room in the window', available: true },
   { name: 'model', description: 'Choose the model for this session', available: true },
+  { name: 'agent', description: 'Run this session as a profile: /agent NAME, /agent none; /agent lists them', available: true },
 ];
+
+/** What `/agent` alone answers: the profiles, and the one this session runs as. */
+export function describeProfiles(profiles: Profiles, current: string | null): string {
+  const lines = profiles.profiles.map((p) => `${p.name}${p.name === current ? ' (current)' : ''}${p.description ? ` — ${p.description}` : ''}`);
+  const head = profiles.profiles.length ? 'Profiles (/agent NAME runs this session as one from its next turn; /agent none clears):' : 'No profiles are defined.';
+  const errors = profiles.errors.length ? ['', 'Could not be read:', ...profiles.errors] : [];
+  return [head, ...lines, '', `This session runs as ${current ? `“${current}”` : 'no profile'}.`, ...errors].join('\n');
+}
+
+const FAILED_RETRY = 'The last attempt failed. Try the task again.';
 
 /** The named model servers of the config (`default` is the `provider` block). */
 export function providerChoices(config: any): { name: string; model: string }[] {
@@ -158,6 +173,9 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
   };
   const cancel = () => act(() => (tab.interrupted ? model.cancelInterrupted(tab.sessionId) : model.cancel(tab.sessionId)));
   const resume = () => act(() => model.resumeChild(tab.sessionId));
+  const retry = () => act(() => model.submitToChild(tab.sessionId, FAILED_RETRY));
+  // A finished or failed child takes a message typed into its tab: it runs again and reports again.
+  const canMessage = (tab.state === 'done' || tab.state === 'failed') && !tab.interrupted;
   const remove = () =>
     void act(async () => {
       const args: SessionRef = { session_id: tab.sessionId };
@@ -200,7 +218,11 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
       </div>
       {tab.state === 'failed' && !tab.interrupted && (
         <div class="notice" data-testid="child-failed">
-          This sub-agent failed; its parent got the error as its report. To try again, ask the agent in Main.
+          This sub-agent failed; its parent got the error as its report. Retry runs it again (it reports again to its parent),
+          or write to it below.
+          <button type="button" class="primary" disabled={busy} data-testid="child-retry" title={`Sends it: “${FAILED_RETRY}”`} onClick={() => void retry()}>
+            Retry
+          </button>
         </div>
       )}
       {tab.interrupted && (
@@ -227,6 +249,15 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
         />
       ) : (
         <div class="empty">Loading…</div>
+      )}
+      {canMessage && (
+        <Composer
+          key={tab.sessionId}
+          running={!!t?.running}
+          onSend={(text, images) => model.submitToChild(tab.sessionId, text, images)}
+          onStop={() => model.cancel(tab.sessionId)}
+          placeholder="Message this sub-agent… it runs again and reports again to its parent"
+        />
       )}
     </div>
   );
@@ -272,6 +303,9 @@ export function SessionPane(props: {
   const [pickError, setPickError] = useState<string | null>(null);
   const [picking, setPicking] = useState(false);
   const [forkError, setForkError] = useState<string | null>(null);
+  // The profile the session runs as: set here (`/agent`), else the session's, else none.
+  const [agentChoice, setAgentChoice] = useState<{ agent: string | null } | null>(null);
+  const [profiles, setProfiles] = useState<Profiles | null>(null);
 
   const makeModel = (id: string) => {
     const m = new SessionModel(platform, id, {
@@ -342,11 +376,48 @@ export function SessionPane(props: {
     }
   };
   useEffect(() => setChosen(null), [sessionId]);
+  useEffect(() => setAgentChoice(null), [sessionId]);
+  const loadProfiles = async (): Promise<Profiles> => {
+    const args: ListAgents = { workspace: props.workspace };
+    const list: Profiles = await platform.invoke('list_agents', args);
+    setProfiles(list);
+    return list;
+  };
+  useEffect(() => {
+    setProfiles(null);
+    // Only for completing names; /agent reads them again and shows any error.
+    loadProfiles().catch(() => undefined);
+  }, [platform, props.workspace]);
+  const agent = agentChoice ? agentChoice.agent : (sessionInfo?.agent ?? null);
+  const runAgent = async (arg: string): Promise<string> => {
+    if (!arg) return describeProfiles(await loadProfiles(), agent);
+    const name = arg.toLowerCase() === 'none' ? null : arg;
+    if (!sessionId) {
+      // No session to ask yet: check the name against the list the runtime gave.
+      if (name && profiles && !profiles.profiles.some((p) => p.name === name)) {
+        const known = profiles.profiles.map((p) => p.name).join(', ') || 'none are defined';
+        throw new CommandError('invalid_argument', `no profile named “${name}” (profiles: ${known})`);
+      }
+      // Applied when the conversation starts, like the model picker.
+      setAgentChoice({ agent: name });
+      return name ? `The new conversation will run as “${name}”.` : 'The new conversation will run as no profile.';
+    }
+    const args: SetAgent = { session_id: sessionId, agent: name };
+    const updated: SessionInfo = await platform.invoke('set_agent', args);
+    setAgentChoice({ agent: updated?.agent ?? name });
+    callbacks.current.onSessionsChanged();
+    return name ? `This session runs as “${name}” from its next turn.` : 'This session runs as no profile from its next turn.';
+  };
   const composerProps = {
     commands: SLASH_COMMANDS.map((c) =>
-      c.name === 'model' ? { ...c, available: canPick, reason: canPick ? undefined : 'one model server is configured; name more under "providers" in the config' } : c,
+      c.name === 'model'
+        ? { ...c, available: canPick, reason: canPick ? undefined : 'one model server is configured; name more under "providers" in the config' }
+        : c.name === 'agent'
+          ? { ...c, choices: [...(profiles?.profiles ?? []).map((p) => ({ value: p.name, hint: p.description })), { value: 'none', hint: 'run as no profile' }] }
+          : c,
     ),
-    onCommand: (name: string) => {
+    onCommand: (name: string, arg: string) => {
+      if (name === 'agent') return runAgent(arg);
       if (name === 'new' || name === 'clear') callbacks.current.onNew?.();
       // Its error shows in the composer, like a failed send.
       if (name === 'compact') {
@@ -358,6 +429,11 @@ export function SessionPane(props: {
     findFiles: filesOf(platform, props.workspace),
     extra: (
       <>
+        {agent && (
+          <span class="chip agent-chip" data-testid="agent-chip" title="The profile this session runs as (/agent none clears it)">
+            as {agent}
+          </span>
+        )}
         <ModelPicker config={props.config} value={current} onChange={(p) => void pick(p)} busy={picking} />
         {pickError && (
           <span class="error-text small" role="alert" data-testid="model-picker-error">
@@ -368,27 +444,31 @@ export function SessionPane(props: {
     ),
   };
 
-  const send = async (text: string) => {
+  const send = async (text: string, images: ImagePart[]) => {
     if (props.needsSetup) {
       // Nothing is configured: sending would only fail after retries. Set up first; the
       // text stays in the composer.
       props.onOpenSettings?.();
       throw new CommandError('setup', 'Choose a model first: the set-up opened. Your message is kept; send it once a model is chosen.');
     }
-    if (model) return model.submit(text);
+    if (model) return model.submit(text, images);
     // A new conversation: the session is created with the first message.
-    const title = text.trim().split('\n')[0].slice(0, 60);
+    const title = text.trim().split('\n')[0].slice(0, 60) || (images.length ? 'Image' : 'New conversation');
     const args: CreateSession = { workspace: props.workspace, title };
     const info: SessionInfo = await platform.invoke('create_session', args);
     // A model picked before the conversation existed applies to its first turn.
     if (chosen?.provider) await platform.invoke('set_model', { session_id: info.session_id, provider: chosen.provider, model: null });
+    if (agentChoice?.agent) {
+      const agentArgs: SetAgent = { session_id: info.session_id, agent: agentChoice.agent };
+      await platform.invoke('set_agent', agentArgs);
+    }
     const created = makeModel(info.session_id);
     modelRef.current = created;
     setModel(created);
     callbacks.current.onCreated(info.session_id);
     // Send only once the new session's events reach us, or they could be missed.
     await created.whenStreaming();
-    await created.submit(text);
+    await created.submit(text, images);
   };
 
   if (!model || !state) {
@@ -544,6 +624,7 @@ export function SessionPane(props: {
             inflight={state.inflight}
             tabs={state.children}
             onOpenChild={(id) => setTab(id)}
+            deleted={state.deleted}
             footer={state.running || main.running ? <Progress transcript={main} approvals={state.approvals.length} /> : null}
             empty={main.status === 'loaded' ? <div class="empty">No messages yet.</div> : <div class="empty">Loading…</div>}
           />

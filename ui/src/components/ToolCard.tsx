@@ -57,6 +57,8 @@ export function ToolCard(props: {
   child?: ChildTab;
   /** Whether the delegated task's report is in the transcript. */
   reported?: boolean;
+  /** The person deleted the delegated task's child: it will not report. */
+  deleted?: boolean;
   onOpenChild?: (sessionId: string) => void;
 }) {
   const { call, live, child } = props;
@@ -71,6 +73,8 @@ export function ToolCard(props: {
   const childState = taskId ? (child?.state ?? null) : null;
   const state = running
     ? 'running'
+    : taskId && props.deleted && !child
+      ? 'deleted'
     : resultText === undefined
       ? 'waiting'
       : stopped
@@ -94,6 +98,10 @@ export function ToolCard(props: {
           ? 'denied by you'
           : state === 'stopped'
             ? 'stopped'
+            : state === 'deleted'
+              ? props.reported
+                ? 'sub-agent deleted (after its report)'
+                : 'sub-agent deleted; it will not report'
             : state === 'error'
               ? 'error'
               : taskId

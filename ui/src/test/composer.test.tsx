@@ -42,6 +42,7 @@ describe('slash commands', () => {
       ['clear', false],
       ['compact', false],
       ['model', true],
+      ['agent', false],
     ]);
     await inAct(() => typeInto(input, '/model'));
     await inAct(() => key(input, 'Enter'));
@@ -99,6 +100,10 @@ describe('message actions (D23)', () => {
     const messages = $$(root, 'chat-message');
     await inAct(() => $(messages[1], 'copy-message')!.click());
     expect(writes).toEqual(['answer **one**']);
+    expect($(messages[1], 'copied')!.textContent).toBe('Copied');
+    // The person's messages have one too.
+    await inAct(() => $(messages[0], 'copy-message')!.click());
+    expect(writes).toEqual(['answer **one**', 'first']);
     // Only the last message of the person can be edited.
     expect($(messages[0], 'edit-message')).toBeNull();
     await inAct(() => $(messages[2], 'edit-message')!.click());

@@ -3,6 +3,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { $, $$, appended, info, inAct, kind, snapshot, workspacePlatform } from './fake';
 import { mountApp } from './mount';
+import { CommandError } from '../platform';
 
 let unmount: (() => void) | null = null;
 afterEach(() => {
@@ -84,16 +85,59 @@ describe('interrupted and failed children (D12, D14)', () => {
     expect($(mounted.root, 'interrupted-banner')).toBeNull();
   });
 
-  it("a failed child's tab does not ask for a message it cannot take", async () => {
+  it("a failed child's tab offers Retry: the child is sent a message and its tab shows it running again", async () => {
     const fake = workspacePlatform([info(P), info('c1', { parent_session_id: P, task_id: 't1', title: 'Breaker', state: 'running' })]);
+    fake.handlers.submit = () => ({ message_id: 'm-c1', status: 'started' });
     const mounted = await mountApp(fake, P);
     unmount = mounted.unmount;
     await inAct(() => fake.emit(P, snapshot(P), { type: 'error', session_id: 'c1', message: 'provider said 400' }, kind('c1', 'subagent.state', { task_id: 't1', state: 'failed' })));
     await inAct(() => $$(mounted.root, 'child-tab')[0].click());
     const view = $(mounted.root, 'child-view')!;
     expect($(view, 'child-failed')!.textContent).toContain('its parent got the error');
-    expect(view.textContent).not.toContain('Send a message');
-    expect($(view, 'prompt-input')).toBeNull();
+    // The tab has a composer of its own now: a failed child takes a message.
+    expect($(view, 'prompt-input')).not.toBeNull();
+    await inAct(() => $(view, 'child-retry')!.click());
+    expect(fake.callsOf('submit')).toEqual([{ session_id: 'c1', content: 'The last attempt failed. Try the task again.', config: null }]);
+    expect($$(mounted.root, 'child-tab')[0].dataset.state).toBe('running');
+    expect($(mounted.root, 'child-state')!.dataset.state).toBe('running');
+    expect($(mounted.root, 'child-retry')).toBeNull();
+  });
+
+  it('a refused Retry says why and the tab stays failed', async () => {
+    const fake = workspacePlatform([info(P), info('c1', { parent_session_id: P, task_id: 't1', title: 'Breaker', state: 'paused' })]);
+    fake.handlers.submit = () => {
+      throw new CommandError('invalid_argument', 'the session was deleted');
+    };
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    await inAct(() => fake.emit(P, snapshot(P)));
+    await inAct(() => $$(mounted.root, 'child-tab')[0].click());
+    await inAct(() => $(mounted.root, 'child-retry')!.click());
+    expect($(mounted.root, 'child-view')!.textContent).toContain('the session was deleted');
+    expect($$(mounted.root, 'child-tab')[0].dataset.state).toBe('failed');
+  });
+
+  it("deleting a running child leaves a notice in the parent's chat and its card says deleted", async () => {
+    const fake = workspacePlatform([info(P), info('c1', { parent_session_id: P, task_id: 'call_1', title: 'Alpha', state: 'running' })], {
+      [P]: [{ role: 'user', content: 'go', id: 'm1' }, { role: 'assistant', content: null, tool_calls: [delegation('call_1', 'Alpha')] }, pending('call_1')],
+    });
+    fake.handlers.delete_session = () => ({});
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    await inAct(() => fake.emit(P, snapshot(P, { running: true, subagents: [{ task_id: 'call_1', session_id: 'c1', parent_session_id: P, title: 'Alpha', state: 'running' }] })));
+    await inAct(() => $$(mounted.root, 'child-tab')[0].click());
+    await inAct(() => $(mounted.root, 'child-delete')!.click());
+    await inAct(() => $(mounted.root, 'child-delete')!.click());
+    expect(fake.callsOf('delete_session')).toEqual([{ session_id: 'c1' }]);
+    // Back in Main: the tab is gone, the chat says the child will not report.
+    expect($$(mounted.root, 'child-tab')).toEqual([]);
+    expect($$(mounted.root, 'run-notice').map((n) => n.textContent)).toEqual(['Sub-agent “Alpha” was deleted; it will not report.']);
+    const card = $(mounted.root, 'tool-card')!;
+    expect(card.dataset.state).toBe('deleted');
+    expect(card.querySelector('.tool-state')!.textContent).toContain('deleted');
+    // A snapshot that still lists it (sent before the deletion) does not bring the tab back.
+    await inAct(() => fake.emit(P, snapshot(P, { subagents: [{ task_id: 'call_1', session_id: 'c1', parent_session_id: P, title: 'Alpha', state: 'running' }] })));
+    expect($$(mounted.root, 'child-tab')).toEqual([]);
   });
 });
 
