@@ -264,6 +264,7 @@ impl ApprovalGate for SessionGate {
             parent_session_id: self.parent_session_id.clone(),
             title: self.title.clone(),
             remember_label: rememberable.then(|| remember_label(&ask.tool, &ask.arguments)),
+            mcp_server: crate::mcp::server_of_tool(&ask.tool).map(str::to_string),
             tool: ask.tool,
             arguments: ask.arguments,
             diff: ask.diff,

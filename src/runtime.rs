@@ -100,6 +100,8 @@ pub struct Shared {
     pub(crate) tools: ToolRegistry,
     /// The `sub_agent` tool's back end; set once the registry exists.
     pub(crate) delegator: OnceLock<Arc<dyn Delegator>>,
+    /// MCP servers: started by the first run that can use them.
+    pub(crate) mcp: crate::mcp::McpManager,
 }
 
 /// What a [`Shared`] is built from.
@@ -126,6 +128,7 @@ impl Shared {
             root,
             tools,
         } = parts;
+        let (data_dir_for_mcp, root_for_mcp) = (data_dir.clone(), root.clone());
         Shared {
             store,
             data_dir,
@@ -144,6 +147,7 @@ impl Shared {
             tree_usage: Mutex::new(HashMap::new()),
             tools,
             delegator: OnceLock::new(),
+            mcp: crate::mcp::McpManager::new(data_dir_for_mcp, root_for_mcp),
         }
     }
 
@@ -239,9 +243,13 @@ impl Shared {
             .map_err(|err| err.to_string())?;
         let depth = request.depth;
         let mut tools = self.tools.clone();
+        // The ready MCP servers' tools, narrowed below like the built-in ones.
+        for tool in self.mcp.tools(request.workspace) {
+            tools.register(tool);
+        }
         if depth > 0 {
             if let Some(allowed) = &config.subagents.tools {
-                tools = tools.filtered(|name| allowed.iter().any(|a| a == name));
+                tools = tools.filtered(|name| crate::mcp::listed(allowed, name));
             }
         }
         // A session at the depth limit is not offered the tool at all.
@@ -261,7 +269,7 @@ impl Shared {
         let specs = tools
             .specs()
             .iter()
-            .filter(|spec| policy.get(&spec.name) != Some(&ToolPolicy::Deny))
+            .filter(|spec| crate::mcp::policy_for(&policy, &spec.name) != Some(ToolPolicy::Deny))
             .cloned()
             .map(|mut spec| {
                 if spec.name == "sub_agent" {

@@ -136,6 +136,9 @@ pub(crate) struct State {
 }
 
 /// What the subscriber receives.
+// Almost every value is an `Event`: boxing it would cost an allocation per event to save
+// space only in the rare `Lagged`.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Received {
     Event(Event),
@@ -832,7 +835,7 @@ impl SessionController {
                 .as_ref()
                 .map(|_| self.meta.title.clone()),
             lineage: self.lineage.clone(),
-            policy: Box::new(move |tool| policy.get(tool).copied()),
+            policy: Box::new(move |tool| crate::mcp::policy_for(&policy, tool)),
             emit: Arc::new(move |event| {
                 if let Some(ctl) = this.upgrade() {
                     ctl.emit(event);

@@ -114,6 +114,12 @@ async fn run(ctl: Arc<SessionController>, first: Option<QueuedMessage>, token: C
         provider: meta.provider.as_deref(),
         model: meta.model.as_deref(),
     };
+    // MCP servers start with the first run that can use them (nothing without any).
+    let mcp_servers = ctl.shared.read_config(|c| c.mcp_servers.clone());
+    ctl.shared
+        .mcp
+        .prepare(&mcp_servers, request.workspace, &token)
+        .await;
     let turn = match ctl.shared.resolve_turn(request) {
         Ok(turn) => turn,
         Err(err) => {
