@@ -66,3 +66,7 @@ mod keyring;
 // Context that lasts: instructions, environment, context windows from local servers, and
 // compaction against the scripted model server with a 2,000-token window.
 mod context;
+
+// MCP servers for real: server-everything from npm (stdio and streamable HTTP) and a small
+// server on the Python `mcp` SDK; approval, Stop, crashes, list_changed, workspace trust.
+mod mcp;
