@@ -2,6 +2,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import type { UpdateConfig } from '../bindings/UpdateConfig';
 import { toCommandError, type Platform, type ProbeResult } from '../platform';
 import { ErrorBox } from './ErrorBox';
+import { McpServers } from './McpServers';
 
 export interface ProviderForm {
   kind: 'openai' | 'anthropic';
@@ -32,7 +33,7 @@ export function formFromConfig(config: any): ProviderForm {
 type ProbeState = { status: 'idle' | 'running' } | { status: 'unsupported' } | { status: 'done'; results: ProbeResult[] } | { status: 'error'; message: string };
 
 /** Provider settings (`get_config` / `update_config`); on first start it offers to find a local server. */
-export function Settings(props: { platform: Platform; welcome?: boolean; onClose: () => void; onSaved: (config: any) => void }) {
+export function Settings(props: { platform: Platform; welcome?: boolean; workspace?: string | null; onClose: () => void; onSaved: (config: any) => void }) {
   const { platform } = props;
   const [form, setForm] = useState<ProviderForm | null>(null);
   const [loadError, setLoadError] = useState<string | null>(null);
@@ -205,6 +206,7 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
                 </div>
               ))}
         </section>
+        {!props.welcome && <McpServers platform={platform} workspace={props.workspace ?? null} />}
         {form && (
           <form
             class="settings-form"
