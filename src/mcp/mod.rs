@@ -78,6 +78,16 @@ impl Server {
         });
     }
 
+    /// The live connection's peer, or why there is none (without copying the tool list:
+    /// this is on every call's path).
+    fn peer(&self) -> Result<Peer, Option<String>> {
+        match &self.state.borrow().phase {
+            Phase::Ready { peer, .. } => Ok(peer.clone()),
+            Phase::Failed { message, .. } => Err(Some(message.clone())),
+            _ => Err(None),
+        }
+    }
+
     fn tool_timeout(&self) -> Duration {
         self.config.tool_timeout()
     }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
+use super::Server;
 use super::client::{Block, ClientError, ToolInfo};
-use super::{Phase, Server};
 use crate::tools::{Access, ApprovalAsk, Tool, ToolContext, ToolError};
 
 /// Past this a result is cut, with a note saying how much was left out.
@@ -73,14 +73,14 @@ impl Tool for McpTool {
         })
         .await?;
         let server = &self.server.key.name;
-        let peer = match self.server.status().phase {
-            Phase::Ready { peer, .. } => peer,
-            Phase::Failed { message, .. } => {
+        let peer = match self.server.peer() {
+            Ok(peer) => peer,
+            Err(Some(message)) => {
                 return Err(ToolError::Failed(format!(
                     "the MCP server {server:?} is not running: {message}"
                 )));
             }
-            _ => {
+            Err(None) => {
                 return Err(ToolError::Failed(format!(
                     "the MCP server {server:?} is not running"
                 )));
