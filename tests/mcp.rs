@@ -807,3 +807,90 @@ fn is_zombie(pid: i32) -> bool {
         .map(|s| s.split_whitespace().nth(2) == Some("Z"))
         .unwrap_or(true)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_a_call_past_tool_timeout_sec_is_an_error_and_cancelled_on_the_server() {
+    let Some(python) = python() else { return };
+    let marks = tempfile::tempdir().unwrap();
+    let fx = Fixture::new(
+        json!({"mcp_servers": {"py": {"command": python, "args": [python_server()],
+                                      "env": {"MARK_DIR": marks.path()}, "tool_timeout_sec": 1}},
+               "tools": {"policy": {"mcp__py": "allow"}}}),
+        call_then_echo("wait", "mcp__py__wait", json!({"seconds": 60})),
+    )
+    .await;
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "wait please").await;
+    let answer = result_of(&mut events, &id).await;
+    assert!(answer.contains("did not answer within 1 s"), "{answer}");
+    wait_file(&marks.path().join("cancelled")).await;
+    fx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_bumblehive_run_uses_the_configured_servers() {
+    let Some(entry) = everything() else { return };
+    set_test_key();
+    let mock = MockLlm::start().await;
+    let script = call_then_echo(
+        "ROOT",
+        "mcp__everything__echo",
+        json!({"message": "from run"}),
+    );
+    mock.respond_with(move |request| script(request));
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let config = json!({
+        "provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()), "model": "m",
+                     "api_key_env": TEST_KEY_ENV, "max_retries": 0, "context_window": 100000},
+        "mcp_servers": {"everything": everything_stdio(&entry)},
+        "tools": {"policy": {"mcp__everything__echo": "allow"}},
+    });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let output = tokio::time::timeout(
+        WAIT,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+            .arg("run")
+            .arg("--workspace")
+            .arg(&workspace)
+            .arg("--config")
+            .arg(dir.path().join("config.json"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("ROOT")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("run did not exit")
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let last = stdout
+        .lines()
+        .rev()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|e| e["type"] == "result")
+        .unwrap_or_else(|| panic!("no result in {stdout}"));
+    assert_eq!(last["content"], "saw: Echo: from run");
+}
+
+#[test]
+fn mcp_the_readme_example_config_is_valid() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = &readme[readme.find("## MCP servers").unwrap()..];
+    let start = section.find("```json\n").unwrap() + "```json\n".len();
+    let end = start + section[start..].find("```").unwrap();
+    let config: bumblehive::config::Config = serde_json::from_str(&section[start..end])
+        .unwrap_or_else(|err| panic!("the README's MCP config: {err}"));
+    config.validate().unwrap();
+    assert_eq!(config.mcp_servers.len(), 3);
+    assert!(!config.mcp_servers["old"].enabled());
+}
