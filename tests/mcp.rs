@@ -573,14 +573,32 @@ impl HttpEverything {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mcp_everything_over_streamable_http_calls_a_tool_with_arguments() {
+async fn mcp_everything_over_streamable_http_calls_a_tool_and_stop_cancels_a_long_one() {
     let Some(entry) = everything() else { return };
     let mut http = HttpEverything::start(&entry).await;
+    let script: Script = Arc::new(|request| {
+        let last = last_message(request);
+        if last["role"] == "tool" {
+            return text(&format!("saw: {}", last["content"].as_str().unwrap_or("")));
+        }
+        if last_user(request).contains("long") {
+            return call(
+                &format!("long-{}", uuid()),
+                "mcp__remote__trigger-long-running-operation",
+                json!({"duration": 60, "steps": 60}),
+            );
+        }
+        call(
+            &format!("sum-{}", uuid()),
+            "mcp__remote__get-sum",
+            json!({"a": 2, "b": 40}),
+        )
+    });
     let fx = Fixture::new(
         json!({"mcp_servers": {"remote": {"type": "http", "url": http.url,
                                           "headers": {"X-Test": "literal-header-s3cret"}}},
-               "tools": {"policy": {"mcp__remote__get-sum": "allow"}}}),
-        call_then_echo("sum", "mcp__remote__get-sum", json!({"a": 2, "b": 40})),
+               "tools": {"policy": {"mcp__remote": "allow"}}}),
+        script,
     )
     .await;
     let (id, mut events) = fx.session();
@@ -592,8 +610,45 @@ async fn mcp_everything_over_streamable_http_calls_a_tool_with_arguments() {
     assert_eq!(list[0]["state"], "ready");
     let config = fx.command("get_config", json!({})).await.to_string();
     assert!(!config.contains("literal-header-s3cret"), "{config}");
+    // Stop during a long call over HTTP ends the run now; the session goes on.
+    fx.submit(&id, "long please").await;
+    next_where(&mut events, "the long call started", |v| {
+        is_progress(v, "tool.call.started")
+            && v["data"]["name"] == "mcp__remote__trigger-long-running-operation"
+    })
+    .await;
+    fx.service.cancel_session(&id).await.unwrap();
+    next_where(&mut events, "run.cancelled", |v| {
+        is_progress(v, "run.cancelled")
+    })
+    .await;
+    fx.submit(&id, "sum again").await;
+    let answer = result_of(&mut events, &id).await;
+    assert!(answer.contains("42"), "{answer}");
     fx.shutdown().await;
     let _ = http.child.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_an_image_result_becomes_a_note_for_a_text_only_tool_result() {
+    let Some(entry) = everything() else { return };
+    let fx = Fixture::new(
+        json!({"mcp_servers": {"everything": everything_stdio(&entry)},
+               "tools": {"policy": {"mcp__everything": "allow"}}}),
+        call_then_echo("image", "mcp__everything__get-tiny-image", json!({})),
+    )
+    .await;
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "image please").await;
+    let answer = result_of(&mut events, &id).await;
+    assert!(answer.contains("[image (image/png"), "{answer}");
+    // The image's base64 never reaches the model.
+    let result = fx.tool_results()[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(result.len() < 2_000, "{result}");
+    fx.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

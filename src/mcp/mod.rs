@@ -635,3 +635,44 @@ async fn supervise(server: Arc<Server>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tools_own_policy_wins_over_its_servers() {
+        let policy: BTreeMap<String, ToolPolicy> = [
+            ("mcp__srv".to_string(), ToolPolicy::Allow),
+            ("mcp__srv__drop".to_string(), ToolPolicy::Deny),
+            ("read_file".to_string(), ToolPolicy::Ask),
+        ]
+        .into();
+        assert_eq!(
+            policy_for(&policy, "mcp__srv__echo"),
+            Some(ToolPolicy::Allow)
+        );
+        assert_eq!(
+            policy_for(&policy, "mcp__srv__drop"),
+            Some(ToolPolicy::Deny)
+        );
+        assert_eq!(policy_for(&policy, "mcp__other__echo"), None);
+        assert_eq!(policy_for(&policy, "read_file"), Some(ToolPolicy::Ask));
+        // `mcp__srv` never covers a built-in tool or another server with that prefix.
+        assert_eq!(policy_for(&policy, "mcp__srvx__echo"), None);
+    }
+
+    #[test]
+    fn profiles_name_a_whole_server_or_one_tool() {
+        let list = vec![
+            "read_file".to_string(),
+            "mcp__docs".to_string(),
+            "mcp__git__log".to_string(),
+        ];
+        assert!(listed(&list, "mcp__docs__search"));
+        assert!(listed(&list, "mcp__git__log"));
+        assert!(!listed(&list, "mcp__git__push"));
+        assert!(listed(&list, "read_file"));
+        assert!(!listed(&list, "write_file"));
+    }
+}
