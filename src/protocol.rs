@@ -366,6 +366,13 @@ pub enum Progress {
     /// The model made the same calls several batches in a row (the loop guard).
     #[serde(rename = "loop.warning")]
     LoopWarning { name: String, repeats: u32 },
+    /// The workspace's `.mcp.json` has servers waiting for the person's trust: the turn
+    /// runs without them (Settings asks; `trust_mcp_workspace` answers).
+    #[serde(rename = "mcp.trust_needed")]
+    McpTrustNeeded {
+        workspace: String,
+        servers: Vec<String>,
+    },
     #[serde(rename = "provider.retry")]
     ProviderRetry {
         attempt: u32,

@@ -750,6 +750,13 @@ async fn mcp_workspace_file_servers_wait_for_trust_once_per_content() {
     std::fs::write(fx.ws.join(".mcp.json"), file.to_string()).unwrap();
     let (id, mut events) = fx.session();
     fx.submit(&id, "first").await;
+    // The session is told (the window asks the person), and the turn goes on without them.
+    let asked = next_where(&mut events, "mcp.trust_needed", |v| {
+        is_progress(v, "mcp.trust_needed")
+    })
+    .await;
+    assert_eq!(asked["data"]["servers"], json!(["wsserver"]));
+    assert_eq!(asked["data"]["workspace"], fx.ws.to_str().unwrap());
     result_of(&mut events, &id).await;
     // Not trusted yet: nothing started, nothing offered, the list says why.
     assert!(
@@ -787,7 +794,42 @@ async fn mcp_workspace_file_servers_wait_for_trust_once_per_content() {
         .command("list_mcp_servers", json!({"workspace": fx.ws}))
         .await;
     assert_eq!(list[0]["state"], "waiting_for_trust", "{list}");
+    // Refused: not started and not asked again for this content.
+    fx.command(
+        "trust_mcp_workspace",
+        json!({"workspace": fx.ws, "allow": false}),
+    )
+    .await;
+    fx.submit(&id, "fourth").await;
+    let seen = events_until_result(&mut events, &id).await;
+    assert!(
+        !seen.iter().any(|v| is_progress(v, "mcp.trust_needed")),
+        "{seen:?}"
+    );
+    let list = fx
+        .command("list_mcp_servers", json!({"workspace": fx.ws}))
+        .await;
+    assert_eq!(list[0]["state"], "disabled", "{list}");
     fx.shutdown().await;
+}
+
+/// Every event up to the session's next result.
+async fn events_until_result(events: &mut Subscription, session_id: &str) -> Vec<Value> {
+    let mut seen = Vec::new();
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let event: Event = events.next_event().await.expect("event stream closed");
+            let value = serde_json::to_value(&event).unwrap();
+            let done = value["type"] == "result" && value["session_id"] == session_id;
+            seen.push(value);
+            if done {
+                return;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for a result"));
+    seen
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

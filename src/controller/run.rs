@@ -116,10 +116,17 @@ async fn run(ctl: Arc<SessionController>, first: Option<QueuedMessage>, token: C
     };
     // MCP servers start with the first run that can use them (nothing without any).
     let mcp_servers = ctl.shared.read_config(|c| c.mcp_servers.clone());
-    ctl.shared
+    let untrusted = ctl
+        .shared
         .mcp
         .prepare(&mcp_servers, request.workspace, &token)
         .await;
+    if !untrusted.is_empty() {
+        ctl.emit_progress(Progress::McpTrustNeeded {
+            workspace: workspace.clone(),
+            servers: untrusted,
+        });
+    }
     let turn = match ctl.shared.resolve_turn(request) {
         Ok(turn) => turn,
         Err(err) => {

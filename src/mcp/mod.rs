@@ -137,10 +137,14 @@ impl McpManager {
         if let Some(file) = config::workspace_file(workspace) {
             match &file.servers {
                 Ok(servers) => {
-                    let trusted =
-                        trust::decision(&self.data_dir, workspace, &file.sha256) == Some(true);
+                    let decision = trust::decision(&self.data_dir, workspace, &file.sha256);
+                    let trusted = decision == Some(true);
                     for (name, server) in servers {
-                        if configured.contains_key(name) || !server.enabled() {
+                        // Refused once: not asked again until the file changes.
+                        if configured.contains_key(name)
+                            || !server.enabled()
+                            || decision == Some(false)
+                        {
                             continue;
                         }
                         let key = Key {
@@ -158,17 +162,23 @@ impl McpManager {
 
     /// Starts what a run in `workspace` may use and waits (up to each server's start-up
     /// timeout, or until `cancel`) for those still starting, so a first turn sees their
-    /// tools. With no server configured and no `.mcp.json` it returns at once.
+    /// tools. With no server configured and no `.mcp.json` it returns at once. Returns the
+    /// workspace servers that wait for the person's trust.
     pub async fn prepare(
         &self,
         configured: &BTreeMap<String, McpServerConfig>,
         workspace: &Path,
         cancel: &CancellationToken,
-    ) {
+    ) -> Vec<String> {
         if configured.is_empty() && !workspace.join(".mcp.json").exists() {
-            return;
+            return Vec::new();
         }
         let wanted = self.wanted(configured, workspace);
+        let untrusted: Vec<String> = wanted
+            .iter()
+            .filter(|(key, config)| key.workspace.is_some() && config.is_none())
+            .map(|(key, _)| key.name.clone())
+            .collect();
         let mut waits = Vec::new();
         {
             let mut servers = self.servers();
@@ -225,6 +235,7 @@ impl McpManager {
             _ = futures::future::join_all(waiting) => {}
             _ = cancel.cancelled() => {}
         }
+        untrusted
     }
 
     /// A server entry and its supervisor (`None` config: waiting for trust, no process).

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { $, $$, appended, inAct, info, snapshot, workspacePlatform } from './fake';
+import { $, $$, appended, inAct, info, kind, snapshot, workspacePlatform } from './fake';
 import { mountApp } from './mount';
 import { mcpServerOf } from '../components/McpServers';
 
@@ -94,6 +94,22 @@ describe('MCP servers in Settings', () => {
     expect($(card, 'tool-mcp-server')!.textContent).toBe('MCP server everything');
     const dialog = $(mounted.root, 'approval-dialog')!;
     expect($(dialog, 'approval-mcp-server')!.textContent).toContain('MCP server everything');
+  });
+
+  it('tells the session when a workspace .mcp.json waits for trust, once, with a way to Settings', async () => {
+    const fake = workspacePlatform([info('p')]);
+    fake.handlers.list_mcp_servers = () => [
+      { name: 'repo', workspace: '/ws', transport: 'stdio', enabled: true, state: 'waiting_for_trust', error: null, tools: [], server_info: null },
+    ];
+    const mounted = await mountApp(fake, 'p');
+    unmount = mounted.unmount;
+    const ask = kind('p', 'mcp.trust_needed', { workspace: '/ws', servers: ['repo'] });
+    await inAct(() => fake.emit('p', snapshot('p', { running: true }), ask, ask));
+    const notices = $$(mounted.root, 'run-notice');
+    expect(notices).toHaveLength(1);
+    expect(notices[0].textContent).toContain('wants to start repo');
+    await inAct(() => $(notices[0], 'notice-open-settings')!.click());
+    expect($(mounted.root, 'mcp-trust')!.textContent).toContain('repo');
   });
 
   it('names the server of an MCP tool', () => {
