@@ -991,3 +991,41 @@ fn mcp_the_readme_example_config_is_valid() {
     assert_eq!(config.mcp_servers.len(), 3);
     assert!(!config.mcp_servers["old"].enabled());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_restart_starts_a_running_server_anew() {
+    let Some(entry) = everything() else { return };
+    let pid_dir = tempfile::tempdir().unwrap();
+    let pid_file = pid_dir.path().join("pid");
+    let server = json!({"command": "sh", "args": ["-c", "echo $$ > \"$0\"; exec node \"$1\" stdio",
+                                                  pid_file, entry]});
+    let fx = Fixture::new(
+        json!({"mcp_servers": {"everything": server}}),
+        Arc::new(|_| text("ok")),
+    )
+    .await;
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "start it").await;
+    result_of(&mut events, &id).await;
+    let first = std::fs::read_to_string(&pid_file).unwrap();
+    fx.command("restart_mcp_server", json!({"name": "everything"}))
+        .await;
+    wait_servers(&fx, None, |list| {
+        list[0]["state"] == "ready"
+            && std::fs::read_to_string(&pid_file).is_ok_and(|pid| pid != first)
+    })
+    .await;
+    // The old process is gone.
+    let old: i32 = first.trim().parse().unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    // SAFETY: signal 0 only asks whether the process exists.
+    while unsafe { libc::kill(old, 0) } == 0 && !is_zombie(old) {
+        assert!(tokio::time::Instant::now() < deadline, "{old} still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let err = dispatch(&fx.service, "restart_mcp_server", json!({"name": "nope"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "not_found");
+    fx.shutdown().await;
+}

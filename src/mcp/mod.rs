@@ -61,6 +61,9 @@ struct Server {
     stop: CancellationToken,
     /// Wakes a supervisor that waits to retry (a turn wants it, or the person restarts it).
     kick: Notify,
+    /// Asks a running server to restart (the Settings button); separate from `kick` so a
+    /// stale retry wake-up never restarts a healthy server.
+    restart: Notify,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -255,6 +258,7 @@ impl McpManager {
             .0,
             stop: self.root.child_token(),
             kick: Notify::new(),
+            restart: Notify::new(),
             task: Mutex::new(None),
         });
         if !waiting {
@@ -396,19 +400,12 @@ impl McpManager {
         let Some(server) = servers.get(&key) else {
             return false;
         };
-        if matches!(
-            server.status().phase,
-            Phase::Ready { .. } | Phase::Failed { .. }
-        ) {
-            server.set(
-                Phase::Failed {
-                    message: "restarting".into(),
-                    crashed: true,
-                },
-                false,
-            );
+        match server.status().phase {
+            Phase::Ready { .. } => server.restart.notify_one(),
+            Phase::Failed { .. } => server.kick.notify_one(),
+            // Starting already, or waiting for trust (nothing to restart).
+            _ => {}
         }
-        server.kick.notify_one();
         true
     }
 
@@ -556,6 +553,7 @@ async fn supervise(server: Arc<Server>) {
                             },
                             false,
                         );
+                        let mut restarted = false;
                         loop {
                             tokio::select! {
                                 _ = server.stop.cancelled() => {
@@ -564,6 +562,11 @@ async fn supervise(server: Arc<Server>) {
                                     return;
                                 }
                                 _ = connection.closed() => break,
+                                _ = server.restart.notified() => {
+                                    tracing::info!(server = %name, "MCP server restarting (asked)");
+                                    restarted = true;
+                                    break;
+                                }
                                 Some(()) = changed.recv() => {
                                     match peer.list_tools().await {
                                         Ok(tools) => {
@@ -574,6 +577,11 @@ async fn supervise(server: Arc<Server>) {
                                     }
                                 }
                             }
+                        }
+                        if restarted {
+                            connection.close().await;
+                            // Straight back to the top: a fresh start, no backoff.
+                            continue;
                         }
                         drop(connection);
                         tracing::warn!(server = %name, "MCP server exited; it restarts");
