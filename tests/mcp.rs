@@ -1029,3 +1029,39 @@ async fn mcp_restart_starts_a_running_server_anew() {
     assert_eq!(err.code(), "not_found");
     fx.shutdown().await;
 }
+
+/// Run by scripts/keyring-tier.sh (a real Secret Service in a private D-Bus session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyring_an_mcp_env_value_named_keyring_reaches_the_server_and_no_file() {
+    if std::env::var_os("BUMBLEHIVE_KEYRING_TEST").is_none() {
+        eprintln!("skipped: run scripts/keyring-tier.sh for a real Secret Service");
+        return;
+    }
+    let Some(entry) = everything() else { return };
+    let secret = format!("mcp-secret-{}", uuid());
+    let name = format!("mcp-test-{}", std::process::id());
+    bumblehive::providers::store_key_in_keyring(
+        &name,
+        &bumblehive::providers::ApiKey::new(secret.clone()),
+    )
+    .await
+    .unwrap();
+    let mut server = everything_stdio(&entry);
+    server["env"] = json!({"FROM_KEYRING": format!("keyring:{name}")});
+    let fx = Fixture::new(
+        json!({"mcp_servers": {"everything": server},
+               "tools": {"policy": {"mcp__everything": "allow"}}}),
+        call_then_echo("env", "mcp__everything__get-env", json!({})),
+    )
+    .await;
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "show env").await;
+    let answer = result_of(&mut events, &id).await;
+    assert!(answer.contains(&secret), "{answer}");
+    let config = fx.command("get_config", json!({})).await.to_string();
+    assert!(!config.contains(&secret) && config.contains(&format!("keyring:{name}")));
+    // The config file names the entry, never the secret.
+    let config_file = std::fs::read_to_string(fx.root.join("config.json")).unwrap();
+    assert!(!config_file.contains(&secret));
+    fx.shutdown().await;
+}
