@@ -240,6 +240,10 @@ impl RuntimeService {
             serde_json::Value::Bool(false)
         };
         self.update_config(&serde_json::json!({"mcp_servers": {name: {"enabled": value}}}))?;
+        if !enabled {
+            // Off now, not at the next turn: its process should not outlive the choice.
+            self.shared().mcp.stop(name);
+        }
         Ok(self.list_mcp_servers(None))
     }
 

@@ -1065,3 +1065,55 @@ async fn keyring_an_mcp_env_value_named_keyring_reaches_the_server_and_no_file()
     assert!(!config_file.contains(&secret));
     fx.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_disabling_a_running_server_stops_it_now_and_its_tools_go() {
+    let Some(entry) = everything() else { return };
+    let pid_dir = tempfile::tempdir().unwrap();
+    let pid_file = pid_dir.path().join("pid");
+    let server = json!({"command": "sh", "args": ["-c", "echo $$ > \"$0\"; exec node \"$1\" stdio",
+                                                  pid_file, entry]});
+    let fx = Fixture::new(
+        json!({"mcp_servers": {"everything": server}}),
+        Arc::new(|_| text("ok")),
+    )
+    .await;
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "start it").await;
+    result_of(&mut events, &id).await;
+    assert!(tool_names(&fx.mock.requests()[0]).contains(&"mcp__everything__echo".to_string()));
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    fx.command(
+        "set_mcp_server_enabled",
+        json!({"name": "everything", "enabled": false}),
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    // SAFETY: signal 0 only asks whether the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 && !is_zombie(pid) {
+        assert!(tokio::time::Instant::now() < deadline, "{pid} still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fx.submit(&id, "again").await;
+    result_of(&mut events, &id).await;
+    let names = tool_names(&fx.mock.requests().pop().unwrap());
+    assert!(!names.iter().any(|n| n.starts_with("mcp__")), "{names:?}");
+    // Enabled again: the next turn starts it.
+    fx.command(
+        "set_mcp_server_enabled",
+        json!({"name": "everything", "enabled": true}),
+    )
+    .await;
+    fx.submit(&id, "third").await;
+    result_of(&mut events, &id).await;
+    let names = tool_names(&fx.mock.requests().pop().unwrap());
+    assert!(
+        names.contains(&"mcp__everything__echo".to_string()),
+        "{names:?}"
+    );
+    fx.shutdown().await;
+}

@@ -409,6 +409,17 @@ impl McpManager {
         true
     }
 
+    /// Stops a config server now (it was disabled); a later turn starts it if enabled again.
+    pub fn stop(&self, name: &str) {
+        let key = Key {
+            workspace: None,
+            name: name.to_string(),
+        };
+        if let Some(server) = self.servers().remove(&key) {
+            server.stop.cancel();
+        }
+    }
+
     /// Records the person's answer about a workspace's `.mcp.json` (as it is now); its
     /// servers start at the next turn when allowed.
     pub fn trust(&self, workspace: &Path, allow: bool) -> Result<(), String> {
