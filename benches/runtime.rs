@@ -627,7 +627,7 @@ async fn mcp(base: &Path, runs: usize, calls: usize) {
         let cancel = Default::default();
         let started = Instant::now();
         for _ in 0..10_000 {
-            let _ = manager.prepare(&empty, &workspace, &cancel).await;
+            let _ = manager.prepare(&empty, &workspace, &cancel, Vec::new).await;
         }
         println!(
             "mcp: prepare with no server configured: {:.2} µs per run",
@@ -688,7 +688,7 @@ async fn mcp(base: &Path, runs: usize, calls: usize) {
     let manager = bumblehive::mcp::McpManager::new(root.join("calls"), Default::default());
     let cancel = tokio_util::sync::CancellationToken::new();
     let one: std::collections::BTreeMap<_, _> = servers.clone().into_iter().take(1).collect();
-    let _ = manager.prepare(&one, &workspace, &cancel).await;
+    let _ = manager.prepare(&one, &workspace, &cancel, Vec::new).await;
     let mut registry = bumblehive::tools::ToolRegistry::default();
     for tool in manager.tools(&workspace) {
         registry.register(tool);
@@ -709,6 +709,7 @@ async fn mcp(base: &Path, runs: usize, calls: usize) {
         args: vec![entry.display().to_string(), "stdio".into()],
         env: Vec::new(),
         cwd: None,
+        remove_env: Vec::new(),
     };
     let connection =
         bumblehive::mcp::client::connect("bare", endpoint, Duration::from_secs(30), tx)

@@ -360,6 +360,12 @@ async fn mcp_policy_allows_a_server_and_denies_one_tool_and_env_secrets_stay_out
     // Allowed by the server's policy: no approval was asked; the reference reached the server.
     assert!(answer.contains("s3cret-from-env"), "{answer}");
     assert!(answer.contains("literal-s3cret"), "{answer}");
+    // The provider's key variable is not inherited by the server.
+    assert!(
+        !answer.contains(crate::providers_openai::TEST_KEY),
+        "{answer}"
+    );
+    assert!(!answer.contains(TEST_KEY_ENV), "{answer}");
     let first = &fx.mock.requests()[0];
     let names = tool_names(first);
     assert!(names.contains(&"mcp__everything__get-env".to_string()));

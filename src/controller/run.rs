@@ -116,10 +116,11 @@ async fn run(ctl: Arc<SessionController>, first: Option<QueuedMessage>, token: C
     };
     // MCP servers start with the first run that can use them (nothing without any).
     let mcp_servers = ctl.shared.read_config(|c| c.mcp_servers.clone());
+    let hidden = || ctl.shared.read_config(crate::mcp::provider_key_env);
     let untrusted = ctl
         .shared
         .mcp
-        .prepare(&mcp_servers, request.workspace, &token)
+        .prepare(&mcp_servers, request.workspace, &token, hidden)
         .await;
     if !untrusted.is_empty() {
         ctl.emit_progress(Progress::McpTrustNeeded {

@@ -41,6 +41,8 @@ pub enum Endpoint {
         args: Vec<String>,
         env: Vec<(String, String)>,
         cwd: Option<std::path::PathBuf>,
+        /// Variables of ours the server does not inherit.
+        remove_env: Vec<String>,
     },
     Http {
         url: String,
@@ -141,8 +143,12 @@ pub async fn connect(
             args,
             env,
             cwd,
+            remove_env,
         } => {
             let mut cmd = tokio::process::Command::new(&command);
+            for name in remove_env {
+                cmd.env_remove(name);
+            }
             cmd.args(&args).envs(env).kill_on_drop(true);
             if let Some(cwd) = cwd {
                 cmd.current_dir(cwd);

@@ -65,6 +65,8 @@ struct Server {
     /// stale retry wake-up never restarts a healthy server.
     restart: Notify,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Our environment variables a stdio server does not inherit (the providers' keys).
+    hidden_env: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -101,6 +103,8 @@ pub struct McpManager {
     data_dir: PathBuf,
     servers: Mutex<BTreeMap<Key, Arc<Server>>>,
     root: CancellationToken,
+    /// See [`Server::hidden_env`]; refreshed by every `prepare` that has servers.
+    hidden_env: Arc<Mutex<Vec<String>>>,
 }
 
 impl McpManager {
@@ -109,6 +113,7 @@ impl McpManager {
             data_dir,
             servers: Mutex::new(BTreeMap::new()),
             root,
+            hidden_env: Arc::default(),
         }
     }
 
@@ -167,15 +172,19 @@ impl McpManager {
     /// timeout, or until `cancel`) for those still starting, so a first turn sees their
     /// tools. With no server configured and no `.mcp.json` it returns at once. Returns the
     /// workspace servers that wait for the person's trust.
+    /// `hidden_env` names the variables stdio servers must not inherit (asked only when
+    /// there are servers).
     pub async fn prepare(
         &self,
         configured: &BTreeMap<String, McpServerConfig>,
         workspace: &Path,
         cancel: &CancellationToken,
+        hidden_env: impl FnOnce() -> Vec<String>,
     ) -> Vec<String> {
         if configured.is_empty() && !workspace.join(".mcp.json").exists() {
             return Vec::new();
         }
+        *self.hidden_env.lock().unwrap_or_else(|p| p.into_inner()) = hidden_env();
         let wanted = self.wanted(configured, workspace);
         let untrusted: Vec<String> = wanted
             .iter()
@@ -260,6 +269,7 @@ impl McpManager {
             kick: Notify::new(),
             restart: Notify::new(),
             task: Mutex::new(None),
+            hidden_env: self.hidden_env.clone(),
         });
         if !waiting {
             let handle = tokio::spawn(supervise(server.clone()));
@@ -465,6 +475,20 @@ pub fn policy_for(policy: &BTreeMap<String, ToolPolicy>, tool: &str) -> Option<T
     })
 }
 
+/// The variables that hold the configured providers' keys (and the usual ones): stdio
+/// servers do not inherit them.
+pub fn provider_key_env(config: &crate::config::Config) -> Vec<String> {
+    let mut names = crate::tools::secret_env(&config.provider);
+    for block in config.providers.values() {
+        for name in crate::tools::secret_env(block) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
 /// Whether a profile's tool list names this tool, or (for an MCP tool) its whole server.
 pub fn listed(list: &[String], tool: &str) -> bool {
     list.iter().any(|t| t == tool)
@@ -506,6 +530,12 @@ async fn endpoint(server: &Server) -> Result<Endpoint, String> {
             args,
             env: resolve(env).await?,
             cwd,
+            // An entry's own `env` may still pass one on by name (`${OPENAI_API_KEY}`).
+            remove_env: server
+                .hidden_env
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         },
         config::Transport::Http { url, headers } => Endpoint::Http {
             url,
