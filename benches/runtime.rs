@@ -784,6 +784,190 @@ async fn checkpoint(dir: &Path, label: &str, files: usize, rounds: usize) {
     );
 }
 
+/// Answers at once and notes when each request came (the MCP bench's model).
+#[derive(Default)]
+struct Stamper {
+    stamps: std::sync::Mutex<Vec<Instant>>,
+    notify: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl ModelProvider for Stamper {
+    async fn generate(
+        &self,
+        _request: ModelRequest,
+        _sink: ProviderSink<'_>,
+    ) -> Result<ModelResponse, ProviderError> {
+        self.stamps.lock().unwrap().push(Instant::now());
+        self.notify.notify_one();
+        Ok(ModelResponse::text("done"))
+    }
+}
+
+/// Approves every call: the call overhead without a person.
+struct AllowAll;
+
+#[async_trait]
+impl bumblehive::tools::ApprovalGate for AllowAll {
+    async fn ask(
+        &self,
+        _ask: bumblehive::tools::ApprovalAsk,
+        _cancel: &tokio_util::sync::CancellationToken,
+    ) -> bumblehive::tools::Decision {
+        bumblehive::tools::Decision {
+            approved: true,
+            reason: None,
+        }
+    }
+}
+
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    percentile(&values, 0.5)
+}
+
+/// MCP (issue #15): turn start → first model request with two stdio servers (cold: none
+/// running yet; warm: already running); one echo call through our tool against the bare
+/// client; `prepare` with no server configured (what every run without MCP pays).
+async fn mcp(base: &Path, runs: usize, calls: usize) {
+    let entry = std::env::var_os("BUMBLEHIVE_MCP_EVERYTHING")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(
+                "tests/mcp-servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+            )
+        });
+    let root = scratch(base, "mcp");
+    let workspace = root.join("ws");
+    std::fs::create_dir_all(&workspace).expect("ws");
+    // No server configured: one config read and one stat.
+    {
+        let manager = bumblehive::mcp::McpManager::new(root.join("none"), Default::default());
+        let empty = Default::default();
+        let cancel = Default::default();
+        let started = Instant::now();
+        for _ in 0..10_000 {
+            let _ = manager.prepare(&empty, &workspace, &cancel, Vec::new).await;
+        }
+        println!(
+            "mcp: prepare with no server configured: {:.2} µs per run",
+            started.elapsed().as_secs_f64() * 1e6 / 10_000.0
+        );
+    }
+    if !entry.exists() {
+        println!(
+            "mcp: SKIPPED the server benches: server-everything is not installed (./scripts/mcp-test-servers.sh)"
+        );
+        return;
+    }
+    let server = |_: &str| -> bumblehive::mcp::McpServerConfig {
+        serde_json::from_value(json!({"command": "node", "args": [entry, "stdio"]})).unwrap()
+    };
+    let servers: std::collections::BTreeMap<String, bumblehive::mcp::McpServerConfig> =
+        [("one", server("one")), ("two", server("two"))]
+            .into_iter()
+            .map(|(name, config)| (name.to_string(), config))
+            .collect();
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    for run in 0..runs {
+        let provider = Arc::new(Stamper::default());
+        let config = Config {
+            mcp_servers: servers.clone(),
+            ..Config::default()
+        };
+        let service = RuntimeService::new(ServiceOptions {
+            data_dir: root.join(format!("data-{run}")),
+            config_path: None,
+            config: Some(config),
+            provider_factory: fixed_provider(provider.clone()),
+            tools: None,
+        })
+        .expect("service");
+        for warm_run in [false, true] {
+            let info = service
+                .create_session(workspace.to_str().expect("utf8"), None)
+                .expect("session");
+            let ctl = service.controller(&info.session_id).expect("controller");
+            provider.stamps.lock().unwrap().clear();
+            let started = Instant::now();
+            ctl.submit("go".into(), None).expect("submit");
+            service.wait_idle().await;
+            let first = provider.stamps.lock().unwrap()[0];
+            if warm_run { &mut warm } else { &mut cold }.push(first - started);
+        }
+        service.shutdown().await;
+    }
+    println!(
+        "mcp: turn start → first model request, two stdio server-everything: cold {:.0} ms (median of {runs}; {:?}), warm {:.2} ms",
+        median(cold.clone()).as_secs_f64() * 1e3,
+        cold.iter().map(|d| d.as_millis()).collect::<Vec<_>>(),
+        median(warm).as_secs_f64() * 1e3
+    );
+    // One echo call: through our tool (registry lookup, gate, result formatting) and the
+    // same call on the bare client; the difference is our overhead.
+    let manager = bumblehive::mcp::McpManager::new(root.join("calls"), Default::default());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let one: std::collections::BTreeMap<_, _> = servers.clone().into_iter().take(1).collect();
+    let _ = manager.prepare(&one, &workspace, &cancel, Vec::new).await;
+    let mut registry = bumblehive::tools::ToolRegistry::default();
+    for tool in manager.tools(&workspace) {
+        registry.register(tool);
+    }
+    let ctx = bumblehive::tools::ToolContext {
+        session_id: "bench".into(),
+        workspace: workspace.clone(),
+        call_id: "c".into(),
+        cancel: cancel.clone(),
+        approvals: Arc::new(AllowAll),
+        delegator: None,
+        run_config: Default::default(),
+        secret_env: Vec::new(),
+        checkpoints: None,
+    };
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let endpoint = bumblehive::mcp::client::Endpoint::Stdio {
+        command: "node".into(),
+        args: vec![entry.display().to_string(), "stdio".into()],
+        env: Vec::new(),
+        cwd: None,
+        remove_env: Vec::new(),
+    };
+    let connection =
+        bumblehive::mcp::client::connect("bare", endpoint, Duration::from_secs(30), tx)
+            .await
+            .expect("connect");
+    let peer = connection.peer();
+    // Interleaved, so both see the same machine load; the first calls (node compiling
+    // the server's code paths) are not counted.
+    let (mut through_tool, mut bare) = (Vec::new(), Vec::new());
+    for round in 0..calls + 50 {
+        if round == 50 {
+            through_tool.clear();
+            bare.clear();
+        }
+        let started = Instant::now();
+        let out = registry
+            .call(&ctx, "mcp__one__echo", json!({"message": "hi"}))
+            .await
+            .expect("echo");
+        through_tool.push(started.elapsed());
+        assert_eq!(out, "Echo: hi");
+        let mut arguments = serde_json::Map::new();
+        arguments.insert("message".into(), json!("hi"));
+        let started = Instant::now();
+        peer.call("echo", arguments).await.expect("echo");
+        bare.push(started.elapsed());
+    }
+    manager.shutdown().await;
+    connection.close().await;
+    let (tool, bare) = (median(through_tool), median(bare));
+    println!(
+        "mcp: one echo call ({calls} calls, medians): through our tool {:.0} µs, bare rmcp client {:.0} µs, our overhead {:.0} µs",
+        tool.as_secs_f64() * 1e6,
+        bare.as_secs_f64() * 1e6,
+        tool.as_secs_f64() * 1e6 - bare.as_secs_f64() * 1e6
+    );
+}
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     // `cargo bench --bench runtime -- soak` runs only the benches whose name has "soak".
@@ -834,6 +1018,7 @@ fn main() {
             context(1_000, 8_192, 5).await;
             two_servers(disk.path(), "disk", 8, 2).await;
             checkpoint(disk.path(), "disk", 200, 5).await;
+            mcp(disk.path(), 1, 20).await;
             return;
         }
         if wanted("per-turn") {
@@ -873,6 +1058,9 @@ fn main() {
                 checkpoint(memory.path(), "tmpfs", 10_000, 50).await;
             }
             checkpoint(disk.path(), "disk", 10_000, 50).await;
+        }
+        if wanted("mcp") {
+            mcp(disk.path(), 5, 2_000).await;
         }
     });
 }

@@ -9,7 +9,8 @@ set -euo pipefail
 
 # bubblewrap: the sandbox `run_command` runs shell commands in (without it every command asks);
 # python3: the sandbox tests connect to a local server with it.
-packages=(build-essential pkg-config libssl-dev curl ca-certificates bubblewrap python3)
+# python3-venv: the MCP tests run a small server on the Python `mcp` SDK in a venv.
+packages=(build-essential pkg-config libssl-dev curl ca-certificates bubblewrap python3 python3-venv)
 for group in "$@"; do
   case "$group" in
     desktop) packages+=(libwebkit2gtk-4.1-dev libxdo-dev libayatana-appindicator3-dev librsvg2-dev) ;;

@@ -34,6 +34,9 @@ step "Rust checks: format, lints"
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 
+step "MCP test servers: server-everything (npm ci) and the Python mcp SDK (pinned, in a venv)"
+./scripts/mcp-test-servers.sh
+
 step "Runtime tests (no GUI dependency): unit, seed scenarios, providers, tools, server, crash harness"
 cargo test
 

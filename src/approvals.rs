@@ -72,6 +72,10 @@ pub fn remember_label(tool: &str, arguments: &serde_json::Value) -> String {
         Some(scope) => {
             format!("always allow `{scope}` (with any further plain arguments) in this session")
         }
+        // An MCP tool acts wherever its server does, not only inside the workspace.
+        None if crate::mcp::server_of_tool(tool).is_some() => {
+            format!("always allow {tool} in this session")
+        }
         None => format!("always allow {tool} inside the workspace in this session"),
     }
 }
@@ -264,6 +268,7 @@ impl ApprovalGate for SessionGate {
             parent_session_id: self.parent_session_id.clone(),
             title: self.title.clone(),
             remember_label: rememberable.then(|| remember_label(&ask.tool, &ask.arguments)),
+            mcp_server: crate::mcp::server_of_tool(&ask.tool).map(str::to_string),
             tool: ask.tool,
             arguments: ask.arguments,
             diff: ask.diff,

@@ -195,6 +195,28 @@ pub async fn execute(
             service.discard_worktree(&a.session_id).await?;
             CommandOutput::DiscardWorktree(done())
         }
+        Command::ListMcpServers(a) => CommandOutput::ListMcpServers(
+            blocking(service, move |s| {
+                Ok(s.list_mcp_servers(a.workspace.as_deref()))
+            })
+            .await?,
+        ),
+        Command::SetMcpServerEnabled(a) => CommandOutput::SetMcpServerEnabled(
+            blocking(service, move |s| {
+                s.set_mcp_server_enabled(&a.name, a.enabled)
+            })
+            .await?,
+        ),
+        Command::RestartMcpServer(a) => {
+            service.restart_mcp_server(&a.name, a.workspace.as_deref())?;
+            CommandOutput::RestartMcpServer(done())
+        }
+        Command::TrustMcpWorkspace(a) => CommandOutput::TrustMcpWorkspace(
+            blocking(service, move |s| {
+                s.trust_mcp_workspace(&a.workspace, a.allow)
+            })
+            .await?,
+        ),
         Command::ListFiles(a) => CommandOutput::ListFiles(
             service
                 .list_files(&a.workspace, a.query.as_deref(), a.limit)

@@ -24,6 +24,9 @@ pub struct Config {
     pub tools: ToolsConfig,
     /// How long histories are kept within the model's window (SPEC §11 `context.compact_at`).
     pub context: ContextConfig,
+    /// MCP servers (issue #15), each as an entry of `.mcp.json`'s `mcpServers`.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub mcp_servers: std::collections::BTreeMap<String, crate::mcp::McpServerConfig>,
 }
 
 /// When a history is compacted: at `compact_at` of the model's window (a fraction, at
@@ -186,6 +189,7 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        crate::mcp::config::validate(&self.mcp_servers).map_err(ConfigError::Invalid)?;
         if let Some(name) = &self.default_provider {
             self.provider_named(Some(name))?;
         }
@@ -284,6 +288,9 @@ impl Config {
         }
         if let Some(providers) = value.get_mut("providers").and_then(Value::as_object_mut) {
             providers.values_mut().for_each(redact);
+        }
+        if let Some(servers) = value.get_mut("mcp_servers") {
+            crate::mcp::config::redact(servers);
         }
         value
     }

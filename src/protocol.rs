@@ -374,6 +374,10 @@ pub struct ApprovalInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional = nullable)]
     pub remember_label: Option<String>,
+    /// The MCP server of an `mcp__<server>__<tool>` call, so the card can name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub mcp_server: Option<String>,
 }
 
 /// A background sub-agent as its parent's snapshot lists it.
@@ -510,6 +514,13 @@ pub enum Progress {
     /// The context meter changed.
     #[serde(rename = "context.usage")]
     Context { meter: ContextMeter },
+    /// The workspace's `.mcp.json` has servers waiting for the person's trust: the turn
+    /// runs without them (Settings asks; `trust_mcp_workspace` answers).
+    #[serde(rename = "mcp.trust_needed")]
+    McpTrustNeeded {
+        workspace: String,
+        servers: Vec<String>,
+    },
     #[serde(rename = "provider.retry")]
     ProviderRetry {
         attempt: u32,
@@ -758,6 +769,41 @@ pub mod commands {
         pub workspace: String,
     }
 
+    /// The MCP servers of the config and, when given, of a workspace's `.mcp.json`.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct ListMcpServers {
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub workspace: Option<String>,
+    }
+
+    /// Turns a configured MCP server on or off (writes `mcp_servers.<name>.enabled`).
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct SetMcpServerEnabled {
+        pub name: String,
+        pub enabled: bool,
+    }
+
+    /// Restarts an MCP server now; `workspace` for one of a workspace's `.mcp.json`.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct RestartMcpServer {
+        pub name: String,
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub workspace: Option<String>,
+    }
+
+    /// The person's answer about a workspace's `.mcp.json` as it is now.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct TrustMcpWorkspace {
+        pub workspace: String,
+        pub allow: bool,
+    }
+
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
     #[ts(export)]
     pub struct FileList {
@@ -947,6 +993,10 @@ pub mod commands {
         fork_session => ForkSession(ForkSession) -> Forked;
         apply_worktree => ApplyWorktree(SessionRef) -> Applied;
         discard_worktree => DiscardWorktree(SessionRef) -> Empty;
+        list_mcp_servers => ListMcpServers(ListMcpServers) -> Vec<McpServerInfo>;
+        set_mcp_server_enabled => SetMcpServerEnabled(SetMcpServerEnabled) -> Vec<McpServerInfo>;
+        restart_mcp_server => RestartMcpServer(RestartMcpServer) -> Empty;
+        trust_mcp_workspace => TrustMcpWorkspace(TrustMcpWorkspace) -> Vec<McpServerInfo>;
     }
 }
 
@@ -997,10 +1047,11 @@ impl Profile {
 
     /// Whether the profile lets its agent use `tool`.
     pub fn allows(&self, tool: &str) -> bool {
+        // An MCP server's name (`mcp__<server>`) stands for all of its tools.
         self.tools
             .as_ref()
-            .is_none_or(|allowed| allowed.iter().any(|t| t == tool))
-            && !self.disallowed_tools.iter().any(|t| t == tool)
+            .is_none_or(|allowed| crate::mcp::listed(allowed, tool))
+            && !crate::mcp::listed(&self.disallowed_tools, tool)
     }
 }
 
@@ -1021,6 +1072,54 @@ impl Profiles {
     pub fn names(&self) -> Vec<&str> {
         self.profiles.iter().map(|p| p.name.as_str()).collect()
     }
+}
+
+/// What an MCP server is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+#[ts(export)]
+pub enum McpServerState {
+    /// Configured, not started yet: servers start with the first turn that can use them.
+    NotStarted,
+    Starting,
+    Ready,
+    Failed,
+    /// A workspace's `.mcp.json` server, waiting for the person to trust that file.
+    WaitingForTrust,
+    Disabled,
+}
+
+/// One tool of an MCP server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct McpToolInfo {
+    /// The server's own name for it.
+    pub name: String,
+    /// The name the model calls it by: `mcp__<server>__<tool>`.
+    pub full_name: String,
+    pub description: String,
+    pub read_only_hint: bool,
+}
+
+/// An MCP server as Settings lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct McpServerInfo {
+    pub name: String,
+    /// Set for a server of a workspace's `.mcp.json`.
+    #[ts(optional = nullable)]
+    pub workspace: Option<String>,
+    /// `stdio` or `http`.
+    pub transport: String,
+    pub enabled: bool,
+    pub state: McpServerState,
+    /// Why it failed, when it did.
+    #[ts(optional = nullable)]
+    pub error: Option<String>,
+    pub tools: Vec<McpToolInfo>,
+    /// The name and version the server gave.
+    #[ts(optional = nullable)]
+    pub server_info: Option<String>,
 }
 
 /// A local model server that answered a probe, with the models it lists.

@@ -121,6 +121,8 @@ pub struct Shared {
     server_slots: Mutex<HashMap<String, (ProviderConfig, Option<usize>)>>,
     /// The checkpoint store that changing tool calls record into (undo).
     pub(crate) checkpoints: Arc<crate::checkpoints::Checkpoints>,
+    /// MCP servers: started by the first run that can use them.
+    pub(crate) mcp: crate::mcp::McpManager,
 }
 
 /// How long one workspace's environment detection is reused by other sessions.
@@ -150,6 +152,7 @@ impl Shared {
             root,
             tools,
         } = parts;
+        let (data_dir_for_mcp, root_for_mcp) = (data_dir.clone(), root.clone());
         Shared {
             checkpoints: crate::checkpoints::Checkpoints::new(&data_dir),
             store,
@@ -172,6 +175,7 @@ impl Shared {
             windows: Mutex::new(HashMap::new()),
             environments: Mutex::new(HashMap::new()),
             server_slots: Mutex::new(HashMap::new()),
+            mcp: crate::mcp::McpManager::new(data_dir_for_mcp, root_for_mcp),
         }
     }
 
@@ -331,9 +335,13 @@ impl Shared {
             .map_err(|err| err.to_string())?;
         let depth = request.depth;
         let mut tools = self.tools.clone();
+        // The ready MCP servers' tools, narrowed below like the built-in ones.
+        for tool in self.mcp.tools(request.workspace) {
+            tools.register(tool);
+        }
         if depth > 0 {
             if let Some(allowed) = &config.subagents.tools {
-                tools = tools.filtered(|name| allowed.iter().any(|a| a == name));
+                tools = tools.filtered(|name| crate::mcp::listed(allowed, name));
             }
         }
         // A session at the depth limit is not offered the tool at all.
@@ -353,7 +361,7 @@ impl Shared {
         let specs = tools
             .specs()
             .iter()
-            .filter(|spec| policy.get(&spec.name) != Some(&ToolPolicy::Deny))
+            .filter(|spec| crate::mcp::policy_for(&policy, &spec.name) != Some(ToolPolicy::Deny))
             .cloned()
             .map(|mut spec| {
                 if spec.name == "sub_agent" {

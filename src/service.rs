@@ -304,6 +304,70 @@ impl RuntimeService {
         self.shared().profiles(Path::new(workspace))
     }
 
+    /// The MCP servers of the config and of `workspace`'s `.mcp.json`, with their state.
+    pub fn list_mcp_servers(&self, workspace: Option<&str>) -> Vec<crate::protocol::McpServerInfo> {
+        let shared = self.shared();
+        let configured = shared.read_config(|c| c.mcp_servers.clone());
+        let workspace = workspace.map(mcp_workspace);
+        shared.mcp.list(&configured, workspace.as_deref())
+    }
+
+    /// Turns a configured MCP server on or off; it stops or starts with the next turn.
+    pub fn set_mcp_server_enabled(
+        &self,
+        name: &str,
+        enabled: bool,
+    ) -> Result<Vec<crate::protocol::McpServerInfo>, RuntimeError> {
+        if !self
+            .shared()
+            .read_config(|c| c.mcp_servers.contains_key(name))
+        {
+            return Err(RuntimeError::NotFound(format!("MCP server {name:?}")));
+        }
+        // `null` removes the key: enabled is the default.
+        let value = if enabled {
+            serde_json::Value::Null
+        } else {
+            serde_json::Value::Bool(false)
+        };
+        self.update_config(&serde_json::json!({"mcp_servers": {name: {"enabled": value}}}))?;
+        if !enabled {
+            // Off now, not at the next turn: its process should not outlive the choice.
+            self.shared().mcp.stop(name);
+        }
+        Ok(self.list_mcp_servers(None))
+    }
+
+    /// Restarts an MCP server now.
+    pub fn restart_mcp_server(
+        &self,
+        name: &str,
+        workspace: Option<&str>,
+    ) -> Result<(), RuntimeError> {
+        let workspace = workspace.map(mcp_workspace);
+        if self.shared().mcp.restart(name, workspace.as_deref()) {
+            Ok(())
+        } else {
+            Err(RuntimeError::NotFound(format!(
+                "running MCP server {name:?} (servers start with the first turn that uses them)"
+            )))
+        }
+    }
+
+    /// Records whether the person trusts `workspace`'s `.mcp.json` as it is now.
+    pub fn trust_mcp_workspace(
+        &self,
+        workspace: &str,
+        allow: bool,
+    ) -> Result<Vec<crate::protocol::McpServerInfo>, RuntimeError> {
+        let path = mcp_workspace(workspace);
+        self.shared()
+            .mcp
+            .trust(&path, allow)
+            .map_err(RuntimeError::InvalidArgument)?;
+        Ok(self.list_mcp_servers(Some(workspace)))
+    }
+
     /// Archives a session (hidden from the usual list) or brings it back.
     pub fn archive_session(
         &self,
@@ -911,6 +975,7 @@ impl RuntimeService {
         let shared = self.shared();
         shared.root.cancel();
         shared.subagents.cancel_all().await;
+        shared.mcp.shutdown().await;
         let mut runs = shared.watch_runs();
         let _ = runs.wait_for(|count| *count == 0).await;
         let store = shared.store.clone();
@@ -937,4 +1002,10 @@ impl RuntimeService {
             }
         }
     }
+}
+
+/// A workspace path as runs see it (resolved), for matching its `.mcp.json` servers.
+fn mcp_workspace(workspace: &str) -> std::path::PathBuf {
+    let path = Path::new(workspace);
+    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
 }

@@ -70,3 +70,6 @@ mod context;
 // Checkpoints and undo: the Changes view, undo of a turn in git and plain folders, the
 // person's later edits, rewind and fork, deletion, SIGKILL during an undo (names start with undo_).
 mod undo;
+// MCP servers for real: server-everything from npm (stdio and streamable HTTP) and a small
+// server on the Python `mcp` SDK; approval, Stop, crashes, list_changed, workspace trust.
+mod mcp;

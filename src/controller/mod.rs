@@ -967,7 +967,7 @@ impl SessionController {
                 .as_ref()
                 .map(|_| self.meta.title.clone()),
             lineage: self.lineage.clone(),
-            policy: Box::new(move |tool| policy.get(tool).copied()),
+            policy: Box::new(move |tool| crate::mcp::policy_for(&policy, tool)),
             emit: Arc::new(move |event| {
                 if let Some(ctl) = this.upgrade() {
                     ctl.emit(event);

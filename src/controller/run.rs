@@ -133,6 +133,20 @@ async fn run(
         provider: meta.provider.as_deref(),
         model: meta.model.as_deref(),
     };
+    // MCP servers start with the first run that can use them (nothing without any).
+    let mcp_servers = ctl.shared.read_config(|c| c.mcp_servers.clone());
+    let hidden = || ctl.shared.read_config(crate::mcp::provider_key_env);
+    let untrusted = ctl
+        .shared
+        .mcp
+        .prepare(&mcp_servers, request.workspace, &token, hidden)
+        .await;
+    if !untrusted.is_empty() {
+        ctl.emit_progress(Progress::McpTrustNeeded {
+            workspace: workspace.clone(),
+            servers: untrusted,
+        });
+    }
     let turn = match ctl.shared.resolve_turn(request) {
         Ok(turn) => turn,
         Err(err) => {

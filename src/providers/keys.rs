@@ -123,6 +123,12 @@ async fn read_keyring(entry: &str) -> Result<ApiKey, ProviderError> {
     }
 }
 
+/// A secret other than a provider's key (an MCP server's header or env value) from the
+/// keyring entry `entry`, with the same thread, timeout and messages.
+pub(crate) async fn read_secret(entry: &str) -> Result<String, ProviderError> {
+    read_keyring(entry).await.map(|key| key.0)
+}
+
 /// Stores a key in the OS keyring under the entry `provider.api_key_keyring` names.
 pub async fn store_key_in_keyring(entry: &str, key: &ApiKey) -> Result<(), ProviderError> {
     let name = entry.to_string();

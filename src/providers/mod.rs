@@ -18,6 +18,7 @@ use crate::config::ProviderConfig;
 use crate::provider::{ModelProvider, ModelResponse, ProviderError, ProviderEvent, ProviderSink};
 
 pub use anthropic::AnthropicProvider;
+pub(crate) use keys::read_secret;
 pub use keys::{ApiKey, KEYRING_SERVICE, KeySource, store_key_in_keyring};
 pub use openai::OpenAiProvider;
 

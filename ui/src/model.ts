@@ -52,6 +52,8 @@ export interface Note {
   partial?: string;
   /** Shown after this many messages. */
   at: number;
+  /** A button the note offers (the MCP trust question is answered in Settings). */
+  action?: 'open-settings';
 }
 
 export interface Transcript {
@@ -702,6 +704,14 @@ export class SessionModel {
           ],
         }));
         return;
+      case 'mcp.trust_needed': {
+        const text = `This workspace's .mcp.json wants to start ${progress.data.servers.join(', ')}: programs the repository chose. This turn runs without them; trust or refuse them in Settings.`;
+        this.patchTranscript(sessionId, (t) => ({
+          // Asked again each turn until answered: one note for the same question.
+          notes: t.notes.some((n) => n.text === text) ? t.notes : [...t.notes, { kind: 'notice', text, at: t.messages.length, action: 'open-settings' }],
+        }));
+        return;
+      }
       case 'provider.retry':
         this.patchTranscript(sessionId, () => ({
           retry: { attempt: Number(progress.data.attempt ?? 0), delay_ms: Number(progress.data.delay_ms ?? 0), reason: String(progress.data.reason ?? '') },

@@ -21,4 +21,8 @@ rememberable: boolean,
  * What "always allow" would cover, for its button ("always allow `cargo test` in
  * this session"): one exact command or an argv prefix, never any command.
  */
-remember_label?: string | null, };
+remember_label?: string | null, 
+/**
+ * The MCP server of an `mcp__<server>__<tool>` call, so the card can name it.
+ */
+mcp_server?: string | null, };

@@ -404,6 +404,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
           <Settings
             platform={platform}
             welcome={settings === 'welcome'}
+            workspace={workspace}
             onClose={closeSettings}
             onSaved={(cfg) => {
               setConfig(cfg);

@@ -81,6 +81,12 @@ export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; 
         <h2 id="approval-title">
           {who} wants to run <code>{approval.tool}</code>
           {hint && <span class="approval-hint"> on {hint}</span>}
+          {approval.mcp_server && (
+            <span class="approval-hint" data-testid="approval-mcp-server">
+              {' '}
+              (a tool of the MCP server {approval.mcp_server})
+            </span>
+          )}
         </h2>
         {props.queued > 1 && <div class="muted">1 of {props.queued} waiting for your decision</div>}
         {approval.diff != null && approval.diff.trim() === '' ? (

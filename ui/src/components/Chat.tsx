@@ -182,6 +182,13 @@ function NoteView(props: { note: Note; canSend: boolean; onRetry?: () => Promise
     return (
       <div class="note note-notice" data-testid="run-notice" role="status">
         {note.text}
+        {note.action === 'open-settings' && props.onOpenSettings && (
+          <div class="note-actions">
+            <button type="button" data-testid="notice-open-settings" onClick={props.onOpenSettings}>
+              Open settings
+            </button>
+          </div>
+        )}
       </div>
     );
   }

@@ -3,6 +3,7 @@ import type { UpdateConfig } from '../bindings/UpdateConfig';
 import { toCommandError, type Platform, type ProbeResult } from '../platform';
 import { ErrorBox } from './ErrorBox';
 import { ModelServers } from './ModelServers';
+import { McpServers } from './McpServers';
 
 export interface ProviderForm {
   kind: 'openai' | 'anthropic';
@@ -33,7 +34,7 @@ export function formFromConfig(config: any): ProviderForm {
 type ProbeState = { status: 'idle' | 'running' } | { status: 'unsupported' } | { status: 'done'; results: ProbeResult[] } | { status: 'error'; message: string };
 
 /** Provider settings (`get_config` / `update_config`); on first start it offers to find a local server. */
-export function Settings(props: { platform: Platform; welcome?: boolean; onClose: () => void; onSaved: (config: any) => void }) {
+export function Settings(props: { platform: Platform; welcome?: boolean; workspace?: string | null; onClose: () => void; onSaved: (config: any) => void }) {
   const { platform } = props;
   const [form, setForm] = useState<ProviderForm | null>(null);
   // The config as last read or saved, for the model servers list.
@@ -222,6 +223,7 @@ export function Settings(props: { platform: Platform; welcome?: boolean; onClose
             }}
           />
         )}
+        {!props.welcome && <McpServers platform={platform} workspace={props.workspace ?? null} />}
         {form && (
           <form
             class="settings-form"

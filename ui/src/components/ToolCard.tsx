@@ -3,6 +3,7 @@ import type { ToolCall } from '../bindings/ToolCall';
 import type { ChildTab, ToolLive } from '../model';
 import type { SubagentState } from '../bindings/SubagentState';
 import { argumentHint, pretty } from '../util';
+import { mcpServerOf } from './McpServers';
 
 const FOLD_LINES = 24;
 const FOLD_CHARS = 3000;
@@ -115,6 +116,11 @@ export function ToolCard(props: {
     <details class={`tool-card tool-${state}`} data-testid="tool-card" data-tool={call.name} data-call-id={call.id} data-state={state}>
       <summary>
         <span class="tool-name">{call.name}</span>
+        {mcpServerOf(call.name) && (
+          <span class="tool-mcp" data-testid="tool-mcp-server">
+            MCP server {mcpServerOf(call.name)}
+          </span>
+        )}
         {hint && <span class="tool-hint">{call.name === 'sub_agent' ? `“${hint}”` : hint}</span>}
         <span class="tool-state">
           {state === 'running' && <span class="spinner" aria-hidden="true" />}
