@@ -28,6 +28,7 @@ pub(crate) fn lease_fn(registry: Weak<Registry>) -> LeaseFn {
         let depth = start.depth;
         let session_id = start.session_id.clone();
         let workspace = start.workspace.clone();
+        let server = start.server.clone();
         async move {
             let unavailable = || "runtime unavailable".to_string();
             let registry = registry.upgrade().ok_or_else(unavailable)?;
@@ -37,8 +38,14 @@ pub(crate) fn lease_fn(registry: Weak<Registry>) -> LeaseFn {
                 .acquire_owned()
                 .await
                 .map_err(|_| unavailable())?;
-            let agent = shared.store.meta(&session_id).ok().and_then(|m| m.agent);
-            let provider = shared.provider_of(std::path::Path::new(&workspace), agent.as_deref());
+            // Found once when the child was started; a start without it (a test's) asks now.
+            let provider = match server {
+                Some(server) => server,
+                None => {
+                    let agent = shared.store.meta(&session_id).ok().and_then(|m| m.agent);
+                    shared.provider_of(std::path::Path::new(&workspace), agent.as_deref())
+                }
+            };
             let server_slot = match shared.provider_slots(&provider).await {
                 Some(pool) => Some(pool.acquire_owned().await.map_err(|_| unavailable())?),
                 None => None,
@@ -218,6 +225,11 @@ pub(crate) async fn follow_up(
         resume: false,
         depth: child.depth(),
         message_id: Some(message_id.clone()),
+        server: Some(
+            registry
+                .shared
+                .provider_of(std::path::Path::new(&meta.workspace), meta.agent.as_deref()),
+        ),
     };
     let observer = Arc::new(EventObserver {
         child: child.clone(),
@@ -357,6 +369,9 @@ impl Delegator for ServiceDelegator {
             task_id: Some(task_id.clone()),
             title: title.clone(),
         });
+        let server = registry
+            .shared
+            .provider_of(std::path::Path::new(&workspace), meta.agent.as_deref());
         let start = ChildStart {
             task_id: task_id.clone(),
             session_id: meta.session_id.clone(),
@@ -368,6 +383,7 @@ impl Delegator for ServiceDelegator {
             resume: false,
             depth: child.depth(),
             message_id: None,
+            server: Some(server),
         };
         let observer = Arc::new(EventObserver {
             child: child.clone(),

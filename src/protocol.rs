@@ -389,6 +389,10 @@ pub struct SubagentInfo {
     pub parent_session_id: SessionId,
     pub title: String,
     pub state: SubagentState,
+    /// The model server the child runs on (its slots are what it waits for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub server: Option<String>,
 }
 
 /// The authoritative state of a session for a late joiner (SPEC §5).

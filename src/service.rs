@@ -583,6 +583,10 @@ impl RuntimeService {
             resume,
             depth: child.depth(),
             message_id: None,
+            server: Some(
+                self.shared()
+                    .provider_of(Path::new(&meta.workspace), meta.agent.as_deref()),
+            ),
         };
         let observer = Arc::new(EventObserver {
             child: child.clone(),

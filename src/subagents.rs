@@ -40,6 +40,9 @@ pub struct ChildStart {
     /// The id of the message that starts this run: `None` for a child's task
     /// (`task:<task_id>`), set for a follow-up.
     pub message_id: Option<String>,
+    /// The provider (model server) the child runs on, found once from its profile: its
+    /// slots are waited for, and the UI says "waiting for a slot on <server>".
+    pub server: Option<String>,
 }
 
 /// How a child's run ended.
@@ -163,6 +166,7 @@ impl SubagentTasks {
                         parent_session_id: start.parent_session_id.clone(),
                         title: start.title.clone(),
                         state: SubagentState::WaitingForSlot,
+                        server: start.server.clone(),
                     },
                     order,
                     token: token.clone(),

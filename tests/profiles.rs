@@ -341,11 +341,25 @@ async fn a_server_with_two_slots_never_holds_more_than_two_requests() {
     })
     .unwrap();
     let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
-    service
-        .controller(&info.session_id)
-        .unwrap()
-        .submit("go".into(), None)
-        .unwrap();
+    let parent = service.controller(&info.session_id).unwrap();
+    let (mut events, _) = parent.subscribe();
+    parent.submit("go".into(), None).unwrap();
+    // While children wait, the snapshot says which server's slot they wait for.
+    let server = tokio::time::timeout(WAIT, async {
+        loop {
+            let event = events.next_event().await.unwrap();
+            let value = serde_json::to_value(&event).unwrap();
+            if value["kind"] == "subagent.state" && value["data"]["state"] == "waiting_for_slot" {
+                let snapshot = parent.snapshot();
+                if let Some(child) = snapshot.subagents.first() {
+                    return child.server.clone();
+                }
+            }
+        }
+    })
+    .await
+    .expect("a child waiting for a slot");
+    assert_eq!(server.as_deref(), Some("local"));
     tokio::time::timeout(Duration::from_secs(20), service.wait_idle())
         .await
         .unwrap();

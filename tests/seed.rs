@@ -378,6 +378,7 @@ fn child_start(task_id: &str, title: &str) -> ChildStart {
         resume: false,
         depth: 1,
         message_id: None,
+        server: None,
     }
 }
 

@@ -91,6 +91,8 @@ export interface ChildTab {
   state: SubagentState;
   /** Cut off by a crash or restart: the person resumes it or cancels it. */
   interrupted?: boolean;
+  /** The model server it runs on (what it waits for a slot of). */
+  server?: string | null;
 }
 
 /** A message handed to the session that is not in the transcript yet (steered or started). */
@@ -938,6 +940,7 @@ function upsertChild(children: ChildTab[], info: SubagentInfo): ChildTab[] {
     taskId: info.task_id,
     title: info.title,
     state: info.state,
+    server: info.server ?? children[index]?.server ?? null,
   };
   if (index < 0) return [...children, tab];
   const next = [...children];

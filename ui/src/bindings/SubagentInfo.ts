@@ -4,4 +4,8 @@ import type { SubagentState } from "./SubagentState";
 /**
  * A background sub-agent as its parent's snapshot lists it.
  */
-export type SubagentInfo = { task_id: string, session_id: string, parent_session_id: string, title: string, state: SubagentState, };
+export type SubagentInfo = { task_id: string, session_id: string, parent_session_id: string, title: string, state: SubagentState, 
+/**
+ * The model server the child runs on (its slots are what it waits for).
+ */
+server?: string | null, };

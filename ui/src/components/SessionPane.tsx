@@ -245,7 +245,7 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
           canSend={false}
           tabs={model.state.children}
           footer={t.running ? <Progress transcript={t} approvals={model.state.approvals.filter((a) => a.session_id === tab.sessionId).length} /> : null}
-          empty={<div class="empty">{tab.state === 'waiting_for_slot' ? 'Waiting for a free slot…' : 'Nothing yet.'}</div>}
+          empty={<div class="empty">{tab.state === 'waiting_for_slot' ? (tab.server ? `Waiting for a free slot on ${tab.server}…` : 'Waiting for a free slot…') : 'Nothing yet.'}</div>}
         />
       ) : (
         <div class="empty">Loading…</div>
@@ -526,7 +526,11 @@ export function SessionPane(props: {
         {state.children.map((c) => {
           const info = props.sessions.find((s) => s.session_id === c.sessionId);
           const agent = agentLabel(info);
-          const stateText = c.interrupted ? 'interrupted' : STATE_LABEL[c.state];
+          const stateText = c.interrupted
+            ? 'interrupted'
+            : c.state === 'waiting_for_slot' && c.server
+              ? `waiting for a slot on ${c.server}`
+              : STATE_LABEL[c.state];
           return (
           <button
             key={c.sessionId}

@@ -18,6 +18,21 @@ async function openParent(histories: Record<string, unknown[]> = {}) {
 }
 
 describe('events rendered into the chat and the tabs', () => {
+  it('says which server a waiting sub-agent waits for a slot on', async () => {
+    const { fake, root } = await openParent();
+    await inAct(() =>
+      fake.emit(
+        P,
+        snapshot(P, {
+          running: true,
+          subagents: [{ task_id: 't1', session_id: C1, parent_session_id: P, title: 'Scan', state: 'waiting_for_slot', server: 'local' }],
+        }),
+      ),
+    );
+    const tab = $$(root, 'child-tab')[0];
+    expect(tab.textContent).toContain('waiting for a slot on local');
+  });
+
   it('subscribes, reads the transcript, and renders a recorded delegation', async () => {
     const { fake, root } = await openParent();
     expect(fake.streams.has(P)).toBe(true);
