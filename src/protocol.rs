@@ -73,7 +73,8 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[ts(optional = nullable)]
     pub stopped: bool,
-    /// Images the person pasted or dropped into their message (user messages only).
+    /// Images of the message: pasted or dropped by the person (user messages), or returned
+    /// by a tool (an MCP server's screenshot, on tool messages).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[ts(as = "Option<Vec<ImagePart>>", optional)]
     pub images: Vec<ImagePart>,

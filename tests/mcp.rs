@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use bumblehive::commands::dispatch;
 use bumblehive::controller::Subscription;
-use bumblehive::protocol::Event;
+use bumblehive::protocol::{Event, Role};
 use bumblehive::service::{RuntimeService, ServiceOptions};
 use serde_json::{Value, json};
 
-use crate::mock_llm::{MockLlm, MockResponse, RecordedRequest, openai};
+use crate::mock_llm::{MockLlm, MockResponse, RecordedRequest, anthropic, openai};
 use crate::providers_openai::{TEST_KEY_ENV, set_test_key};
 
 /// Starting node or Python takes a while on a loaded 2-core machine.
@@ -636,8 +636,9 @@ async fn mcp_everything_over_streamable_http_calls_a_tool_and_stop_cancels_a_lon
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mcp_an_image_result_becomes_a_note_for_a_text_only_tool_result() {
+async fn mcp_an_image_result_reaches_anthropic_as_an_image_and_chat_completions_as_a_note() {
     let Some(entry) = everything() else { return };
+    // Chat Completions: tool results are text only, so the model is told of the image.
     let fx = Fixture::new(
         json!({"mcp_servers": {"everything": everything_stdio(&entry)},
                "tools": {"policy": {"mcp__everything": "allow"}}}),
@@ -647,13 +648,75 @@ async fn mcp_an_image_result_becomes_a_note_for_a_text_only_tool_result() {
     let (id, mut events) = fx.session();
     fx.submit(&id, "image please").await;
     let answer = result_of(&mut events, &id).await;
-    assert!(answer.contains("[image (image/png"), "{answer}");
-    // The image's base64 never reaches the model.
+    assert!(answer.contains("(image/png)]"), "{answer}");
+    assert!(
+        answer.contains("not shown: this API takes text only"),
+        "{answer}"
+    );
+    // The image's base64 never reaches this model, but the history keeps it.
     let result = fx.tool_results()[0]["content"]
         .as_str()
         .unwrap()
         .to_string();
     assert!(result.len() < 2_000, "{result}");
+    let stored = fx.service.get_session(&id).unwrap().messages;
+    let tool = stored.iter().find(|m| m.role == Role::Tool).unwrap();
+    assert_eq!(tool.images.len(), 1);
+    assert_eq!(tool.images[0].media_type, "image/png");
+    let data = tool.images[0].data.clone();
+    fx.shutdown().await;
+
+    // Anthropic: the tool result's content carries the image block.
+    let fx = Fixture::new(
+        json!({"mcp_servers": {"everything": everything_stdio(&entry)},
+               "tools": {"policy": {"mcp__everything": "allow"}}}),
+        Arc::new(|request: &RecordedRequest| {
+            let messages = request.body["messages"].as_array().unwrap();
+            let last = messages.last().unwrap();
+            let has_result = last["content"]
+                .as_array()
+                .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"));
+            if has_result {
+                MockResponse::sse(anthropic::text_answer(&["a tiny image"], 1, 1))
+            } else {
+                MockResponse::sse(anthropic::tool_answer(
+                    &[("toolu_1", "mcp__everything__get-tiny-image", json!({}))],
+                    1,
+                    1,
+                ))
+            }
+        }),
+    )
+    .await;
+    fx.service
+        .update_config(&json!({"provider": {"kind": "anthropic", "base_url": fx.mock.url()}}))
+        .unwrap();
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "image please").await;
+    assert_eq!(result_of(&mut events, &id).await, "a tiny image");
+    let bodies = fx.mock.bodies();
+    let last = bodies.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let result = last["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "tool_result")
+        .unwrap()
+        .clone();
+    let image = result["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "image")
+        .expect("an image block in the tool result")
+        .clone();
+    assert_eq!(image["source"]["media_type"], "image/png");
+    assert_eq!(image["source"]["data"], data.as_str());
     fx.shutdown().await;
 }
 

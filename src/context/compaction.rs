@@ -275,6 +275,7 @@ pub fn build_messages(
         if message.role == Role::Tool && marker.elided.binary_search(&index).is_ok() {
             let mut stub = message.clone();
             stub.content = Some(elided_text(message));
+            stub.images.clear();
             messages.push(stub);
         } else {
             messages.push(message.clone());

@@ -611,7 +611,9 @@ impl Run {
                     name: call.name.clone(),
                     arguments: call.arguments.clone(),
                 });
-                let result = tools.call(&ctx, &call.name, call.arguments.clone()).await;
+                let result = tools
+                    .call_output(&ctx, &call.name, call.arguments.clone())
+                    .await;
                 (index, result)
             }));
         }
@@ -700,12 +702,12 @@ impl Run {
     fn finished(
         &self,
         call: &ToolCall,
-        result: Result<String, ToolError>,
+        result: Result<crate::tools::ToolOutput, ToolError>,
         note: Option<&str>,
     ) -> Message {
-        let (mut text, is_error) = match result {
-            Ok(text) => (text, false),
-            Err(err) => (format!("Error: {err}"), true),
+        let (mut text, is_error, images) = match result {
+            Ok(output) => (output.text, false, output.images),
+            Err(err) => (format!("Error: {err}"), true, Vec::new()),
         };
         if let Some(note) = note {
             text.push_str(note);
@@ -716,7 +718,9 @@ impl Run {
             result: text.clone(),
             is_error,
         });
-        Message::tool(&call.id, text)
+        let mut message = Message::tool(&call.id, text);
+        message.images = images;
+        message
     }
 
     fn write_prefix(

@@ -63,7 +63,11 @@ pub struct ToolInfo {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Block {
     Text(String),
-    Image { mime_type: String, bytes: usize },
+    /// `data` is the image's base64, as the server sent it.
+    Image {
+        mime_type: String,
+        data: String,
+    },
     Other(String),
 }
 
@@ -329,7 +333,7 @@ fn block(value: &Value) -> Block {
         "text" => Block::Text(text("text").to_string()),
         "image" => Block::Image {
             mime_type: text("mimeType").to_string(),
-            bytes: text("data").len() / 4 * 3,
+            data: text("data").to_string(),
         },
         "resource" => match value.pointer("/resource/text").and_then(Value::as_str) {
             Some(inner) => Block::Text(inner.to_string()),

@@ -64,6 +64,16 @@ impl Tool for McpTool {
     }
 
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError> {
+        self.call_output(ctx, arguments)
+            .await
+            .map(|output| output.text)
+    }
+
+    async fn call_output(
+        &self,
+        ctx: &ToolContext,
+        arguments: Value,
+    ) -> Result<crate::tools::ToolOutput, ToolError> {
         // The server's readOnlyHint is its own claim: it lets a call run unasked only when
         // the person said so for this server (`allow_read_only`).
         let access = if self.info.read_only_hint && self.server.config.allow_read_only == Some(true)
@@ -124,16 +134,33 @@ impl Tool for McpTool {
             Ok(Ok(result)) => result,
         };
         let mut text = String::new();
+        let mut images = Vec::new();
         for block in &result.blocks {
             if !text.is_empty() {
                 text.push('\n');
             }
             match block {
                 Block::Text(t) => text.push_str(t),
-                // Tool results reach the model as text here; images are named, not sent.
-                Block::Image { mime_type, bytes } => text.push_str(&format!(
-                    "[image ({mime_type}, about {bytes} bytes) not shown: tool results are passed to the model as text]"
-                )),
+                // Images that providers take travel beside the text (a provider whose tool
+                // results are text only says so); others are named, not sent.
+                Block::Image { mime_type, data } => {
+                    let image = crate::protocol::ImagePart {
+                        media_type: mime_type.clone(),
+                        data: data.clone(),
+                    };
+                    let kept = images.len() < crate::protocol::ImagePart::MAX_PER_MESSAGE
+                        && crate::protocol::ImagePart::check_all(std::slice::from_ref(&image))
+                            .is_ok();
+                    if kept {
+                        text.push_str(&format!("[image {} ({mime_type})]", images.len() + 1));
+                        images.push(image);
+                    } else {
+                        text.push_str(&format!(
+                            "[image ({mime_type}, about {} bytes) not shown: not a PNG, JPEG, GIF or WebP of at most 5 MiB]",
+                            data.len() / 4 * 3
+                        ));
+                    }
+                }
                 Block::Other(note) => text.push_str(note),
             }
         }
@@ -146,7 +173,7 @@ impl Tool for McpTool {
         if result.is_error {
             Err(ToolError::Failed(text))
         } else {
-            Ok(text)
+            Ok(crate::tools::ToolOutput { text, images })
         }
     }
 }

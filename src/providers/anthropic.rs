@@ -131,7 +131,19 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
                     "type": "tool_result",
                     "tool_use_id": message.tool_call_id.as_deref().unwrap_or_default(),
                 });
-                if !message.text().is_empty() {
+                if !message.images.is_empty() && !request.settings.no_images {
+                    // A tool result's content may hold image blocks beside its text.
+                    let mut blocks = text_block(message.text());
+                    blocks.extend(message.images.iter().map(|image| {
+                        json!({
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": image.media_type, "data": image.data},
+                        })
+                    }));
+                    result["content"] = Value::Array(blocks);
+                } else if !message.images.is_empty() {
+                    result["content"] = json!(crate::provider::without_images_text(message));
+                } else if !message.text().is_empty() {
                     result["content"] = json!(message.text());
                 }
                 ("user", vec![result])

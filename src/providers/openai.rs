@@ -157,6 +157,16 @@ fn wire_message(message: &Message, no_images: bool) -> Value {
             }));
             json!({"role": "user", "content": parts})
         }
+        // Chat Completions' tool results are text only: the model is told of the images.
+        Role::Tool if !message.images.is_empty() => json!({
+            "role": "tool",
+            "tool_call_id": message.tool_call_id.as_deref().unwrap_or_default(),
+            "content": format!(
+                "{}\n[{} image(s) in this result not shown: this API takes text only in tool results]",
+                message.text(),
+                message.images.len()
+            ),
+        }),
         Role::Tool => json!({
             "role": "tool",
             "tool_call_id": message.tool_call_id.as_deref().unwrap_or_default(),

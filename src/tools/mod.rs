@@ -190,6 +190,32 @@ pub trait Tool: Send + Sync {
         false
     }
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError>;
+
+    /// The result with the images it carries (an MCP server's screenshot): the run sends
+    /// them to providers whose tool results take images. Text-only tools keep the default.
+    async fn call_output(
+        &self,
+        ctx: &ToolContext,
+        arguments: Value,
+    ) -> Result<ToolOutput, ToolError> {
+        self.call(ctx, arguments).await.map(ToolOutput::text)
+    }
+}
+
+/// A tool's result: its text and any images.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolOutput {
+    pub text: String,
+    pub images: Vec<crate::protocol::ImagePart>,
+}
+
+impl ToolOutput {
+    pub fn text(text: String) -> Self {
+        ToolOutput {
+            text,
+            images: Vec::new(),
+        }
+    }
 }
 
 /// The tools a session may use, in the order the model sees them.
@@ -264,6 +290,18 @@ impl ToolRegistry {
         name: &str,
         arguments: Value,
     ) -> Result<String, ToolError> {
+        self.call_output(ctx, name, arguments)
+            .await
+            .map(|output| output.text)
+    }
+
+    /// [`Self::call`] with the images a result carries (the run loop's entry point).
+    pub async fn call_output(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        arguments: Value,
+    ) -> Result<ToolOutput, ToolError> {
         let Some(tool) = self.get(name) else {
             let known: Vec<_> = self.tools.iter().map(|t| t.name()).collect();
             return Err(ToolError::InvalidArguments(format!(
@@ -296,10 +334,10 @@ impl ToolRegistry {
             .as_ref()
             .filter(|_| tool.changes_workspace());
         let Some(hook) = hook else {
-            return tool.call(ctx, arguments).await;
+            return tool.call_output(ctx, arguments).await;
         };
         let before = hook.before(&ctx.workspace).await;
-        let result = tool.call(ctx, arguments.clone()).await;
+        let result = tool.call_output(ctx, arguments.clone()).await;
         // Refused before it did anything: nothing to record, and the result must not wait
         // for a snapshot (a Stop collects the calls that are done at once, and a denial by
         // the stop is one of them).

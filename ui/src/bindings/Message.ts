@@ -15,6 +15,7 @@ export type Message = { role: Role, content: string | null, tool_calls?: Array<T
  */
 stopped?: boolean, 
 /**
- * Images the person pasted or dropped into their message (user messages only).
+ * Images of the message: pasted or dropped by the person (user messages), or returned
+ * by a tool (an MCP server's screenshot, on tool messages).
  */
 images?: Array<ImagePart>, };
