@@ -125,6 +125,60 @@ pub struct Shared {
     pub(crate) mcp: crate::mcp::McpManager,
 }
 
+/// Context windows model servers reported, by server and model (`windows.json` in the
+/// data dir), so a start need not ask again before its first request.
+const WINDOWS_FILE: &str = "windows.json";
+
+fn window_key(block: &ProviderConfig) -> String {
+    format!("{} {} {}", block.kind, block.base_url, block.model)
+}
+
+/// How long a remembered server window is used before it is asked again (in the
+/// background: the start never waits for it).
+const WINDOW_FRESH: Duration = Duration::from_secs(600);
+
+/// A remembered window and when the server said it (seconds since the epoch).
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+struct SeenWindow {
+    window: ContextWindow,
+    at: u64,
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn read_windows(path: &Path) -> std::collections::BTreeMap<String, SeenWindow> {
+    std::fs::read(path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}
+
+/// Records what asking a server found: its window, or (a server that says nothing, or
+/// a hosted API) the table's or the default figure, so that is not asked each start
+/// either. A figure from the config is never asked for, so never recorded. A lost race
+/// between two starts loses only a cache entry.
+fn save_window(path: &Path, key: &str, window: ContextWindow) {
+    if window.source == crate::context::window::WindowSource::Config {
+        return;
+    }
+    let mut windows = read_windows(path);
+    windows.insert(
+        key.to_string(),
+        SeenWindow {
+            window,
+            at: now_secs(),
+        },
+    );
+    let bytes = serde_json::to_vec_pretty(&windows).unwrap_or_default();
+    if let Err(err) = crate::store::write_atomic(path, &bytes, false) {
+        tracing::debug!("cannot save the context window cache: {err}");
+    }
+}
+
 /// How long one workspace's environment detection is reused by other sessions.
 const ENVIRONMENT_FRESH: Duration = Duration::from_secs(10);
 
@@ -192,7 +246,30 @@ impl Shared {
                 return *window;
             }
         }
-        let window = crate::context::window::resolve(block).await;
+        // What a server said at an earlier start is used at once, and asked again in the
+        // background for the next start: asking costs every `bumblehive run` a round trip
+        // (a too-large stale figure is caught by "context too long" and one compaction).
+        let path = self.data_dir.join(WINDOWS_FILE);
+        let key = window_key(block);
+        let window = match read_windows(&path).get(&key).copied() {
+            Some(cached) => {
+                // Asked again in the background once the figure is older than
+                // [`WINDOW_FRESH`]: quick repeated starts ask nothing at all.
+                if now_secs().saturating_sub(cached.at) > WINDOW_FRESH.as_secs() {
+                    let block = block.clone();
+                    tokio::spawn(async move {
+                        let fresh = crate::context::window::resolve(&block).await;
+                        save_window(&path, &key, fresh);
+                    });
+                }
+                cached.window
+            }
+            None => {
+                let window = crate::context::window::resolve(block).await;
+                save_window(&path, &key, window);
+                window
+            }
+        };
         self.windows
             .lock()
             .unwrap_or_else(|p| p.into_inner())

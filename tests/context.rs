@@ -1636,4 +1636,74 @@ mod runtime {
         assert_eq!(meter.window, u64::from(window.tokens));
         println!("after the compaction: {}", meter.label());
     }
+
+    /// A llama-server's window, asked at the first start, is remembered in the data dir:
+    /// the next start uses it at once (here with the server's `/props` gone) instead of
+    /// asking before its first request.
+    #[tokio::test]
+    async fn context_runtime_a_servers_window_is_remembered_for_the_next_start() {
+        let props_up = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let up = props_up.clone();
+        let app = Router::new()
+            .route(
+                "/props",
+                get(move || {
+                    let up = up.clone();
+                    async move {
+                        if up.load(std::sync::atomic::Ordering::SeqCst) {
+                            Ok(Json(
+                                json!({"default_generation_settings": {"n_ctx": 6144}}),
+                            ))
+                        } else {
+                            Err(axum::http::StatusCode::NOT_FOUND)
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/v1/chat/completions",
+                post(|| async {
+                    (
+                        [("content-type", "text/event-stream")],
+                        openai::text_answer(&["ok"], (10, 1)),
+                    )
+                }),
+            );
+        let (url, server) = serve(app).await;
+        let dir = tempfile::tempdir().unwrap();
+        let start = |dir: &std::path::Path| {
+            let mut provider = config_for(format!("{url}/v1"), "m");
+            provider.api_key_env = None;
+            RuntimeService::new(ServiceOptions {
+                data_dir: dir.join("data"),
+                config_path: None,
+                config: Some(Config {
+                    provider,
+                    ..Config::default()
+                }),
+                provider_factory: Arc::new(provider_from_config),
+                tools: Some(bumblehive::tools::ToolRegistry::default()),
+            })
+            .unwrap()
+        };
+        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+        for round in 0..2 {
+            let service = start(dir.path());
+            let info = service
+                .create_session(dir.path().join("ws").to_str().unwrap(), None)
+                .unwrap();
+            let controller = service.controller(&info.session_id).unwrap();
+            let (mut events, _) = controller.subscribe();
+            controller.submit("hi".into(), None).unwrap();
+            let (_, end) = run_events(&mut events, &info.session_id).await;
+            assert!(matches!(end, Event::Result { .. }), "{end:?}");
+            let meter = controller.snapshot().context.expect("a meter");
+            assert_eq!(meter.window, 6144, "round {round}");
+            service.shutdown().await;
+            // The server stops saying: only the remembered figure can give 6144 now.
+            props_up.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+        assert!(dir.path().join("data").join("windows.json").exists());
+        server.abort();
+    }
 }

@@ -99,8 +99,9 @@ enum Line {
 /// The checkpoint store of one data dir.
 pub struct Checkpoints {
     root: PathBuf,
-    /// Why checkpoints are off (git missing), if they are.
-    off: Option<String>,
+    /// Why checkpoints are off (git missing), if they are: found at first use, not at
+    /// start, since `git --version` would cost every `bumblehive run` a process.
+    off: std::sync::OnceLock<Option<String>>,
     /// One lock per workspace: snapshots share the shadow index.
     locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
     clock: AtomicU64,
@@ -109,17 +110,13 @@ pub struct Checkpoints {
 impl Checkpoints {
     /// The store under `<data_dir>/checkpoints`; off (and logged once) when git is missing.
     pub fn new(data_dir: &Path) -> Arc<Self> {
-        let off = git::available().err();
-        if let Some(why) = &off {
-            tracing::warn!("checkpoints and undo are off: {why}");
-        }
         Arc::new(Checkpoints {
             // Canonical, so that a data dir inside a workspace is recognised (and left out).
             root: data_dir
                 .canonicalize()
                 .unwrap_or_else(|_| data_dir.to_path_buf())
                 .join("checkpoints"),
-            off,
+            off: std::sync::OnceLock::new(),
             locks: Mutex::new(HashMap::new()),
             clock: AtomicU64::new(0),
         })
@@ -127,12 +124,20 @@ impl Checkpoints {
 
     /// Why checkpoints are off, if they are.
     pub fn off(&self) -> Option<&str> {
-        self.off.as_deref()
+        self.off
+            .get_or_init(|| {
+                let off = git::available().err();
+                if let Some(why) = &off {
+                    tracing::warn!("checkpoints and undo are off: {why}");
+                }
+                off
+            })
+            .as_deref()
     }
 
     fn check_on(&self) -> Result<(), CheckpointError> {
-        match &self.off {
-            Some(why) => Err(CheckpointError::Off(why.clone())),
+        match self.off() {
+            Some(why) => Err(CheckpointError::Off(why.to_string())),
             None => Ok(()),
         }
     }
@@ -272,7 +277,7 @@ impl Checkpoints {
         self: &Arc<Self>,
         session_id: &str,
     ) -> Result<TurnChanges, CheckpointError> {
-        if let Some(why) = &self.off {
+        if let Some(why) = self.off() {
             return Ok(TurnChanges {
                 available: false,
                 notice: Some(format!("Checkpoints and undo are off: {why}")),
@@ -583,7 +588,9 @@ impl CallHook {
         session_id: &str,
         history: &[Message],
     ) -> Option<CallHook> {
-        if checkpoints.off.is_some() {
+        // Known to be off (a changing call found git missing): no hook. Not asked here,
+        // since most batches change nothing and a `git --version` would cost each run.
+        if checkpoints.off.get().is_some_and(Option::is_some) {
             return None;
         }
         let turn = turn_of(history)?;
