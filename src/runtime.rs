@@ -76,9 +76,6 @@ impl Default for Limits {
     }
 }
 
-/// A built provider and the block it was built from.
-type CachedProvider = (ProviderConfig, Arc<dyn ModelProvider>);
-
 /// What the controllers share: store, config, provider, approvals, tasks, run count.
 pub struct Shared {
     pub(crate) store: Arc<SessionStore>,
@@ -88,7 +85,7 @@ pub struct Shared {
     provider_factory: ProviderFactory,
     /// The provider built for a provider block, rebuilt when the block changes. Looked up
     /// with a copy of the block, never while the config lock is held (runtime review C3).
-    providers: Mutex<HashMap<String, CachedProvider>>,
+    providers: BlockCache<Arc<dyn ModelProvider>>,
     /// Child slots of each model server with a `max_concurrent` (its parallel slots).
     provider_slots: Mutex<HashMap<String, (usize, Arc<Semaphore>)>>,
     pub(crate) approvals: Arc<ApprovalBook>,
@@ -111,18 +108,38 @@ pub struct Shared {
     pub(crate) delegator: OnceLock<Arc<dyn Delegator>>,
     /// Context windows found per provider, with the block they were found for: asking a
     /// server once per provider is enough (a changed block asks again).
-    windows: Mutex<HashMap<String, (ProviderConfig, ContextWindow)>>,
+    windows: BlockCache<ContextWindow>,
     /// The latest environment detection per workspace: sessions opened within
     /// [`ENVIRONMENT_FRESH`] of it (a fan-out's children) share it instead of each
     /// starting `git status`.
     environments: Mutex<HashMap<PathBuf, (Instant, Arc<Environment>)>>,
     /// Request slots model servers reported (llama.cpp `total_slots`), per provider and
     /// block; `None` when the server does not say.
-    server_slots: Mutex<HashMap<String, (ProviderConfig, Option<usize>)>>,
+    server_slots: BlockCache<Option<usize>>,
     /// The checkpoint store that changing tool calls record into (undo).
     pub(crate) checkpoints: Arc<crate::checkpoints::Checkpoints>,
     /// MCP servers: started by the first run that can use them.
     pub(crate) mcp: crate::mcp::McpManager,
+}
+
+/// What was built or found for a provider, per provider name, with the block it was for.
+type BlockCache<T> = Mutex<HashMap<String, (ProviderConfig, T)>>;
+
+/// The value kept for `name`, if it was made for this very block (a changed block makes
+/// it again). No lock is held after it returns.
+fn cached_for<T: Clone>(cache: &BlockCache<T>, name: &str, block: &ProviderConfig) -> Option<T> {
+    let cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    cache
+        .get(name)
+        .filter(|(seen, _)| seen == block)
+        .map(|(_, value)| value.clone())
+}
+
+fn remember<T>(cache: &BlockCache<T>, name: &str, block: &ProviderConfig, value: T) {
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name.to_string(), (block.clone(), value));
 }
 
 /// Context windows model servers reported, by server and model (`windows.json` in the
@@ -236,15 +253,8 @@ impl Shared {
     /// The model's context window for a run's provider block (config, server, table or
     /// default), found once per provider and block.
     pub(crate) async fn context_window(&self, name: &str, block: &ProviderConfig) -> ContextWindow {
-        if let Some((seen, window)) = self
-            .windows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-        {
-            if seen == block {
-                return *window;
-            }
+        if let Some(window) = cached_for(&self.windows, name, block) {
+            return window;
         }
         // What a server said at an earlier start is used at once, and asked again in the
         // background for the next start: asking costs every `bumblehive run` a round trip
@@ -270,10 +280,7 @@ impl Shared {
                 window
             }
         };
-        self.windows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string(), (block.clone(), window));
+        remember(&self.windows, name, block, window);
         window
     }
 
@@ -327,20 +334,12 @@ impl Shared {
         name: &str,
         block: &ProviderConfig,
     ) -> Result<Arc<dyn ModelProvider>, ProviderError> {
-        {
-            let cached = self.providers.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((config, provider)) = cached.get(name) {
-                if config == block {
-                    return Ok(provider.clone());
-                }
-            }
+        if let Some(provider) = cached_for(&self.providers, name, block) {
+            return Ok(provider);
         }
         // Built outside the lock: building may read a keyring or the environment.
         let provider = (self.provider_factory)(block)?;
-        self.providers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string(), (block.clone(), provider.clone()));
+        remember(&self.providers, name, block, provider.clone());
         Ok(provider)
     }
 
@@ -555,15 +554,8 @@ impl Shared {
 
     /// The slot count a provider's server reported, asked once per provider and block.
     async fn discovered_slots(&self, name: &str, block: &ProviderConfig) -> Option<usize> {
-        if let Some((seen, slots)) = self
-            .server_slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-        {
-            if seen == block {
-                return *slots;
-            }
+        if let Some(slots) = cached_for(&self.server_slots, name, block) {
+            return slots;
         }
         let slots = crate::context::window::server_slots(block)
             .await
@@ -575,10 +567,7 @@ impl Shared {
                 "the model server serves {slots} requests at once"
             );
         }
-        self.server_slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string(), (block.clone(), slots));
+        remember(&self.server_slots, name, block, slots);
         slots
     }
 
