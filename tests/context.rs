@@ -347,33 +347,39 @@ fn is_summary_request(request: &RecordedRequest) -> bool {
     request.body["messages"][0]["content"] == HANDOFF_SYSTEM
 }
 
-/// The scripted model: summary requests get a handoff note; a request that ends with the
-/// person's message gets a tool call; one that ends with a tool result gets an answer.
+/// The scripted model, for the builder's tests and the runtime's: the person's message
+/// `question N` gets a `read_file` call (`big.txt` every 7th turn, `a.txt` otherwise), a
+/// tool result or a report gets an answer, and summary requests get a handoff note.
 /// Usage is reported as a quarter of the request's bytes, like a real server's count.
 fn script(mock: &MockLlm) {
     mock.respond_with(|request| {
         let prompt = (request.raw_body.len() / 4) as u64;
         if is_summary_request(request) {
             return MockResponse::sse(openai::text_answer(
-                &["## Goal\nKeep answering questions.\n## Files touched\na.txt"],
+                &["## Goal\nKeep answering questions about a.txt.\n## Files touched\na.txt, big.txt"],
                 (prompt, 20),
             ));
         }
         let messages = request.body["messages"].as_array().unwrap();
         let last = messages.last().unwrap();
-        if last["role"] == "tool" {
-            MockResponse::sse(openai::text_answer(&["done with that"], (prompt, 5)))
-        } else {
-            let n = messages.len();
-            MockResponse::sse(openai::tool_answer(
-                &[(
-                    &format!("call-{n}-{prompt}"),
-                    "read_file",
-                    json!({"path": "a.txt"}),
-                )],
-                (prompt, 10),
-            ))
+        let text = last["content"].as_str().unwrap_or("");
+        if last["role"] == "tool" || text.starts_with("[Background tool result]") {
+            return MockResponse::sse(openai::text_answer(&["done with that"], (prompt, 5)));
         }
+        let turn: usize = text
+            .strip_prefix("question ")
+            .and_then(|rest| rest.split(':').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let path = if turn % 7 == 3 { "big.txt" } else { "a.txt" };
+        MockResponse::sse(openai::tool_answer(
+            &[(
+                &format!("call-{}-{prompt}", messages.len()),
+                "read_file",
+                json!({ "path": path }),
+            )],
+            (prompt, 10),
+        ))
     });
 }
 
@@ -902,7 +908,7 @@ mod runtime {
     use bumblehive::service::{RuntimeService, ServiceOptions};
 
     use super::*;
-    use crate::providers_openai::{of_kind, run_events};
+    use crate::providers_openai::{of_kind, run_events, run_events_within};
 
     /// A whole run of 200 turns can take a while on a loaded machine.
     const TURN_WAIT: Duration = Duration::from_secs(30);
@@ -982,41 +988,6 @@ mod runtime {
         }
     }
 
-    /// The person's message `question N`: the model reads `big.txt` every 7th turn and
-    /// `a.txt` otherwise, then answers; summary requests get a handoff note; a report
-    /// gets a short answer. Usage is a quarter of the request's bytes.
-    pub fn script(mock: &MockLlm) {
-        mock.respond_with(|request| {
-            let prompt = (request.raw_body.len() / 4) as u64;
-            if is_summary_request(request) {
-                return MockResponse::sse(openai::text_answer(
-                    &["## Goal\nKeep answering questions about a.txt.\n## Files touched\na.txt, big.txt"],
-                    (prompt, 20),
-                ));
-            }
-            let messages = request.body["messages"].as_array().unwrap();
-            let last = messages.last().unwrap();
-            let text = last["content"].as_str().unwrap_or("");
-            if last["role"] == "tool" || text.starts_with("[Background tool result]") {
-                return MockResponse::sse(openai::text_answer(&["done with that"], (prompt, 5)));
-            }
-            let turn: usize = text
-                .strip_prefix("question ")
-                .and_then(|rest| rest.split(':').next())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0);
-            let path = if turn % 7 == 3 { "big.txt" } else { "a.txt" };
-            MockResponse::sse(openai::tool_answer(
-                &[(
-                    &format!("call-{}-{prompt}", messages.len()),
-                    "read_file",
-                    json!({ "path": path }),
-                )],
-                (prompt, 10),
-            ))
-        });
-    }
-
     pub fn files(fx: &Fx) {
         let line = "the quick brown fox jumps over the lazy dog 0123456789\n";
         std::fs::write(fx.workspace().join("a.txt"), line.repeat(8)).unwrap();
@@ -1034,32 +1005,6 @@ mod runtime {
         let (seen, end) = run_events_within(events, controller.session_id(), TURN_WAIT).await;
         assert!(matches!(end, Event::Result { .. }), "turn {n}: {end:?}");
         seen
-    }
-
-    /// The `event` events of a run until its `result` or `error`, waiting up to `wait`
-    /// (`run_events` waits the seed's 4 s, too short for a real model).
-    async fn run_events_within(
-        events: &mut Subscription,
-        session_id: &str,
-        wait: Duration,
-    ) -> (Vec<Value>, Event) {
-        let mut seen = Vec::new();
-        let end = tokio::time::timeout(wait, async {
-            loop {
-                let event = events.next_event().await.expect("event stream closed");
-                if event.session_id() != session_id {
-                    continue;
-                }
-                match &event {
-                    Event::Result { .. } | Event::Error { .. } => return event,
-                    Event::Event { .. } => seen.push(serde_json::to_value(&event).unwrap()),
-                    _ => {}
-                }
-            }
-        })
-        .await
-        .expect("timed out waiting for the run to end");
-        (seen, end)
     }
 
     fn chats(mock: &MockLlm) -> Vec<RecordedRequest> {

@@ -303,19 +303,17 @@ async fn a_child_runs_on_its_profiles_server_with_its_tools() {
     service.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_with_two_slots_never_holds_more_than_two_requests() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    let local = Server::new(Duration::from_millis(5), |request| {
+/// The slot tests' model: a parent that delegates `children` sub-agents at once (each
+/// answers at once), then finishes; `latency` is the model's own time per request.
+fn delegating_server(latency: Duration, children: usize) -> Arc<Server> {
+    Server::new(latency, move |request| {
         if first_user(request).contains("Task:\n") {
             return ModelResponse::text("child done");
         }
         let last = request.messages.last().unwrap();
         match (last.role, is_report(last)) {
             (Role::User, false) => ModelResponse::tool_calls(
-                (0..6)
+                (0..children)
                     .map(|i| ToolCall {
                         id: format!("d{i}"),
                         name: "sub_agent".into(),
@@ -325,21 +323,49 @@ async fn a_server_with_two_slots_never_holds_more_than_two_requests() {
             ),
             _ => ModelResponse::text("parent done"),
         }
-    });
+    })
+}
+
+/// A service whose one provider `local` is `block`, every request answered by `server`,
+/// with room for 8 children at once (so only the server's own slots bound them).
+fn slots_service(dir: &std::path::Path, block: Value, server: &Arc<Server>) -> RuntimeService {
     let config = json!({
-        "providers": {"local": {"kind": "openai", "base_url": "http://local/v1", "model": "m", "max_concurrent": 2}},
+        "providers": {"local": block},
         "default_provider": "local",
         "subagents": {"max_concurrent": 8}
     });
-    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    let service = RuntimeService::new(ServiceOptions {
-        data_dir: dir.path().join("data"),
-        config_path: Some(dir.path().join("config.json")),
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    RuntimeService::new(ServiceOptions {
+        data_dir: dir.join("data"),
+        config_path: Some(dir.join("config.json")),
         config: None,
-        provider_factory: two_servers(local.clone(), local.clone()),
+        provider_factory: two_servers(server.clone(), server.clone()),
         tools: None,
     })
-    .unwrap();
+    .unwrap()
+}
+
+/// An HTTP server on 127.0.0.1 answering `app`: its OpenAI base URL and its task.
+async fn serve(app: axum::Router) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_two_slots_never_holds_more_than_two_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let local = delegating_server(Duration::from_millis(5), 6);
+    let service = slots_service(
+        dir.path(),
+        json!({"kind": "openai", "base_url": "http://local/v1", "model": "m", "max_concurrent": 2}),
+        &local,
+    );
     let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
     let parent = service.controller(&info.session_id).unwrap();
     let (mut events, _) = parent.subscribe();
@@ -389,46 +415,16 @@ async fn a_llama_cpp_server_that_says_three_slots_gets_two_children_at_once() {
             axum::Json(json!({"total_slots": 3, "default_generation_settings": {"n_ctx": 8192}}))
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let props_server = tokio::spawn(async move {
-        let _ = axum::serve(listener, props).await;
-    });
+    let (url, props_server) = serve(props).await;
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    let local = Server::new(Duration::from_millis(20), |request| {
-        if first_user(request).contains("Task:\n") {
-            return ModelResponse::text("child done");
-        }
-        let last = request.messages.last().unwrap();
-        match (last.role, is_report(last)) {
-            (Role::User, false) => ModelResponse::tool_calls(
-                (0..6)
-                    .map(|i| ToolCall {
-                        id: format!("d{i}"),
-                        name: "sub_agent".into(),
-                        arguments: json!({"title": format!("C{i}"), "task": format!("t{i}")}),
-                    })
-                    .collect(),
-            ),
-            _ => ModelResponse::text("parent done"),
-        }
-    });
-    let config = json!({
-        "providers": {"local": {"kind": "openai", "base_url": url, "model": "m"}},
-        "default_provider": "local",
-        "subagents": {"max_concurrent": 8}
-    });
-    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    let service = RuntimeService::new(ServiceOptions {
-        data_dir: dir.path().join("data"),
-        config_path: Some(dir.path().join("config.json")),
-        config: None,
-        provider_factory: two_servers(local.clone(), local.clone()),
-        tools: None,
-    })
-    .unwrap();
+    let local = delegating_server(Duration::from_millis(20), 6);
+    let service = slots_service(
+        dir.path(),
+        json!({"kind": "openai", "base_url": url, "model": "m"}),
+        &local,
+    );
     let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
     service
         .controller(&info.session_id)
@@ -457,46 +453,16 @@ async fn an_ollama_server_without_max_concurrent_gets_one_child_at_a_time() {
         "/api/version",
         axum::routing::get(|| async { axum::Json(json!({"version": "0.5.7"})) }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let version_server = tokio::spawn(async move {
-        let _ = axum::serve(listener, ollama).await;
-    });
+    let (url, version_server) = serve(ollama).await;
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    let local = Server::new(Duration::from_millis(20), |request| {
-        if first_user(request).contains("Task:\n") {
-            return ModelResponse::text("child done");
-        }
-        let last = request.messages.last().unwrap();
-        match (last.role, is_report(last)) {
-            (Role::User, false) => ModelResponse::tool_calls(
-                (0..4)
-                    .map(|i| ToolCall {
-                        id: format!("d{i}"),
-                        name: "sub_agent".into(),
-                        arguments: json!({"title": format!("C{i}"), "task": format!("t{i}")}),
-                    })
-                    .collect(),
-            ),
-            _ => ModelResponse::text("parent done"),
-        }
-    });
-    let config = json!({
-        "providers": {"local": {"kind": "openai", "base_url": url, "model": "m"}},
-        "default_provider": "local",
-        "subagents": {"max_concurrent": 8}
-    });
-    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    let service = RuntimeService::new(ServiceOptions {
-        data_dir: dir.path().join("data"),
-        config_path: Some(dir.path().join("config.json")),
-        config: None,
-        provider_factory: two_servers(local.clone(), local.clone()),
-        tools: None,
-    })
-    .unwrap();
+    let local = delegating_server(Duration::from_millis(20), 4);
+    let service = slots_service(
+        dir.path(),
+        json!({"kind": "openai", "base_url": url, "model": "m"}),
+        &local,
+    );
     let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
     service
         .controller(&info.session_id)

@@ -224,8 +224,18 @@ impl Fixture {
 
 /// Events of `kind` (`Event::Event`) that arrived until the run's `result` or `error`.
 pub async fn run_events(events: &mut Subscription, session_id: &str) -> (Vec<Value>, Event) {
+    run_events_within(events, session_id, WAIT).await
+}
+
+/// [`run_events`], waiting up to `wait` (a real model, or a long run, takes longer than
+/// the seed's 4 s).
+pub async fn run_events_within(
+    events: &mut Subscription,
+    session_id: &str,
+    wait: std::time::Duration,
+) -> (Vec<Value>, Event) {
     let mut seen = Vec::new();
-    let end = tokio::time::timeout(WAIT, async {
+    let end = tokio::time::timeout(wait, async {
         loop {
             let event = events.next_event().await.expect("event stream closed");
             if event.session_id() != session_id {
