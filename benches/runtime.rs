@@ -97,6 +97,10 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 fn service(data: &Path, provider: Arc<Scripted>, max_concurrent: usize) -> RuntimeService {
     let mut config = Config::default();
     config.subagents.max_concurrent = max_concurrent;
+    // A window no fan-out here fills: the parent of 1,000 children holds ~1,000 reports,
+    // and compacting it would measure summary calls, not the fan-out (the scripted model
+    // cannot summarise; the context bench measures compaction).
+    config.provider.context_window = Some(100_000_000);
     let mut tools = bumblehive::tools::ToolRegistry::standard();
     tools.register(Arc::new(Noop));
     RuntimeService::new(ServiceOptions {
@@ -226,13 +230,17 @@ async fn fan_out(
         .filter(|m| m.text().starts_with("[Background tool result]"))
         .count();
     assert_eq!(reports, children, "every child reports once");
+    let flushes = service.store().flush_stats();
     println!(
-        "fan-out [{label}]: {children} children x 3 turns, {latency_ms} ms latency, max_concurrent {max_concurrent}: wall {:.3} s, ideal {:.3} s, ratio {:.2}; peak RSS {} MiB; RSS per idle child {:.1} KiB",
+        "fan-out [{label}]: {children} children x 3 turns, {latency_ms} ms latency, max_concurrent {max_concurrent}: wall {:.3} s, ideal {:.3} s, ratio {:.2}; peak RSS {} MiB; RSS per idle child {:.1} KiB; flushes: {} asked, {} fdatasyncs in {} rounds",
         wall.as_secs_f64(),
         ideal.as_secs_f64(),
         wall.as_secs_f64() / ideal.as_secs_f64(),
         rss_kib("VmHWM:") / 1024,
         rss_after.saturating_sub(rss_before) as f64 / children as f64,
+        flushes.requests,
+        flushes.syncs,
+        flushes.rounds,
     );
     service.shutdown().await;
 }
@@ -304,19 +312,62 @@ async fn scale(base: &Path, label: &str, messages: usize, sessions: usize) {
             })
             .expect("create");
     }
-    let mut lists = Vec::new();
-    for _ in 0..5 {
+    // Listing: warm (this store's index is loaded: a stat and a copy), through the
+    // service (what `list_sessions` answers, with live states), cold in a new store after
+    // a clean end (the index file read whole, the folder names compared), and cold after
+    // a writer that did not end cleanly (every meta.json read: what every list cost
+    // before the index).
+    let time_list = |store: &SessionStore| {
         let started = Instant::now();
         let listed = store.list(None).expect("list");
-        lists.push(started.elapsed());
         assert!(listed.len() > sessions);
-    }
+        started.elapsed()
+    };
+    let _ = time_list(&store);
+    let mut lists: Vec<Duration> = (0..5).map(|_| time_list(&store)).collect();
     lists.sort();
+    let mut via_service: Vec<Duration> = (0..5)
+        .map(|_| {
+            let started = Instant::now();
+            let listed = service.list_sessions(None).expect("list");
+            assert!(listed.len() > sessions);
+            started.elapsed()
+        })
+        .collect();
+    via_service.sort();
+    store.close();
+    let mut cold: Vec<Duration> = (0..5)
+        .map(|_| {
+            let fresh = SessionStore::new(&dir).expect("store");
+            let took = time_list(&fresh);
+            fresh.close();
+            took
+        })
+        .collect();
+    cold.sort();
+    let mut scans: Vec<Duration> = (0..3)
+        .map(|_| {
+            // A writer that ends without `close` (a crash): the next load reads every meta.
+            let crashed = SessionStore::new(&dir).expect("store");
+            let mut meta = crashed.meta(&meta.session_id).expect("meta");
+            meta.title = format!("edited {}", meta.updated_at);
+            crashed.write_meta(&meta).expect("meta");
+            drop(crashed);
+            let fresh = SessionStore::new(&dir).expect("store");
+            let took = time_list(&fresh);
+            fresh.close();
+            took
+        })
+        .collect();
+    scans.sort();
     println!(
-        "session scale [{label}]: open a {messages}-message session p50 {:.1} ms (with controller {:.1} ms); list {sessions} sessions p50 {:.1} ms; append {:.0} messages/s ({:.1} µs each), append+fsync {:.2} ms each",
+        "session scale [{label}]: open a {messages}-message session p50 {:.1} ms (with controller {:.1} ms); list {sessions} sessions p50 {:.2} ms warm, {:.2} ms through the service, {:.1} ms cold from the index, {:.1} ms cold with a scan of every meta; append {:.0} messages/s ({:.1} µs each), append+fsync {:.2} ms each",
         percentile(&opens, 0.5).as_secs_f64() * 1e3,
         open_controller.as_secs_f64() * 1e3,
         percentile(&lists, 0.5).as_secs_f64() * 1e3,
+        percentile(&via_service, 0.5).as_secs_f64() * 1e3,
+        percentile(&cold, 0.5).as_secs_f64() * 1e3,
+        percentile(&scans, 0.5).as_secs_f64() * 1e3,
         messages as f64 / append.as_secs_f64(),
         append.as_secs_f64() * 1e6 / messages as f64,
         append_synced.as_secs_f64() * 1e3,

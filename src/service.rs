@@ -983,7 +983,12 @@ impl RuntimeService {
         let mut runs = shared.watch_runs();
         let _ = runs.wait_for(|count| *count == 0).await;
         let store = shared.store.clone();
-        let synced = tokio::task::spawn_blocking(move || store.sync_open()).await;
+        let synced = tokio::task::spawn_blocking(move || {
+            let synced = store.sync_open();
+            store.close();
+            synced
+        })
+        .await;
         if let Ok(Err(err)) = synced {
             tracing::warn!("fsync at shutdown failed: {err}");
         }

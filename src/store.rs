@@ -9,9 +9,11 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
+use crate::flush::{FlushStats, FlushTicket, Flusher};
 use crate::protocol::{
     Compaction, Message, ModelUsage, SessionId, SessionInfo, SessionState, Usage,
 };
+use crate::session_index::SessionIndex;
 
 const META: &str = "meta.json";
 const MESSAGES: &str = "messages.jsonl";
@@ -189,6 +191,12 @@ const MAX_OPEN_WRITERS: usize = 256;
 pub struct SessionStore {
     root: PathBuf,
     writers: Mutex<Writers>,
+    /// Group commit of every flush (`flush`).
+    flusher: Flusher,
+    /// The list's index (`list`).
+    index: SessionIndex,
+    /// Ids of sessions whose list entry changed (`changes`).
+    changed: tokio::sync::broadcast::Sender<SessionId>,
 }
 
 /// The open history files, with the order they were opened in (for the cap).
@@ -250,6 +258,9 @@ impl SessionStore {
         private_dir(data_dir).map_err(|err| StoreError::io(data_dir, err))?;
         private_dir(&root).map_err(|err| StoreError::io(&root, err))?;
         Ok(SessionStore {
+            flusher: Flusher::new(&root),
+            index: SessionIndex::new(data_dir, &root),
+            changed: tokio::sync::broadcast::channel(1024).0,
             root,
             writers: Mutex::new(Writers::default()),
         })
@@ -310,9 +321,14 @@ impl SessionStore {
             path: path.display().to_string(),
             message: err.to_string(),
         })?;
+        // The index first: a crash between the two leaves the index ahead of the meta,
+        // which its next load notices (`session_index`).
+        self.index.record(meta);
         // Not flushed: everything in meta is either derivable (usage, timestamps) or
         // repaired by recovery (a session found "running" after a crash).
-        write_atomic(&path, &bytes, false).map_err(|err| StoreError::io(&path, err))
+        write_atomic(&path, &bytes, false).map_err(|err| StoreError::io(&path, err))?;
+        self.touch(&meta.session_id);
+        Ok(())
     }
 
     pub fn meta(&self, id: &str) -> Result<SessionMeta, StoreError> {
@@ -373,7 +389,7 @@ impl SessionStore {
             .remove(id);
     }
 
-    /// Flushes every open history file (shutdown).
+    /// Flushes every open history file (shutdown): one round of the flusher.
     pub fn sync_open(&self) -> Result<(), StoreError> {
         let open: Vec<(SessionId, Arc<Mutex<File>>)> = self
             .writers
@@ -383,12 +399,13 @@ impl SessionStore {
             .iter()
             .map(|(id, (_, file))| (id.clone(), file.clone()))
             .collect();
-        for (id, file) in open {
-            let file = file.lock().unwrap_or_else(|p| p.into_inner());
-            file.sync_data()
-                .map_err(|err| StoreError::io(&self.root.join(&id).join(MESSAGES), err))?;
-        }
-        Ok(())
+        let files = open
+            .into_iter()
+            .map(|(id, file)| (self.root.join(&id).join(MESSAGES), file))
+            .collect();
+        self.flusher
+            .flush_all_blocking(files)
+            .map_err(|(path, err)| StoreError::io(&path, err))
     }
 
     /// How many history files are open now.
@@ -400,14 +417,29 @@ impl SessionStore {
             .len()
     }
 
-    /// Flushes a session's history to stable storage (after each run step).
+    /// Flushes a session's history to stable storage, blocking this thread (recovery,
+    /// tests); runs ask with [`SessionStore::flush`] and await.
     pub fn sync(&self, id: &str) -> Result<(), StoreError> {
         let writer = self.writer(id)?;
-        let file = writer
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        file.sync_data()
-            .map_err(|err| StoreError::io(&self.root.join(id).join(MESSAGES), err))
+        let path = self.root.join(id).join(MESSAGES);
+        self.flusher
+            .flush_blocking(&path, writer)
+            .map_err(|err| StoreError::io(&path, err))
+    }
+
+    /// Asks for a session's history to be flushed with everything else waiting now
+    /// (group commit); the ticket is answered once what was appended before this call is
+    /// on stable storage.
+    pub fn flush(&self, id: &str) -> Result<FlushTicket, StoreError> {
+        let writer = self.writer(id)?;
+        Ok(self
+            .flusher
+            .request(&self.root.join(id).join(MESSAGES), writer))
+    }
+
+    /// What the flusher has done so far.
+    pub fn flush_stats(&self) -> FlushStats {
+        self.flusher.stats()
     }
 
     fn writer(&self, id: &str) -> Result<Arc<Mutex<File>>, StoreError> {
@@ -476,25 +508,41 @@ impl SessionStore {
         })
     }
 
-    /// Every session's metadata (optionally of one workspace), oldest first. Reads only
-    /// meta files; a session whose meta is unreadable is logged and left out.
+    /// Every session's metadata (optionally of one workspace), oldest first. From the
+    /// index (`session_index`): after its first load, only what was appended since the
+    /// last call is read. A session whose meta is unreadable is logged and left out.
     pub fn list(&self, workspace: Option<&str>) -> Result<Vec<SessionMeta>, StoreError> {
-        let entries = fs::read_dir(&self.root).map_err(|err| StoreError::io(&self.root, err))?;
-        let mut metas = Vec::new();
-        for entry in entries.flatten() {
-            let id = entry.file_name().to_string_lossy().into_owned();
-            match read_meta(&entry.path().join(META), &id) {
-                Ok(meta) => {
-                    if workspace.is_none_or(|w| same_workspace(w, &meta.workspace)) {
-                        metas.push(meta);
-                    }
-                }
-                Err(StoreError::NotFound(_)) => {}
-                Err(err) => tracing::warn!("skipping session {id}: {err}"),
+        let read = |dir: &Path, id: &str| match read_meta(&dir.join(META), id) {
+            Ok(meta) => Some(meta),
+            Err(StoreError::NotFound(_)) => None,
+            Err(err) => {
+                tracing::warn!("skipping session {id}: {err}");
+                None
             }
+        };
+        let mut metas = self.index.list(&read);
+        if let Some(workspace) = workspace {
+            metas.retain(|meta| same_workspace(workspace, &meta.workspace));
         }
-        metas.sort_by(|a, b| a.session_id.cmp(&b.session_id));
         Ok(metas)
+    }
+
+    /// Ids of sessions whose list entry may have changed, as they change: a meta written
+    /// or a session deleted here, or a run started or ended (the controller's `touch`).
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<SessionId> {
+        self.changed.subscribe()
+    }
+
+    /// Tells the list's subscribers that a session's entry may have changed.
+    pub fn touch(&self, id: &str) {
+        // No subscriber is no error.
+        let _ = self.changed.send(id.to_string());
+    }
+
+    /// Notes in the index that this store ended with every change in it (shutdown), so
+    /// the next start trusts the index without reading every session.
+    pub fn close(&self) {
+        self.index.close();
     }
 
     /// Saves the pending queue (small; replaced whole, atomically).
@@ -564,7 +612,11 @@ impl SessionStore {
         file.write_all(&bytes)
             .map_err(|err| StoreError::io(&path, err))?;
         if durable {
-            file.sync_data().map_err(|err| StoreError::io(&path, err))?;
+            // With the flusher, 64 children finishing at once into one parent's ledger
+            // share flushes instead of queueing for the same file one by one.
+            self.flusher
+                .flush_blocking(&path, Arc::new(Mutex::new(file)))
+                .map_err(|err| StoreError::io(&path, err))?;
         }
         Ok(())
     }
@@ -602,8 +654,14 @@ impl SessionStore {
     pub fn delete(&self, id: &str) -> Result<(), StoreError> {
         let dir = self.dir(id)?;
         self.release(id);
+        if dir.join(META).exists() {
+            self.index.remove(id);
+        }
         match fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.touch(id);
+                Ok(())
+            }
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                 Err(StoreError::NotFound(id.to_string()))
             }
@@ -616,7 +674,7 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
-fn same_workspace(a: &str, b: &str) -> bool {
+pub fn same_workspace(a: &str, b: &str) -> bool {
     Path::new(a.trim_end_matches('/')) == Path::new(b.trim_end_matches('/'))
 }
 

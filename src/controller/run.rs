@@ -60,6 +60,9 @@ struct Run {
     repeats: usize,
     context: RunContext,
     mode: Mode,
+    /// The flush asked for at the end of the last step, still in flight while the next
+    /// model call starts (see `Run::flush_later`).
+    flushing: Option<crate::flush::FlushTicket>,
 }
 
 /// From this many identical batches in a row, the model is told it repeats itself and
@@ -167,6 +170,7 @@ async fn run(
         repeats: 0,
         context,
         mode,
+        flushing: None,
     };
     let outcome = run.drive(first).await;
     let Run {
@@ -227,14 +231,18 @@ async fn resolve_context(
     }
 }
 
+/// Flushes the session's history and waits: through the store's group commit, so runs
+/// that end a step together share the disk's flushes.
 async fn sync_history(ctl: &SessionController) {
-    let store = ctl.shared.store.clone();
-    let id = ctl.session_id().to_string();
-    let flushed = tokio::task::spawn_blocking(move || store.sync(&id)).await;
-    match flushed {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => tracing::warn!(session = %ctl.session_id(), "fsync failed: {err}"),
-        Err(err) => tracing::warn!(session = %ctl.session_id(), "fsync task failed: {err}"),
+    let flushed = match ctl.shared.store.flush(ctl.session_id()) {
+        Ok(ticket) => ticket.wait().await,
+        Err(err) => {
+            tracing::warn!(session = %ctl.session_id(), "fsync failed: {err}");
+            return;
+        }
+    };
+    if let Err(err) = flushed {
+        tracing::warn!(session = %ctl.session_id(), "fsync failed: {err}");
     }
 }
 
@@ -323,11 +331,17 @@ impl Run {
                 }
             } else {
                 let note = self.loop_guard(&calls);
+                if self.acts_outside_the_history(&calls) {
+                    // A change to the workspace or a sub-agent started must never be on
+                    // disk while the history that asked for it is not: this call and
+                    // everything before it are flushed first.
+                    self.sync().await;
+                }
                 let cancelled = match self.tool_batch(calls, note).await {
                     Ok(cancelled) => cancelled,
                     Err(err) => return Some(RunOutcome::Failed(err)),
                 };
-                self.sync().await;
+                self.flush_later();
                 if cancelled {
                     return Some(RunOutcome::Cancelled);
                 }
@@ -398,10 +412,33 @@ impl Run {
         Ok(())
     }
 
-    /// The end of a run step: flush the history to the disk (the fsync policy). On a
-    /// blocking thread, since a flush can take milliseconds and must not stall other runs.
-    async fn sync(&self) {
+    /// Flushes the history and waits: before the run ends or stops (what it did is on
+    /// disk before the session says so and before a sub-agent's report goes out) and
+    /// before tools that act outside the history.
+    async fn sync(&mut self) {
+        self.flushing = None;
         sync_history(&self.ctl).await;
+    }
+
+    /// The end of a step whose tools only read: the flush is asked for and the next model
+    /// call starts while it runs, so the disk's latency is not added to every turn. The
+    /// ticket is dropped unanswered only when a later flush (which covers it) is awaited.
+    fn flush_later(&mut self) {
+        match self.ctl.shared.store.flush(self.ctl.session_id()) {
+            Ok(ticket) => self.flushing = Some(ticket),
+            Err(err) => tracing::warn!(session = %self.ctl.session_id(), "fsync failed: {err}"),
+        }
+    }
+
+    /// Whether a batch has a call whose effect lives outside the history: a tool that may
+    /// change the workspace, or one that starts or messages a sub-agent.
+    fn acts_outside_the_history(&self, calls: &[ToolCall]) -> bool {
+        calls.iter().any(|call| {
+            self.turn
+                .tools
+                .get(&call.name)
+                .is_some_and(|tool| tool.acts_outside_the_history())
+        })
     }
 
     /// One model call; `Ok(Err(text streamed so far))` when cancelled.

@@ -189,6 +189,12 @@ pub trait Tool: Send + Sync {
     fn changes_workspace(&self) -> bool {
         false
     }
+    /// Whether a call has an effect that must not outlive a crash while the history that
+    /// asked for it does not: the run flushes its history before such a call (a read-only
+    /// tool's step is flushed while the next model call runs). Sub-agent tools say true.
+    fn acts_outside_the_history(&self) -> bool {
+        self.changes_workspace()
+    }
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError>;
 
     /// The result with the images it carries (an MCP server's screenshot): the run sends

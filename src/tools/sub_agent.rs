@@ -65,6 +65,11 @@ Returns at once with a task id; the sub-agent's report arrives later as a user m
         })
     }
 
+    /// A started child, or a message to one, must find its parent's call on disk after a
+    /// crash (recovery pairs them by task id).
+    fn acts_outside_the_history(&self) -> bool {
+        true
+    }
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError> {
         let args: SubAgentArgs = parse_args(arguments.clone())?;
         if args.task.trim().is_empty() {
@@ -135,6 +140,11 @@ impl Tool for MessageSubagent {
         })
     }
 
+    /// A started child, or a message to one, must find its parent's call on disk after a
+    /// crash (recovery pairs them by task id).
+    fn acts_outside_the_history(&self) -> bool {
+        true
+    }
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError> {
         let args: MessageArgs = parse_args(arguments.clone())?;
         if args.message.trim().is_empty() {
