@@ -242,6 +242,20 @@ pub struct RuntimeSettings {
     pub extra: serde_json::Map<String, Value>,
 }
 
+/// The session list's feed (the desktop's `subscribe_sessions`, the server's
+/// `GET /api/sessions/events`): the whole list first, and again after the subscriber
+/// fell behind, then each session whose list entry changed (created, renamed, started,
+/// stopped, used tokens, archived) or that was deleted. The UI keeps its list from this
+/// instead of asking for it again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SessionListEvent {
+    Listed { sessions: Vec<SessionInfo> },
+    Changed { session: Box<SessionInfo> },
+    Removed { session_id: SessionId },
+}
+
 /// Session metadata as lists and the command table return it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[ts(export)]

@@ -91,6 +91,7 @@ pub fn router(service: RuntimeService, options: ServerOptions) -> Router {
         options: Arc::new(options),
     };
     let api = Router::new()
+        .route("/api/sessions/events", get(session_list_events))
         .route("/api/sessions/{session_id}/events", get(events))
         .route("/api/{command}", post(command))
         // Host, Origin and the token before anything else is read (finding 6, 15).
@@ -414,6 +415,28 @@ async fn events(State(state): State<AppState>, Path(session_id): Path<String>) -
     let stream = controller
         .feed(state.options.shutdown.clone())
         .map(|event| Ok::<_, Infallible>(sse(&event)));
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// The session list's feed (`SessionListEvent`), of one workspace with `?workspace=`.
+async fn session_list_events(
+    State(state): State<AppState>,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let stream = state
+        .service
+        .session_list_feed(
+            query.get("workspace").cloned(),
+            state.options.shutdown.clone(),
+        )
+        .map(|event| {
+            Ok::<_, Infallible>(
+                SseEvent::default()
+                    .data(serde_json::to_string(&event).unwrap_or_else(|_| "{}".into())),
+            )
+        });
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()

@@ -13,7 +13,10 @@ use crate::config::Config;
 use crate::controller::SessionController;
 use crate::delegation::{EventObserver, ServiceDelegator, lease_fn, notify_fn, runner_fn};
 use crate::error::RuntimeError;
-use crate::protocol::{AppInfo, RunConfig, SessionInfo, SessionState, SubagentState, commands};
+use crate::protocol::{
+    AppInfo, RunConfig, SessionId, SessionInfo, SessionListEvent, SessionState, SubagentState,
+    commands,
+};
 use crate::provider::ProviderFactory;
 use crate::registry::Registry;
 use crate::runtime::{Shared, SharedParts};
@@ -705,6 +708,31 @@ impl RuntimeService {
         })
     }
 
+    /// The session list as a feed (`SessionListEvent`): the list first, then each change
+    /// as it happens. Changes that arrive together are sent once per session. Ends when
+    /// `stop` is cancelled.
+    pub fn session_list_feed(
+        &self,
+        workspace: Option<String>,
+        stop: CancellationToken,
+    ) -> impl futures::Stream<Item = SessionListEvent> + Send + 'static {
+        // Subscribed before the list is read: a change raced with it is sent after it,
+        // never lost.
+        let changes = self.shared().store.changes();
+        let feed = ListFeed {
+            service: self.clone(),
+            workspace,
+            changes,
+            stop,
+            queued: std::collections::VecDeque::new(),
+            listed: false,
+        };
+        futures::stream::unfold(feed, |mut feed| async move {
+            let event = feed.next().await?;
+            Some((event, feed))
+        })
+    }
+
     pub fn list_sessions(&self, workspace: Option<&str>) -> Result<Vec<SessionInfo>, RuntimeError> {
         let metas = self.shared().store.list(workspace)?;
         Ok(self.infos(metas))
@@ -1017,4 +1045,86 @@ impl RuntimeService {
 fn mcp_workspace(workspace: &str) -> std::path::PathBuf {
     let path = Path::new(workspace);
     path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The state of one session list feed.
+struct ListFeed {
+    service: RuntimeService,
+    workspace: Option<String>,
+    changes: tokio::sync::broadcast::Receiver<SessionId>,
+    stop: CancellationToken,
+    queued: std::collections::VecDeque<SessionListEvent>,
+    listed: bool,
+}
+
+impl ListFeed {
+    fn listed(&mut self) -> SessionListEvent {
+        self.listed = true;
+        let sessions = self
+            .service
+            .list_sessions(self.workspace.as_deref())
+            .unwrap_or_else(|err| {
+                tracing::warn!("cannot list sessions for a feed: {err}");
+                Vec::new()
+            });
+        SessionListEvent::Listed { sessions }
+    }
+
+    async fn next(&mut self) -> Option<SessionListEvent> {
+        use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+        if !self.listed {
+            return Some(self.listed());
+        }
+        loop {
+            if let Some(event) = self.queued.pop_front() {
+                return Some(event);
+            }
+            let first = tokio::select! {
+                _ = self.stop.cancelled() => return None,
+                received = self.changes.recv() => received,
+            };
+            let mut ids = match first {
+                Ok(id) => vec![id],
+                Err(RecvError::Lagged(_)) => return Some(self.listed()),
+                Err(RecvError::Closed) => return None,
+            };
+            // Whatever else is waiting now: a session that changed five times is sent once.
+            loop {
+                match self.changes.try_recv() {
+                    Ok(id) => {
+                        if !ids.contains(&id) {
+                            ids.push(id);
+                        }
+                    }
+                    Err(TryRecvError::Lagged(_)) => return Some(self.listed()),
+                    Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+                }
+            }
+            for id in ids {
+                let store = self.service.store();
+                match store.meta(&id) {
+                    Ok(meta) => {
+                        if self
+                            .workspace
+                            .as_deref()
+                            .is_none_or(|w| crate::store::same_workspace(w, &meta.workspace))
+                        {
+                            let mut infos = self.service.infos(vec![meta]);
+                            if let Some(session) = infos.pop() {
+                                self.queued.push_back(SessionListEvent::Changed {
+                                    session: Box::new(session),
+                                });
+                            }
+                        }
+                    }
+                    Err(_) if !store.exists(&id) => self
+                        .queued
+                        .push_back(SessionListEvent::Removed { session_id: id }),
+                    Err(err) => {
+                        tracing::warn!(session = %id, "cannot read a changed session: {err}")
+                    }
+                }
+            }
+        }
+    }
 }

@@ -408,6 +408,31 @@ impl Drop for Sse {
     }
 }
 
+impl Server {
+    /// The session list's feed, of one workspace.
+    async fn list_events(&self, workspace: &std::path::Path) -> Sse {
+        let url = reqwest::Url::parse_with_params(
+            &format!("{}/api/sessions/events", self.url),
+            [("workspace", workspace.display().to_string())],
+        )
+        .unwrap();
+        Sse::connect(&self.http, url.as_str(), &self.token).await
+    }
+}
+
+/// The next list event about `id` (others skipped), within the usual wait.
+async fn list_event_about(feed: &mut Sse, id: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+    loop {
+        let event = feed.next().await;
+        let about = event["session"]["session_id"]
+            .as_str()
+            .or(event["session_id"].as_str());
+        if about == Some(id) && wanted(&event) {
+            return event;
+        }
+    }
+}
+
 fn reports(history: &[Message]) -> Vec<&Message> {
     history.iter().filter(|m| is_report(m)).collect()
 }
@@ -945,4 +970,63 @@ async fn server_app_info_and_api_keys_never_land_in_the_config() {
     assert!(!config.to_string().contains("sk-test-not-a-key"));
     let (status, _) = server.post("set_api_key", json!({"key": "  "})).await;
     assert_eq!(status, 400);
+}
+
+#[tokio::test]
+async fn server_the_session_list_feed_sends_the_list_then_each_change_of_its_workspace() {
+    let server = Server::start().await;
+    let workspace = server.dir.path().join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let other = server.dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let before = server
+        .ok(
+            "create_session",
+            json!({"workspace": workspace.display().to_string()}),
+        )
+        .await;
+    let mut feed = server.list_events(&workspace).await;
+    let listed = feed.next().await;
+    assert_eq!(listed["type"], "listed", "{listed}");
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["sessions"][0]["session_id"], before["session_id"]);
+
+    // A session of another workspace is not sent; a new one of this workspace is.
+    let elsewhere = server
+        .ok(
+            "create_session",
+            json!({"workspace": other.display().to_string()}),
+        )
+        .await;
+    let created = server
+        .ok(
+            "create_session",
+            json!({"workspace": workspace.display().to_string()}),
+        )
+        .await;
+    let id = created["session_id"].as_str().unwrap().to_string();
+    let event = feed.next().await;
+    assert_eq!(event["type"], "changed", "{event}");
+    assert_eq!(
+        event["session"]["session_id"],
+        id.as_str(),
+        "{event} (not {elsewhere})"
+    );
+
+    server
+        .ok(
+            "rename_session",
+            json!({"session_id": id, "title": "Renamed"}),
+        )
+        .await;
+    list_event_about(&mut feed, &id, |e| e["session"]["title"] == "Renamed").await;
+
+    // A run: the list hears it start and end, without asking.
+    let (run, _events, _) = server.begin("ws", 0, false).await;
+    list_event_about(&mut feed, &run, |e| e["session"]["state"] == "running").await;
+    list_event_about(&mut feed, &run, |e| e["session"]["state"] == "idle").await;
+
+    server.ok("delete_session", json!({"session_id": id})).await;
+    let removed = list_event_about(&mut feed, &id, |e| e["type"] == "removed").await;
+    assert_eq!(removed["session_id"], id.as_str());
 }

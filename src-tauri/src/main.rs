@@ -19,6 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 /// The one event name the UI listens to; the payload says which subscription it is for.
 const EVENT: &str = "bumblehive://event";
+/// The session list's feed (`subscribe_sessions`).
+const SESSIONS_EVENT: &str = "bumblehive://sessions";
 /// Sent to the UI when the person closes the window while the UI said work is running.
 const CLOSE_EVENT: &str = "bumblehive://close-requested";
 /// The UI's remembered choices (last workspace and session, recents), in the data dir so
@@ -92,6 +94,38 @@ async fn subscribe(
 #[tauri::command]
 async fn initial_workspace(state: State<'_, Arc<Desktop>>) -> Result<Value, Value> {
     Ok(state.info["initial_workspace"].clone())
+}
+
+/// Starts forwarding the session list's feed (`SessionListEvent`: the list, then each
+/// change) as `bumblehive://sessions`, so the sidebar follows without asking again.
+#[tauri::command]
+async fn subscribe_sessions(
+    app: tauri::AppHandle,
+    state: State<'_, Arc<Desktop>>,
+    workspace: Option<String>,
+    subscription: Option<String>,
+) -> Result<String, Value> {
+    let id = subscription
+        .unwrap_or_else(|| format!("list-{}", state.next_feed.fetch_add(1, Ordering::Relaxed)));
+    let stop = CancellationToken::new();
+    state
+        .feeds
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(id.clone(), stop.clone());
+    let mut feed = Box::pin(state.service.session_list_feed(workspace, stop));
+    let feed_id = id.clone();
+    tauri::async_runtime::spawn(async move {
+        while let Some(event) = feed.next().await {
+            if let Err(err) = app.emit(
+                SESSIONS_EVENT,
+                json!({"subscription": feed_id, "event": event}),
+            ) {
+                tracing::warn!("cannot forward a list event to the window: {err}");
+            }
+        }
+    });
+    Ok(id)
 }
 
 /// Stops one feed. Runs, children and wake-ups go on (SPEC §5).
@@ -396,6 +430,7 @@ fn main() -> anyhow::Result<()> {
         .invoke_handler(tauri::generate_handler![
             command,
             subscribe,
+            subscribe_sessions,
             unsubscribe,
             app_info,
             initial_workspace,

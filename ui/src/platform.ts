@@ -6,6 +6,7 @@ import type { CommandArgs } from './bindings/CommandArgs';
 import type { CommandResults } from './bindings/CommandResults';
 import type { Event as WireEvent } from './bindings/Event';
 import type { FoundServer } from './bindings/FoundServer';
+import type { SessionListEvent } from './bindings/SessionListEvent';
 
 /** A command of the command table (SPEC §9). Names, arguments and results are generated
  * from the Rust table (`protocol::commands::command_table!`), so a renamed field fails to
@@ -26,6 +27,12 @@ export interface Platform {
     onEvent: (event: WireEvent) => void,
     onStatus?: (status: StreamStatus) => void,
   ): () => void;
+  /**
+   * The session list of a workspace as a feed: the whole list first (and again after a
+   * gap), then each session that changed or was removed. Optional: without it the UI asks
+   * for the list again when events hint at a change.
+   */
+  subscribeSessions?(workspace: string, onEvent: (event: SessionListEvent) => void): () => void;
   /** Asks the person for a folder, starting in `defaultPath`; null when they cancel. */
   pickFolder(defaultPath?: string | null): Promise<string | null>;
   /** A workspace handed to the app at start (command line, environment, `?workspace=`). */
@@ -141,6 +148,8 @@ interface TauriGlobals {
 
 /** The Tauri event every subscription's events arrive on: payload `{subscription, event}`. */
 export const TAURI_EVENT = 'bumblehive://event';
+/** The session list feed's events (`subscribe_sessions`): payload `{subscription, event}`. */
+export const TAURI_SESSIONS_EVENT = 'bumblehive://sessions';
 /** Sent by the shell when the window is closed while the close guard is set. */
 export const TAURI_CLOSE_EVENT = 'bumblehive://close-requested';
 
@@ -151,6 +160,8 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
   const unclaimed = new Map<string, unknown[]>();
   let listening: Promise<unknown> | null = null;
   let counter = 0;
+  const listHandlers = new Map<string, (event: SessionListEvent) => void>();
+  let listListening: Promise<unknown> | null = null;
 
   const dispatch = (payload: any) => {
     if (!payload || typeof payload !== 'object') return;
@@ -226,6 +237,26 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
         if (closed) return;
         closed = true;
         unsubscribeIds(ids);
+      };
+    },
+    subscribeSessions(workspace, onEvent) {
+      const id = `list-${Date.now().toString(36)}-${++counter}`;
+      let closed = false;
+      listHandlers.set(id, onEvent);
+      listListening ??= tauri.event.listen(TAURI_SESSIONS_EVENT, (e) => {
+        const payload = e.payload;
+        if (payload && typeof payload === 'object' && payload.event) {
+          listHandlers.get(String(payload.subscription))?.(payload.event as SessionListEvent);
+        }
+      });
+      void listListening
+        .then(() => (closed ? undefined : tauri.core.invoke('subscribe_sessions', { workspace, subscription: id })))
+        .catch((err) => console.error('subscribe_sessions failed', err));
+      return () => {
+        if (closed) return;
+        closed = true;
+        listHandlers.delete(id);
+        tauri.core.invoke('unsubscribe', { subscription: id }).catch(() => undefined);
       };
     },
     async pickFolder(defaultPath) {
@@ -404,6 +435,21 @@ export function createWebPlatform(options: WebOptions = {}): Platform {
       source.onopen = () => onStatus?.('open');
       // EventSource reconnects by itself; the server then sends a fresh snapshot first.
       source.onerror = () => onStatus?.('reconnecting');
+      return () => source.close();
+    },
+    subscribeSessions(workspace, onEvent) {
+      const params = new URLSearchParams({ workspace });
+      if (token) params.set('token', token);
+      const source = new Source(`${base}/api/sessions/events?${params}`);
+      // The server sends the whole list first on every (re)connection.
+      source.onmessage = (message: MessageEvent) => {
+        try {
+          const event = JSON.parse(message.data);
+          if (event && typeof event.type === 'string') onEvent(event as SessionListEvent);
+        } catch {
+          // Not ours: ignore.
+        }
+      };
       return () => source.close();
     },
     async pickFolder() {

@@ -14,6 +14,7 @@ import { SessionPane, type PaneStats } from './SessionPane';
 import { Settings } from './Settings';
 import { Sidebar } from './Sidebar';
 import { StatusLine } from './StatusLine';
+import { applyListEvent } from '../sessionlist';
 import { treeModels } from '../usage';
 import { WorkspacePicker } from './WorkspacePicker';
 
@@ -81,9 +82,27 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     }
   }, [platform]);
 
-  // Events say "the list may have changed" often; read it at most every 300 ms.
+  // While the list feed runs, the list follows it and events need not ask.
+  const listFeedLive = useRef(false);
+  useEffect(() => {
+    if (!workspace || !platform.subscribeSessions) return;
+    const ws = workspace;
+    listFeedLive.current = true;
+    const stop = platform.subscribeSessions(ws, (event) => {
+      if (workspaceRef.current !== ws) return;
+      setSessions((list) => applyListEvent(list, event));
+      setListError(null);
+    });
+    return () => {
+      listFeedLive.current = false;
+      stop();
+    };
+  }, [workspace, platform]);
+
+  // Without a list feed: events say "the list may have changed" often; read it at most
+  // every 300 ms.
   const refreshSoon = useCallback(() => {
-    if (refreshTimer.current) return;
+    if (listFeedLive.current || refreshTimer.current) return;
     refreshTimer.current = setTimeout(() => {
       refreshTimer.current = null;
       void loadSessions();

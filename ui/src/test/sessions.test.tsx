@@ -2,6 +2,7 @@
 // backend), archive; each hidden when the backend does not know its command.
 import { afterEach, describe, expect, it } from 'vitest';
 import type { SessionInfo } from '../bindings/SessionInfo';
+import type { SessionListEvent } from '../bindings/SessionListEvent';
 import { $, $$, info, inAct, settle, typeInto, workspacePlatform } from './fake';
 import { mountApp } from './mount';
 
@@ -77,3 +78,41 @@ describe('session tools', () => {
   });
 });
 
+
+describe('the session list feed', () => {
+  it('keeps the sidebar from the feed: new, renamed and removed sessions without asking for the list', async () => {
+    const fake = workspacePlatform([info('a', { title: 'First' })]);
+    let push: ((e: SessionListEvent) => void) | null = null;
+    const subscribed: string[] = [];
+    Object.assign(fake, {
+      subscribeSessions(workspace: string, onEvent: (e: SessionListEvent) => void) {
+        subscribed.push(workspace);
+        push = onEvent;
+        return () => {
+          push = null;
+        };
+      },
+    });
+    const mounted = await mountApp(fake, 'a');
+    unmount = mounted.unmount;
+    const root = mounted.root;
+    await settle();
+    expect(subscribed).toEqual(['/ws']);
+    const asked = fake.callsOf('list_sessions').length;
+    await inAct(() => push!({ type: 'listed', sessions: [info('a', { title: 'First' })] }));
+    await inAct(() => push!({ type: 'changed', session: info('b', { title: 'Second' }) }));
+    expect(titles(root)).toContain('Second');
+    await inAct(() => push!({ type: 'changed', session: info('b', { title: 'Renamed' }) }));
+    expect(titles(root)).toContain('Renamed');
+    expect(titles(root)).not.toContain('Second');
+    await inAct(() => push!({ type: 'removed', session_id: 'a' }));
+    expect(titles(root)).not.toContain('First');
+    // Session events that used to make the list be asked for again do not, with the feed.
+    fake.emit('a', { type: 'result', session_id: 'a', content: 'done' });
+    await settle(40);
+    expect(fake.callsOf('list_sessions').length).toBe(asked);
+    unmount();
+    unmount = null;
+    expect(push).toBeNull();
+  });
+});
