@@ -29,6 +29,7 @@ pub mod context;
 pub mod controller;
 mod delegation;
 pub mod error;
+pub mod frames;
 pub mod invariant;
 pub mod mcp;
 pub mod mentions;
