@@ -412,6 +412,14 @@ export class SessionModel {
     void Promise.resolve().then(() => (uiPerf.renderMs += now() - applied));
   }
 
+  /** Applies what is queued now, ahead of the frame (listeners are still told at the frame). */
+  private drain(): void {
+    if (!this.queue.length) return;
+    const events = this.queue;
+    this.queue = [];
+    this.applyBatch(events);
+  }
+
   /** An event from the feed: applied at the next frame (at once with `notifyDelay: 0`). */
   receive(event: WireEvent): void {
     if (this.disposed) return;
@@ -466,6 +474,9 @@ export class SessionModel {
       const args: SessionRef = { session_id: sessionId };
       const loaded: SessionWithMessages = await this.platform.invoke('get_session', args);
       if (this.disposed) return;
+      // Events that came before the answer must be applied before it is merged (they may
+      // be in what was read): the merge and the echo check see them in order.
+      this.drain();
       for (const m of loaded.messages) if (m.role === 'user' && m.id) this.appended.add(m.id);
       this.patchTranscript(sessionId, (t) => {
         const live = t.live ?? [];

@@ -83,6 +83,25 @@ describe('SessionModel per frame', () => {
     model.dispose();
   });
 
+  it('events still queued when the history arrives are merged with it, not added twice', async () => {
+    let answer!: (v: unknown) => void;
+    const fake = new FakePlatform({ get_session: () => new Promise((r) => (answer = r)) });
+    const clock = frames();
+    const model = new SessionModel(fake, 'p', { schedule: clock.schedule });
+    model.start();
+    const a = { role: 'user', content: 'a', id: 'm-a' };
+    const b = { role: 'assistant', content: 'b' };
+    fake.emit('p', snapshot('p', { running: true }), appended('p', a));
+    clock.frame();
+    // b was saved (so the read has it) and announced, but its frame has not come yet.
+    fake.emit('p', appended('p', b));
+    answer({ info: info('p'), messages: [a, b] });
+    await new Promise((r) => setTimeout(r, 0));
+    clock.frame();
+    expect(model.state.transcripts.p.messages.map((m) => m.content)).toEqual(['a', 'b']);
+    model.dispose();
+  });
+
   it('the default frame runs by itself (requestAnimationFrame, or a timer without frames)', async () => {
     const fake = new FakePlatform({ get_session: () => ({ info: info('p'), messages: [] }) });
     const model = new SessionModel(fake, 'p');
