@@ -1,6 +1,6 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { copyText } from '../markdown';
+import { copyText, streamingBlocks } from '../markdown';
 import { imageSrc } from '../attachments';
 import type { ImagePart } from '../bindings/ImagePart';
 import type { Compaction } from '../bindings/Compaction';
@@ -85,6 +85,17 @@ function MessageImages({ images }: { images: ImagePart[] | undefined }) {
         </div>
       )}
     </div>
+  );
+}
+
+/** The answer as it streams: its finished blocks parsed once each, the last one per frame. */
+function StreamingMarkdown({ text }: { text: string }) {
+  return (
+    <>
+      {streamingBlocks(text).map((block, i) => (
+        <Markdown key={i} text={block} />
+      ))}
+    </>
   );
 }
 
@@ -505,7 +516,7 @@ export function Chat(props: {
   if (t.streaming) {
     tail.push(
       <div key="streaming" class="message assistant streaming" data-testid="chat-message" data-role="assistant" data-streaming="true">
-        <Markdown text={t.streaming} />
+        <StreamingMarkdown text={t.streaming} />
       </div>,
     );
   }

@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { CHAT_STEP, CHAT_WINDOW } from '../components/Chat';
 import { SessionModel, mergeDeltas } from '../model';
 import { TAURI_EVENT, createTauriPlatform } from '../platform';
+import { streamingBlocks } from '../markdown';
 import type { Event as WireEvent } from '../bindings/Event';
 import { $, $$, FakePlatform, appended, inAct, info, kind, snapshot, workspacePlatform } from './fake';
 import { mountApp } from './mount';
@@ -203,5 +204,22 @@ describe('a long history', () => {
     const outside = changes.filter((c) => !(streaming.contains(c.target) || [...c.addedNodes].includes(streaming)));
     const element = (n: Node) => (n.nodeType === Node.TEXT_NODE ? n.parentElement : (n as Element));
     expect(outside.filter((c) => c.target !== column && !element(c.target)?.closest('.progress'))).toEqual([]);
+  });
+});
+
+describe('streamingBlocks', () => {
+  it('splits at blank lines outside code fences and keeps every character', () => {
+    const text = 'One para\nstill one.\n\nTwo.\n\n```js\nconst a = 1;\n\nconst b = 2;\n```\n\n- item\n\n  more of the item\n\nLast, still stream';
+    const blocks = streamingBlocks(text);
+    expect(blocks.join('')).toBe(text);
+    expect(blocks).toEqual([
+      'One para\nstill one.\n\n',
+      'Two.\n\n',
+      '```js\nconst a = 1;\n\nconst b = 2;\n```\n\n',
+      '- item\n\n  more of the item\n\n',
+      'Last, still stream',
+    ]);
+    // An open fence keeps everything after it in one block.
+    expect(streamingBlocks('a\n\n```\nx\n\ny')).toEqual(['a\n\n', '```\nx\n\ny']);
   });
 });
