@@ -174,6 +174,8 @@ const PROBE_STOP = `
     uiOwnMs: own,
     uiEvents: perf && p.perf0 ? perf.events - p.perf0.events : null,
     uiFrames: perf && p.perf0 ? perf.frames - p.perf0.frames : null,
+    contentVisibility: typeof CSS !== 'undefined' && CSS.supports('content-visibility', 'auto'),
+    engine: navigator.userAgent,
   });
 `;
 const OPEN_LONG = `
@@ -339,6 +341,8 @@ async function oneRun(engine, index) {
       maxFrameGapMs: probe.maxGapMs,
       longTasks: probe.longTasks,
       uiEventsPerFrame: probe.uiFrames ? probe.uiEvents / probe.uiFrames : null,
+      contentVisibility: probe.contentVisibility,
+      userAgent: probe.engine,
       openMs: open.ms,
       openDomMs: open.domMs,
       openRendered: open.rendered,

@@ -20,7 +20,7 @@ const positions = new Map<string, { top: number; stick: boolean; start?: number 
  * top (or the "earlier messages" button) adds CHAT_STEP more above, keeping the place.
  * Opening a 2,000-message session then builds a few hundred nodes, not thousands (#19).
  */
-export const CHAT_WINDOW = 40;
+export const CHAT_WINDOW = 24;
 export const CHAT_STEP = 100;
 /** Forgets remembered scroll positions (tests start fresh). */
 export const forgetScrollPositions = () => positions.clear();
