@@ -272,6 +272,8 @@ export class SessionModel {
   state: ViewState;
   private listeners = new Set<() => void>();
   private unsubscribe: (() => void) | null = null;
+  /** The transcripts on screen (null: assume all): a hidden one's text streams silently. */
+  private shown: Set<string> | null = null;
   /** Whether a frame is scheduled (events queued or listeners to tell). */
   private framePending = false;
   private queue: WireEvent[] = [];
@@ -351,6 +353,15 @@ export class SessionModel {
     this.unsubscribe = null;
     this.listeners.clear();
     this.queue = [];
+  }
+
+  /**
+   * Says which transcripts the window shows. A delta of another one only grows its
+   * streaming text (shown by its own chat alone): it tells no listener, so 8 children
+   * streaming behind the parent's tab do not re-render the parent's pane every frame.
+   */
+  setShown(sessionIds: string[] | null): void {
+    this.shown = sessionIds ? new Set(sessionIds) : null;
   }
 
   listen(listener: () => void): () => void {
@@ -765,13 +776,20 @@ export class SessionModel {
   private onProgress(sessionId: string, progress: Progress): void {
     const own = sessionId === this.sessionId;
     switch (progress.kind) {
-      case 'content.delta':
+      case 'content.delta': {
+        const t = this.state.transcripts[sessionId];
+        if (this.shown && !this.shown.has(sessionId) && t && t.running && !t.retry) {
+          const next = { ...t, streaming: t.streaming + String(progress.data.text ?? '') };
+          this.state = { ...this.state, transcripts: { ...this.state.transcripts, [sessionId]: next } };
+          return;
+        }
         this.patchTranscript(sessionId, (t) => ({
           streaming: t.streaming + String(progress.data.text ?? ''),
           running: true,
           retry: null,
         }));
         return;
+      }
       case 'message.appended': {
         const message = progress.data.message as Message | undefined;
         if (!message) return;

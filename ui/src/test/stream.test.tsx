@@ -103,6 +103,31 @@ describe('SessionModel per frame', () => {
     model.dispose();
   });
 
+  it("a hidden child's deltas stream into the model without re-rendering; its tab shows them all", async () => {
+    const fake = new FakePlatform({ get_session: () => ({ info: info('p'), messages: [] }) });
+    const model = new SessionModel(fake, 'p', { notifyDelay: 0 });
+    model.start();
+    await new Promise((r) => setTimeout(r, 0));
+    model.setShown(['p']);
+    fake.emit('p', { type: 'session_created', session_id: 'c', parent_session_id: 'p', task_id: 't', title: 'C' });
+    let told = 0;
+    model.listen(() => told++);
+    // The first delta starts the child's run: that is news (its tab may show it).
+    fake.emit('p', delta('c', 'a'));
+    expect(told).toBe(1);
+    fake.emit('p', delta('c', 'b'), delta('c', 'c'));
+    expect(told).toBe(1);
+    expect(model.state.transcripts.c.streaming).toBe('abc');
+    // The parent's own deltas still re-render, and so do the child's once it is shown.
+    fake.emit('p', delta('p', 'x'));
+    expect(told).toBe(2);
+    model.setShown(['c']);
+    fake.emit('p', delta('c', 'd'));
+    expect(told).toBe(3);
+    expect(model.state.transcripts.c.streaming).toBe('abcd');
+    model.dispose();
+  });
+
   it('the default frame runs by itself (requestAnimationFrame, or a timer without frames)', async () => {
     const fake = new FakePlatform({ get_session: () => ({ info: info('p'), messages: [] }) });
     const model = new SessionModel(fake, 'p');
