@@ -64,3 +64,6 @@ INSTALL_CHECK_CHROOT=1 ./scripts/install-check.sh
 
 step "End-to-end: web UI in headless Chromium, desktop window on Xvfb (the release build above)"
 E2E_DESKTOP_APP=target/release/bumblehive-desktop ./scripts/e2e.sh
+
+step "UI streaming bench, smoke only (a short run per engine at small sizes; figures: BENCHMARKS.md, scripts/bench-ui.sh)"
+node ui/e2e/bench-stream.mjs --smoke --app target/release/bumblehive-desktop

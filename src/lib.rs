@@ -30,6 +30,7 @@ pub mod controller;
 mod delegation;
 pub mod error;
 pub mod flush;
+pub mod frames;
 pub mod invariant;
 pub mod mcp;
 pub mod mentions;

@@ -56,7 +56,8 @@ async fn command(
         .map_err(|err| err.to_json())
 }
 
-/// Starts forwarding a session's feed (snapshot first, then events) as `bumblehive://event`.
+/// Starts forwarding a session's feed (snapshot first, then events) as `bumblehive://event`,
+/// `{subscription, events: [...]}` with the events of one frame in order.
 /// The UI may name the subscription (so it can match events that arrive before this
 /// call returns); otherwise one is made up.
 #[tauri::command]
@@ -78,12 +79,17 @@ async fn subscribe(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(id.clone(), stop.clone());
-    let mut feed = Box::pin(controller.feed(stop));
+    // One IPC message per frame, not per event: several runs streaming deltas at once
+    // would otherwise flood the window's main thread (#19). A lone event still goes at once.
+    let mut batches = Box::pin(bumblehive::frames::frames(
+        Box::pin(controller.feed(stop)),
+        bumblehive::frames::FRAME,
+    ));
     let feed_id = id.clone();
     tauri::async_runtime::spawn(async move {
-        while let Some(event) = feed.next().await {
-            if let Err(err) = app.emit(EVENT, json!({"subscription": feed_id, "event": event})) {
-                tracing::warn!("cannot forward an event to the window: {err}");
+        while let Some(events) = batches.next().await {
+            if let Err(err) = app.emit(EVENT, json!({"subscription": feed_id, "events": events})) {
+                tracing::warn!("cannot forward events to the window: {err}");
             }
         }
     });

@@ -15,13 +15,12 @@ import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileS
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { flowSteps } from './flow.mjs';
-import { ROOT, UI_DIR, check, createRunner, freePort, outputDir, run, scratch, start, stopAll, until } from './lib.mjs';
+import { ROOT, UI_DIR, WebDriver, check, createRunner, freePort, outputDir, run, scratch, start, startXvfb, stopAll, until, which } from './lib.mjs';
 import { startMockModel } from './mock-model.mjs';
 
 // scripts/e2e.sh may hand over a build it already has (E2E_DESKTOP_APP, e.g. the release one).
 const APP = process.env.E2E_DESKTOP_APP || join(ROOT, 'target', 'debug', 'bumblehive-desktop');
 const TITLE = 'Bumblehive';
-const ELEMENT = 'element-6066-11e4-a52e-4f735466cecf';
 
 const out = outputDir('e2e-desktop');
 /** Links the app handed to the system opener (the stub xdg-open writes them here). */
@@ -31,102 +30,6 @@ let mock;
 let space;
 let display;
 let wd;
-
-function which(name, extra = []) {
-  for (const dir of [...(process.env.PATH ?? '').split(':'), ...extra]) {
-    if (dir && existsSync(join(dir, name))) return join(dir, name);
-  }
-  return null;
-}
-
-/** Starts Xvfb on a display it picks itself (-displayfd); resolves to ":N". */
-async function startXvfb() {
-  const xvfb = start('Xvfb', ['-displayfd', '3', '-screen', '0', '1280x800x24', '-nolisten', 'tcp'], {
-    stdio: ['ignore', 'ignore', 'pipe', 'pipe'],
-  });
-  let errors = '';
-  xvfb.stderr.on('data', (d) => (errors += d));
-  let text = '';
-  xvfb.stdio[3].on('data', (d) => (text += d));
-  let exit = null;
-  xvfb.exited.then((e) => (exit = e));
-  const number = await until(
-    'Xvfb to report its display',
-    () => /^(\d+)\n/.exec(text)?.[1],
-    (n) => {
-      if (exit) throw new Error(`Xvfb exited (${exit.code ?? exit.signal}): ${errors}`);
-      return Boolean(n);
-    },
-    { timeout: 15000 },
-  );
-  return `:${number}`;
-}
-
-/** A minimal W3C WebDriver client over fetch (keep-alive: no `Connection: close`). */
-class WebDriver {
-  constructor(base) {
-    this.base = base;
-    this.session = null;
-  }
-  async call(method, path, body) {
-    const url = `${this.base}${path.replace(':session', this.session ?? '')}`;
-    const response = await fetch(url, {
-      method,
-      headers: body === undefined ? {} : { 'Content-Type': 'application/json; charset=utf-8' },
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal: AbortSignal.timeout(60000),
-    });
-    const text = await response.text();
-    let json;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      throw new Error(`${method} ${path}: ${response.status} ${text.slice(0, 300)}`);
-    }
-    if (!response.ok || json?.value?.error) {
-      const v = json?.value ?? {};
-      throw new Error(`${method} ${path}: ${v.error ?? response.status}: ${v.message ?? text.slice(0, 300)}`);
-    }
-    return json.value;
-  }
-  async open(capabilities) {
-    const value = await this.call('POST', '/session', { capabilities: { alwaysMatch: capabilities } });
-    this.session = value.sessionId;
-    return value;
-  }
-  async close() {
-    if (!this.session) return;
-    await this.call('DELETE', '/session/:session').catch(() => undefined);
-    this.session = null;
-  }
-  execute(script, args = []) {
-    return this.call('POST', '/session/:session/execute/sync', { script, args });
-  }
-  async element(css) {
-    const value = await this.call('POST', '/session/:session/element', { using: 'css selector', value: css });
-    return value[ELEMENT];
-  }
-  async click(css) {
-    const id = await until(`the element ${css}`, () => this.element(css), Boolean, { timeout: 10000 });
-    await this.call('POST', `/session/:session/element/${id}/click`, {});
-  }
-  async type(css, text) {
-    const id = await until(`the element ${css}`, () => this.element(css), Boolean, { timeout: 10000 });
-    await this.call('POST', `/session/:session/element/${id}/clear`, {});
-    await this.call('POST', `/session/:session/element/${id}/value`, { text });
-  }
-  /** Resolves after the page has painted twice (WebKit paints lazily under Xvfb). */
-  painted() {
-    return this.call('POST', '/session/:session/execute/async', {
-      script: 'const done = arguments[arguments.length - 1]; requestAnimationFrame(() => requestAnimationFrame(() => done(true)));',
-      args: [],
-    });
-  }
-  async screenshot(file) {
-    const data = await this.call('GET', '/session/:session/screenshot');
-    writeFileSync(file, Buffer.from(data, 'base64'));
-  }
-}
 
 try {
   await runner.step('the UI and the desktop app are built; the tools are there', async () => {

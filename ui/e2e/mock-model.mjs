@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // A scripted OpenAI-compatible model server for the end-to-end tests (no dependencies).
 //
-//   node ui/e2e/mock-model.mjs [--log FILE] [--delay MS]
+//   node ui/e2e/mock-model.mjs [--log FILE] [--delay MS] [--rate DELTAS_PER_S]
 //
 // Listens on 127.0.0.1 (a free port) and prints the port as its first stdout line.
 // `POST /v1/chat/completions` (stream: true) answers in OpenAI's SSE chunk format; what it
@@ -10,8 +10,12 @@
 // child (first user message contains "\nTask:\n"), by its task text:
 //   WRITE  → write_file {path: "notes.txt"}; after the tool result: "Wrote notes.txt"
 //   QUICK  → answers at once: "Quick check done: all good."
+//   STREAM <n> → streams n deltas, one word each, at the server's `rate` (deltas/s)
 // parent, by its last message:
 //   user "[Background tool result]…"  → "Report received: <the report's body>"
+//   user "Stream bench <c> children <n> deltas" → c sub_agent calls (task STREAM n) in one
+//                                        batch; after their results the parent streams n
+//                                        deltas too (ui/e2e/bench-stream.mjs)
 //   user containing "Second round"     → sub_agent {title: "Quick", task: "QUICK"} AND
 //                                        write_file {path: "parent.txt"} in one batch
 //   user containing "Link please"      → a text answer with a web link (LINK_URL)
@@ -66,11 +70,15 @@ export function decide(messages) {
       };
     }
     if (task.includes('QUICK')) return { text: 'Quick check done: all good.' };
+    const stream = /STREAM (\d+)/.exec(task);
+    if (stream) return streamed(Number(stream[1]));
     return { text: 'Done.' };
   }
 
   if (last.role === 'tool') {
     const batch = toolBatchBefore(messages);
+    const bench = batch.map((c) => /STREAM (\d+)/.exec(c.arguments?.task ?? '')).find(Boolean);
+    if (bench) return streamed(Number(bench[1]));
     if (batch.some((c) => c.name === 'write_file')) return { text: 'Second round finished: parent.txt is written.' };
     return { text: 'The Writer sub-agent is on it; its report will follow.' };
   }
@@ -93,6 +101,14 @@ export function decide(messages) {
     const text = Array.from({ length: SLOW_SENTENCES }, (_, i) => `Sentence ${i + 1} of the slow answer.`).join(' ');
     return { text, parts: SLOW_SENTENCES, pace: 50 };
   }
+  const bench = /Stream bench (\d+) children (\d+) deltas/.exec(lastText);
+  if (last.role === 'user' && bench) {
+    const calls = Array.from({ length: Number(bench[1]) }, (_, i) => ({
+      name: 'sub_agent',
+      arguments: { title: `Streamer ${i + 1}`, task: `STREAM ${bench[2]}` },
+    }));
+    return { text: `Starting ${calls.length} streaming sub-agents.`, calls };
+  }
   if (last.role === 'user' && lastText.includes('Second round')) {
     return {
       text: 'Starting a quick check and writing parent.txt.',
@@ -108,20 +124,34 @@ export function decide(messages) {
   };
 }
 
-/** The tool calls of the last assistant message with tool calls. */
+/** The tool calls of the last assistant message with tool calls (arguments parsed). */
 function toolBatchBefore(messages) {
   for (let i = messages.length - 1; i >= 0; i--) {
     const m = messages[i];
     if (m.role === 'assistant' && Array.isArray(m.tool_calls) && m.tool_calls.length) {
-      return m.tool_calls.map((c) => ({ id: c.id, name: c.function?.name ?? c.name }));
+      return m.tool_calls.map((c) => {
+        let args = {};
+        try {
+          args = JSON.parse(c.function?.arguments ?? '{}');
+        } catch {
+          /* not JSON: no arguments */
+        }
+        return { id: c.id, name: c.function?.name ?? c.name, arguments: args };
+      });
     }
   }
   return [];
 }
 
+/** A long answer of `n` words in short paragraphs, streamed one word per delta. */
+function streamed(n) {
+  const words = Array.from({ length: n }, (_, i) => (i % 24 === 23 ? `word${i}.\n\n` : `word${i} `));
+  return { text: words.join(''), parts: n, pace: 'rate' };
+}
+
 /** Splits text into a few chunks (at spaces), so it streams in several deltas. */
 export function chunks(text, parts = 4) {
-  const words = text.split(/(?<= )/);
+  const words = text.split(/(?<=\s)(?=\S)/);
   const size = Math.max(1, Math.ceil(words.length / parts));
   const out = [];
   for (let i = 0; i < words.length; i += size) out.push(words.slice(i, i + size).join(''));
@@ -131,11 +161,14 @@ export function chunks(text, parts = 4) {
 const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
- * Starts the server. Options: `log` (file for request bodies), `delay` (ms between chunks).
+ * Starts the server. Options: `log` (file for request bodies), `delay` (ms between chunks),
+ * `rate` (deltas per second of a streamed bench answer, per request; 100).
  * Resolves to `{port, baseUrl, requests, close()}`; `requests` holds the bodies seen.
  */
 export function startMockModel(options = {}) {
   const delay = options.delay ?? 15;
+  // Deltas per second of a streamed answer (`pace: 'rate'`), per request.
+  const rate = options.rate ?? 100;
   const requests = [];
   let callCounter = 0;
   let completionCounter = 0;
@@ -195,7 +228,7 @@ export function startMockModel(options = {}) {
     res.on('close', () => {
       closed = true;
     });
-    const pace = answer.pace ?? delay;
+    const pace = answer.pace === 'rate' ? 1000 / rate : (answer.pace ?? delay);
     const send = async (value, wait = true) => {
       if (closed) return;
       res.write(`data: ${typeof value === 'string' ? value : JSON.stringify(value)}\n\n`);
@@ -288,7 +321,8 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     return at >= 0 ? args[at + 1] : undefined;
   };
   const delay = option('--delay');
-  const mock = await startMockModel({ log: option('--log'), delay: delay == null ? undefined : Number(delay) });
+  const rate = option('--rate');
+  const mock = await startMockModel({ log: option('--log'), delay: delay == null ? undefined : Number(delay), rate: rate == null ? undefined : Number(rate) });
   process.stdout.write(`${mock.port}\n`);
   const stop = () => mock.close().then(() => process.exit(0));
   process.on('SIGTERM', stop);

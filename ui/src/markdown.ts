@@ -117,3 +117,34 @@ export function copyText(text: string): void {
   if (navigator.clipboard?.writeText) navigator.clipboard.writeText(text).catch(fallback);
   else fallback();
 }
+
+/**
+ * Splits streaming markdown into blocks at blank lines outside code fences: the finished
+ * blocks do not change while the answer streams, so each is parsed once and only the last
+ * one is parsed again per frame (the whole text is parsed once when the message is final).
+ */
+export function streamingBlocks(text: string): string[] {
+  const blocks: string[] = [];
+  let fence: string | null = null;
+  let start = 0;
+  let at = 0;
+  while (at < text.length) {
+    const end = text.indexOf('\n', at);
+    const lineEnd = end < 0 ? text.length : end;
+    const line = text.slice(at, lineEnd);
+    const mark = /^ {0,3}(`{3,}|~{3,})/.exec(line)?.[1];
+    if (mark && (fence === null || (mark[0] === fence[0] && mark.length >= fence.length))) fence = fence === null ? mark : null;
+    else if (fence === null && line.trim() === '' && lineEnd > start && text.slice(start, at).trim() !== '') {
+      // A blank line ends a block, unless the next line continues a list item (indented).
+      const next = text.slice(lineEnd + 1, text.indexOf('\n', lineEnd + 1) >>> 0);
+      if (!/^\s/.test(next) || next.trim() === '') {
+        blocks.push(text.slice(start, lineEnd + 1));
+        start = lineEnd + 1;
+      }
+    }
+    if (end < 0) break;
+    at = end + 1;
+  }
+  if (start < text.length) blocks.push(text.slice(start));
+  return blocks;
+}

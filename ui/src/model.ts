@@ -203,11 +203,67 @@ export function mergeHistory(fetched: Message[], live: Message[]): Message[] {
 const childStateFromInfo = (info: SessionInfo): SubagentState =>
   info.state === 'running' ? 'running' : info.state === 'paused' ? 'failed' : 'done';
 
+/**
+ * Joins consecutive `content.delta` events of the same session into one (their texts in
+ * order); every other event, and the order of all, is kept. Applying a frame's batch then
+ * costs one string join per streaming session instead of one state update per delta.
+ */
+export function mergeDeltas(events: WireEvent[]): WireEvent[] {
+  const out: WireEvent[] = [];
+  for (const event of events) {
+    const prev = out[out.length - 1];
+    if (
+      prev &&
+      event.type === 'event' &&
+      event.kind === 'content.delta' &&
+      prev.type === 'event' &&
+      prev.kind === 'content.delta' &&
+      prev.session_id === event.session_id
+    ) {
+      const text = String((prev.data as any)?.text ?? '') + String((event.data as any)?.text ?? '');
+      out[out.length - 1] = { ...prev, data: { ...(prev.data as object), text } } as WireEvent;
+    } else {
+      out.push(event);
+    }
+  }
+  return out;
+}
+
+/** Runs `run` once before the next paint (or soon, where no frame comes: a hidden window). */
+export function nextFrame(run: () => void): void {
+  let done = false;
+  const once = () => {
+    if (done) return;
+    done = true;
+    run();
+  };
+  const raf = (globalThis as any).requestAnimationFrame as ((cb: () => void) => number) | undefined;
+  if (raf) raf(once);
+  // A window that is not shown gets no frames: events must not wait for it.
+  setTimeout(once, raf ? 100 : 16);
+}
+
+/**
+ * Time the UI spends applying events and rendering them (ms, since load), read by
+ * `ui/e2e/bench-stream.mjs` as `window.__bumblehivePerf`: WebKit has no long-task
+ * observer, so the UI accounts for its own work.
+ */
+export const uiPerf = { applyMs: 0, renderMs: 0, frames: 0, events: 0 };
+(globalThis as any).__bumblehivePerf = uiPerf;
+
+const now = () => (globalThis.performance?.now?.() ?? Date.now());
+
 export interface ModelOptions {
   /** Called when something that the sessions list shows may have changed. */
   onSessionsChanged?: () => void;
-  /** Render coalescing: how long to wait before telling listeners (0 = at once). */
+  /**
+   * Render coalescing: 0 applies each event and tells listeners at once (tests); otherwise
+   * events wait for the next animation frame, are applied as one batch (consecutive deltas
+   * merged) and listeners are told once per frame.
+   */
   notifyDelay?: number;
+  /** Schedules a frame (default `nextFrame`); tests pass their own to step frames by hand. */
+  schedule?: (run: () => void) => void;
   /** Every event of the feed, as it arrives (the app-wide attention state reads them). */
   onEvent?: (event: WireEvent) => void;
 }
@@ -216,7 +272,15 @@ export class SessionModel {
   state: ViewState;
   private listeners = new Set<() => void>();
   private unsubscribe: (() => void) | null = null;
-  private timer: ReturnType<typeof setTimeout> | null = null;
+  /** The transcripts on screen (null: assume all): a hidden one's text streams silently. */
+  private shown: Set<string> | null = null;
+  /** Whether a frame is scheduled (events queued or listeners to tell). */
+  private framePending = false;
+  private queue: WireEvent[] = [];
+  /** While a batch is applied: listeners are told once, at its end. */
+  private batching = false;
+  private inFrame = false;
+  private dirty = false;
   private snapshots = 0;
   private appended = new Set<string>();
   private disposed = false;
@@ -256,7 +320,7 @@ export class SessionModel {
   start(): void {
     this.unsubscribe = this.platform.subscribe(
       this.sessionId,
-      (event) => this.apply(event),
+      (event) => this.receive(event),
       (status) => this.set({ stream: status }),
     );
     void this.loadTranscript(this.sessionId);
@@ -287,8 +351,17 @@ export class SessionModel {
     this.disposed = true;
     this.unsubscribe?.();
     this.unsubscribe = null;
-    if (this.timer) clearTimeout(this.timer);
     this.listeners.clear();
+    this.queue = [];
+  }
+
+  /**
+   * Says which transcripts the window shows. A delta of another one only grows its
+   * streaming text (shown by its own chat alone): it tells no listener, so 8 children
+   * streaming behind the parent's tab do not re-render the parent's pane every frame.
+   */
+  setShown(sessionIds: string[] | null): void {
+    this.shown = sessionIds ? new Set(sessionIds) : null;
   }
 
   listen(listener: () => void): () => void {
@@ -301,18 +374,91 @@ export class SessionModel {
     this.changed();
   }
 
+  private get immediate(): boolean {
+    return (this.options.notifyDelay ?? 16) <= 0;
+  }
+
   private changed(): void {
     if (this.disposed) return;
-    const delay = this.options.notifyDelay ?? 16;
-    if (delay <= 0) {
-      for (const l of [...this.listeners]) l();
+    if (this.batching) {
+      this.dirty = true;
       return;
     }
-    if (this.timer) return;
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      for (const l of [...this.listeners]) l();
-    }, delay);
+    if (this.immediate) return this.notify();
+    this.dirty = true;
+    this.scheduleFrame();
+  }
+
+  private notify(): void {
+    for (const l of [...this.listeners]) l();
+  }
+
+  private scheduleFrame(): void {
+    if (this.framePending) return;
+    this.framePending = true;
+    (this.options.schedule ?? nextFrame)(() => this.frame());
+  }
+
+  /** One frame: apply what arrived since the last one, then tell listeners once. */
+  private frame(): void {
+    this.framePending = false;
+    if (this.disposed) return;
+    const start = now();
+    const events = this.queue;
+    this.queue = [];
+    this.inFrame = true;
+    try {
+      if (events.length) this.applyBatch(events);
+    } finally {
+      this.inFrame = false;
+    }
+    const applied = now();
+    const dirty = this.dirty;
+    this.dirty = false;
+    if (dirty) this.notify();
+    uiPerf.frames++;
+    uiPerf.applyMs += applied - start;
+    // Preact renders in a microtask queued by the listeners' state updates: this one runs
+    // after it, so the render is counted too.
+    void Promise.resolve().then(() => (uiPerf.renderMs += now() - applied));
+  }
+
+  /** Applies what is queued now, ahead of the frame (listeners are still told at the frame). */
+  private drain(): void {
+    if (!this.queue.length) return;
+    const events = this.queue;
+    this.queue = [];
+    this.applyBatch(events);
+  }
+
+  /** An event from the feed: applied at the next frame (at once with `notifyDelay: 0`). */
+  receive(event: WireEvent): void {
+    if (this.disposed) return;
+    if (this.immediate) return this.apply(event);
+    this.queue.push(event);
+    this.scheduleFrame();
+  }
+
+  /** Applies a frame's events in order (consecutive deltas merged); listeners are told once. */
+  applyBatch(events: WireEvent[]): void {
+    if (this.disposed) return;
+    uiPerf.events += events.length;
+    const outer = this.batching;
+    this.batching = true;
+    try {
+      // Every event reaches `onEvent` as it was sent; the merge is for our own state.
+      for (const event of events) this.options.onEvent?.(event);
+      for (const event of mergeDeltas(events)) this.applyOne(event);
+    } finally {
+      this.batching = outer;
+    }
+    if (outer || !this.dirty || this.inFrame) return;
+    if (this.immediate) {
+      this.dirty = false;
+      this.notify();
+    } else {
+      this.scheduleFrame();
+    }
   }
 
   private transcript(sessionId: string): Transcript {
@@ -339,6 +485,9 @@ export class SessionModel {
       const args: SessionRef = { session_id: sessionId };
       const loaded: SessionWithMessages = await this.platform.invoke('get_session', args);
       if (this.disposed) return;
+      // Events that came before the answer must be applied before it is merged (they may
+      // be in what was read): the merge and the echo check see them in order.
+      this.drain();
       for (const m of loaded.messages) if (m.role === 'user' && m.id) this.appended.add(m.id);
       this.patchTranscript(sessionId, (t) => {
         const live = t.live ?? [];
@@ -466,6 +615,10 @@ export class SessionModel {
   apply(event: WireEvent): void {
     if (this.disposed) return;
     this.options.onEvent?.(event);
+    this.applyOne(event);
+  }
+
+  private applyOne(event: WireEvent): void {
     switch (event.type) {
       case 'snapshot':
         return this.applySnapshot(event as Snapshot, true);
@@ -623,13 +776,20 @@ export class SessionModel {
   private onProgress(sessionId: string, progress: Progress): void {
     const own = sessionId === this.sessionId;
     switch (progress.kind) {
-      case 'content.delta':
+      case 'content.delta': {
+        const t = this.state.transcripts[sessionId];
+        if (this.shown && !this.shown.has(sessionId) && t && t.running && !t.retry) {
+          const next = { ...t, streaming: t.streaming + String(progress.data.text ?? '') };
+          this.state = { ...this.state, transcripts: { ...this.state.transcripts, [sessionId]: next } };
+          return;
+        }
         this.patchTranscript(sessionId, (t) => ({
           streaming: t.streaming + String(progress.data.text ?? ''),
           running: true,
           retry: null,
         }));
         return;
+      }
       case 'message.appended': {
         const message = progress.data.message as Message | undefined;
         if (!message) return;

@@ -146,7 +146,7 @@ interface TauriGlobals {
   dialog?: { open(options: Record<string, unknown>): Promise<string | string[] | null> };
 }
 
-/** The Tauri event every subscription's events arrive on: payload `{subscription, event}`. */
+/** The Tauri event every subscription's events arrive on: payload `{subscription, events}`. */
 export const TAURI_EVENT = 'bumblehive://event';
 /** The session list feed's events (`subscribe_sessions`): payload `{subscription, event}`. */
 export const TAURI_SESSIONS_EVENT = 'bumblehive://sessions';
@@ -163,16 +163,21 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
   const listHandlers = new Map<string, (event: SessionListEvent) => void>();
   let listListening: Promise<unknown> | null = null;
 
+  // The shell sends one frame's events of a subscription together (`events`, in order);
+  // a single `event` is still understood.
   const dispatch = (payload: any) => {
     if (!payload || typeof payload !== 'object') return;
     const id = String(payload.subscription);
+    const raws: unknown[] = Array.isArray(payload.events) ? payload.events : [payload.event];
     const handler = handlers.get(id);
     if (handler) {
-      const event = parseEvent(payload.event);
-      if (event) handler(event);
+      for (const raw of raws) {
+        const event = parseEvent(raw);
+        if (event) handler(event);
+      }
     } else {
       const list = unclaimed.get(id) ?? [];
-      if (list.length < 10000) list.push(payload.event);
+      for (const raw of raws) if (list.length < 10000) list.push(raw);
       unclaimed.set(id, list);
     }
   };

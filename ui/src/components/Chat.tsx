@@ -1,6 +1,6 @@
 import type { ComponentChildren } from 'preact';
-import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
-import { copyText } from '../markdown';
+import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { copyText, streamingBlocks } from '../markdown';
 import { imageSrc } from '../attachments';
 import type { ImagePart } from '../bindings/ImagePart';
 import type { Compaction } from '../bindings/Compaction';
@@ -13,9 +13,19 @@ import { Icon } from './Icon';
 import { formatTokens } from '../util';
 
 /** Where each session's chat was scrolled, so switching sessions keeps each one's place. */
-const positions = new Map<string, { top: number; stick: boolean }>();
+const positions = new Map<string, { top: number; stick: boolean; start?: number | null }>();
+
+/**
+ * A long history opens with only its last CHAT_WINDOW messages rendered; scrolling near the
+ * top (or the "earlier messages" button) adds CHAT_STEP more above, keeping the place.
+ * Opening a 2,000-message session then builds a few hundred nodes, not thousands (#19).
+ */
+export const CHAT_WINDOW = 24;
+export const CHAT_STEP = 100;
 /** Forgets remembered scroll positions (tests start fresh). */
 export const forgetScrollPositions = () => positions.clear();
+
+const NO_STATUSES: Record<string, MessageStatus> = {};
 
 /** Network-ish failures of the model server: the person's way forward is the settings. */
 const PROVIDER_ERROR = /network error|cannot connect|connection refused|model server|provider|api key|unauthori[sz]ed|status 40[13]/i;
@@ -75,6 +85,17 @@ function MessageImages({ images }: { images: ImagePart[] | undefined }) {
         </div>
       )}
     </div>
+  );
+}
+
+/** The answer as it streams: its finished blocks parsed once each, the last one per frame. */
+function StreamingMarkdown({ text }: { text: string }) {
+  return (
+    <>
+      {streamingBlocks(text).map((block, i) => (
+        <Markdown key={i} text={block} />
+      ))}
+    </>
   );
 }
 
@@ -261,18 +282,42 @@ export function Chat(props: {
   /** Task ids of sub-agents the person deleted (their cards say "deleted"). */
   deleted?: string[];
 }) {
-  const { transcript: t, statuses = {} } = props;
+  const { transcript: t } = props;
+  const statuses = props.statuses ?? NO_STATUSES;
   const canSend = props.canSend ?? true;
   const scroller = useRef<HTMLDivElement>(null);
+  // The latest callbacks, read when clicked: the memoised rows below need no new closures.
+  const handlers = useRef(props);
+  handlers.current = props;
   // Each session keeps its own place; a new one follows the end (the component is keyed by
   // session, so nothing carries over from the previous one).
   const saved = positions.get(t.sessionId);
   const stick = useRef(saved?.stick ?? true);
   const restored = useRef(false);
   const [behind, setBehind] = useState(!(saved?.stick ?? true));
+  // The first rendered message: fixed once the history is loaded (what arrives later is
+  // appended below it), moved up by `showEarlier`.
+  const start = useRef<number | null>(saved?.start ?? null);
+  if (start.current === null && t.status === 'loaded') start.current = Math.max(0, t.messages.length - CHAT_WINDOW);
+  const from = Math.min(start.current ?? 0, t.messages.length);
+  // Set by `showEarlier`: the distance from the bottom to keep while rows are added above.
+  const anchor = useRef<number | null>(null);
+  const [, grew] = useState(0);
+  const showEarlier = () => {
+    const el = scroller.current;
+    if (from <= 0) return;
+    if (el) anchor.current = el.scrollHeight - el.scrollTop;
+    start.current = Math.max(0, from - CHAT_STEP);
+    grew((n) => n + 1);
+  };
   useLayoutEffect(() => {
     const el = scroller.current;
     if (!el) return;
+    if (anchor.current !== null) {
+      el.scrollTop = el.scrollHeight - anchor.current;
+      anchor.current = null;
+      return;
+    }
     if (!restored.current && saved && !saved.stick && t.status === 'loaded') {
       restored.current = true;
       el.scrollTop = saved.top;
@@ -283,7 +328,7 @@ export function Chat(props: {
   useLayoutEffect(
     () => () => {
       const el = scroller.current;
-      if (el) positions.set(t.sessionId, { top: el.scrollTop, stick: stick.current });
+      if (el) positions.set(t.sessionId, { top: el.scrollTop, stick: stick.current, start: start.current });
     },
     [],
   );
@@ -291,14 +336,27 @@ export function Chat(props: {
     const el = scroller.current;
     if (!el) return;
     stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 48;
-    positions.set(t.sessionId, { top: el.scrollTop, stick: stick.current });
+    positions.set(t.sessionId, { top: el.scrollTop, stick: stick.current, start: start.current });
     if (behind === stick.current) setBehind(!stick.current);
+    // Near the top with more above: render the next slice before the person gets there.
+    if (el.scrollTop < 400 && from > 0 && anchor.current === null) showEarlier();
   };
   const jump = () => {
     const el = scroller.current;
     stick.current = true;
     setBehind(false);
     if (el) el.scrollTop = el.scrollHeight;
+  };
+  const items = useMemo(() => {
+  const cur = handlers.current;
+  const live = handlers;
+  const props = {
+    ...cur,
+    onRetry: cur.onRetry && ((text: string) => live.current.onRetry?.(text) ?? Promise.resolve()),
+    onOpenSettings: cur.onOpenSettings && (() => live.current.onOpenSettings?.()),
+    onEdit: cur.onEdit && ((text: string) => live.current.onEdit?.(text)),
+    onFork: cur.onFork && ((index: number) => live.current.onFork?.(index)),
+    onOpenChild: cur.onOpenChild && ((id: string) => live.current.onOpenChild?.(id)),
   };
   const lastUser = t.messages.reduce((last, m, i) => (m.role === 'user' && !reportTaskId(m.id) ? i : last), -1);
   const lastAssistant = t.messages.reduce((last, m, i) => (m.role === 'assistant' ? i : last), -1);
@@ -343,7 +401,9 @@ export function Chat(props: {
   const marks = (i: number) => (summarised(i) ? { cls: ' summarised', data: 'true' } : { cls: '', data: undefined });
   // A status chip says something only while the message waits for its answer.
   const chipFor = (i: number, id: string | null | undefined) => (id && t.running && i > lastAssistant ? statuses[id] : undefined);
+  // Above the rendered slice: nothing (its notes and dividers come with it).
   t.messages.forEach((m: Message, i) => {
+    if (i < from) return;
     notesAt(i);
     dividersAt(i);
     const key = `m${i}`;
@@ -446,21 +506,27 @@ export function Chat(props: {
   compactions.filter((c) => c.first_kept >= t.messages.length).forEach((c) => items.push(<CompactionDivider key={`c${c.id}`} compaction={c} />));
   // Notes recorded past the end (history re-read shorter than before) still show.
   t.notes.filter((n) => n.at > t.messages.length).forEach((n, k) => items.push(note(n, `x${k}`)));
+  return { items, titles };
+    // Everything the rows show; callbacks are read through `handlers` when used.
+  }, [t.messages, t.notes, t.compactions, t.tools, t.running, t.status, statuses, props.tabs, props.deleted, from, canSend]);
+  const titles = items.titles;
+  const rows = items.items;
 
+  const tail: ComponentChildren[] = [];
   if (t.streaming) {
-    items.push(
+    tail.push(
       <div key="streaming" class="message assistant streaming" data-testid="chat-message" data-role="assistant" data-streaming="true">
-        <Markdown text={t.streaming} />
+        <StreamingMarkdown text={t.streaming} />
       </div>,
     );
   }
   for (const m of props.inflight ?? []) {
     if (reportTaskId(m.messageId)) {
-      items.push(
+      tail.push(
         <ReportCard key={`i${m.messageId}`} titles={titles} messageId={m.messageId} text={m.content} status={m.status} tabs={props.tabs} onOpenChild={props.onOpenChild} inflight />,
       );
     } else {
-      items.push(
+      tail.push(
         <div key={`i${m.messageId}`} class="message user inflight" data-testid="chat-message" data-role="user" data-message-id={m.messageId}>
           <div class="message-head">
             <span class="who">You</span>
@@ -478,8 +544,14 @@ export function Chat(props: {
       <div class="chat" ref={scroller} onScroll={onScroll} data-testid="chat" data-session-id={t.sessionId}>
         <div class="chat-column">
           {t.notice && <div class="note note-notice">{t.notice}</div>}
-          {items.length === 0 && t.status !== 'loading' ? props.empty : null}
-          {items}
+          {rows.length === 0 && tail.length === 0 && t.status !== 'loading' ? props.empty : null}
+          {from > 0 && (
+            <button type="button" class="link show-earlier" data-testid="show-earlier" onClick={showEarlier}>
+              Show {Math.min(from, CHAT_STEP)} earlier messages ({from} not shown)
+            </button>
+          )}
+          {rows}
+          {tail}
           {props.footer}
         </div>
       </div>

@@ -1,4 +1,4 @@
-import { useEffect, useReducer, useRef, useState } from 'preact/hooks';
+import { useEffect, useLayoutEffect, useReducer, useRef, useState } from 'preact/hooks';
 import type { CreateSession } from '../bindings/CreateSession';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionRef } from '../bindings/SessionRef';
@@ -330,6 +330,10 @@ export function SessionPane(props: {
   }, [props.focusTab]);
   useEffect(() => {
     if (model && tab !== 'main') callbacks.current.onTabSeen?.(model.sessionId, tab);
+  }, [model, tab]);
+  // Only the shown chat's deltas re-render this pane (the others stream into the model).
+  useLayoutEffect(() => {
+    model?.setShown(tab === 'main' || tab === 'changes' ? [model.sessionId] : [tab]);
   }, [model, tab]);
 
   const state = useModelState(model);

@@ -1,0 +1,400 @@
+#!/usr/bin/env node
+// Benchmark of streaming into the UI and of opening a long session (#19), in the REAL desktop
+// window (Tauri on Xvfb, through tauri-driver + WebKitWebDriver) and in headless Chromium
+// (the web UI served by `bumblehive serve`), against the scripted model server.
+//
+//   node ui/e2e/bench-stream.mjs [--engine desktop|chromium|both] [--runs 3] [--children 8]
+//        [--rate 100] [--seconds 6] [--messages 2000] [--app PATH] [--bin PATH] [--ui DIR]
+//        [--label NAME] [--json FILE] [--smoke]
+//
+// Each run: a fresh data dir holding a session of --messages messages (meta.json +
+// messages.jsonl written directly), the app opened on a new conversation; the message
+// "Stream bench <children> children <n> deltas" makes the parent delegate to <children>
+// sub-agents at once, which each stream at --rate deltas/s, and the parent streams too.
+// While all of them stream (--seconds), the page records:
+// - main-thread busy time per second: the CPU time of the web content process's main
+//   thread (/proc/<pid>/task/<pid>/stat: WebKitWebProcess, or Chromium's renderer), and in
+//   Chromium also the DevTools `TaskDuration` (all main-thread tasks);
+// - frames: a requestAnimationFrame loop's gaps; "dropped" = gaps over 50 ms, and the
+//   longest; long tasks where the engine has the observer (Chromium; WebKit has none);
+// - the UI's own accounting (`window.__bumblehivePerf`: apply + render), when the build
+//   has it.
+// Then it clicks the long session in the sidebar and times click → chat painted (the
+// first rendered message in the DOM, then a frame and the task after it).
+// Prints one JSON line per run and the medians; --json writes them. --smoke: one short run
+// per engine with small sizes (what scripts/test-all.sh may run; no figure is checked).
+// No assertion on any time: this only measures.
+
+import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { createWriteStream } from 'node:fs';
+import { ROOT, UI_DIR, WebDriver, firstLine, freePort, outputDir, scratch, sleep, start, startXvfb, stopAll, until, which } from './lib.mjs';
+import { startMockModel } from './mock-model.mjs';
+
+const args = process.argv.slice(2);
+const option = (name, fallback) => {
+  const at = args.indexOf(name);
+  return at >= 0 ? args[at + 1] : fallback;
+};
+const smoke = args.includes('--smoke');
+const engines = (option('--engine', 'both') === 'both' ? ['desktop', 'chromium'] : [option('--engine')]).filter(Boolean);
+const RUNS = Number(option('--runs', smoke ? 1 : 3));
+const CHILDREN = Number(option('--children', smoke ? 2 : 8));
+const RATE = Number(option('--rate', 100));
+const SECONDS = Number(option('--seconds', smoke ? 1 : 6));
+const MESSAGES = Number(option('--messages', smoke ? 200 : 2000));
+const APP = option('--app', process.env.E2E_DESKTOP_APP || join(ROOT, 'target', 'debug', 'bumblehive-desktop'));
+const BIN = option('--bin', join(ROOT, 'target', 'debug', 'bumblehive'));
+const DIST = option('--ui', join(UI_DIR, 'dist'));
+const LABEL = option('--label', 'current');
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const out = outputDir('bench-stream');
+
+// ------------------------------------------------------------------ the long session
+
+const LONG_ID = '0192f000-0000-7000-8000-000000002000';
+
+/** Writes a session of `count` messages (alternating person / model, markdown answers). */
+function writeLongSession(data, workspace, count) {
+  const dir = join(data, 'sessions', LONG_ID);
+  mkdirSync(dir, { recursive: true });
+  const at = '2026-01-01T00:00:00Z';
+  writeFileSync(
+    join(dir, 'meta.json'),
+    JSON.stringify({ session_id: LONG_ID, workspace, title: `Long session (${count} messages)`, created_at: at, updated_at: at }),
+  );
+  const lines = [];
+  for (let i = 0; i < count; i++) {
+    if (i % 2 === 0) lines.push(JSON.stringify({ role: 'user', content: `Question ${i}: what does step ${i} do?`, id: `u${i}` }));
+    else
+      lines.push(
+        JSON.stringify({
+          role: 'assistant',
+          content: `Step ${i} **reads** the file and *checks* it:\n\n- one point\n- another point\n\n\`\`\`rust\nfn step_${i}() -> u32 { ${i} }\n\`\`\`\n\nThat is all for step ${i}.`,
+        }),
+      );
+  }
+  writeFileSync(join(dir, 'messages.jsonl'), lines.join('\n') + '\n');
+}
+
+function writeConfig(config, baseUrl) {
+  writeFileSync(config, JSON.stringify({ provider: { kind: 'openai', base_url: baseUrl, model: 'm' }, subagents: { max_concurrent: Math.max(1, CHILDREN) } }, null, 2));
+}
+
+// ------------------------------------------------------------------ processes (/proc)
+
+function procStat(pid, tid = pid) {
+  try {
+    const text = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+    const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    // Fields after the name: state(3) ppid(4) … utime(14) stime(15), counted from 3.
+    return { ppid: Number(rest[1]), ticks: Number(rest[11]) + Number(rest[12]) };
+  } catch {
+    return null;
+  }
+}
+
+function descendants(root) {
+  const children = new Map();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const stat = procStat(Number(name));
+    if (!stat) continue;
+    if (!children.has(stat.ppid)) children.set(stat.ppid, []);
+    children.get(stat.ppid).push(Number(name));
+  }
+  const all = [];
+  const walk = (pid) => {
+    for (const c of children.get(pid) ?? []) {
+      all.push(c);
+      walk(c);
+    }
+  };
+  walk(root);
+  return all;
+}
+
+const cmdline = (pid) => {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  } catch {
+    return [];
+  }
+};
+
+/** The web content processes under `root` (WebKitWebProcess, or Chromium renderers). */
+function contentProcesses(root, engine) {
+  return descendants(root).filter((pid) => {
+    const argv = cmdline(pid);
+    if (engine === 'desktop') return (argv[0] ?? '').includes('WebKitWebProcess');
+    // Chromium rewrites its command line into one string (the process title).
+    return argv.join(' ').includes('--type=renderer');
+  });
+}
+
+const TICK_MS = 10; // USER_HZ = 100 on Linux
+const mainThreadMs = (pids) => pids.reduce((sum, pid) => sum + (procStat(pid)?.ticks ?? 0) * TICK_MS, 0);
+
+// ------------------------------------------------------------------ in-page scripts
+
+// Each is the body of `(done) => { … }`: run through WebDriver's execute/async or
+// Playwright's evaluate.
+const PROBE_START = `
+  const w = window;
+  const p = { gaps: [], long: [], last: performance.now(), on: true, perf0: w.__bumblehivePerf ? { ...w.__bumblehivePerf } : null, t0: performance.now() };
+  const loop = (t) => { if (!p.on) return; p.gaps.push(t - p.last); p.last = t; requestAnimationFrame(loop); };
+  requestAnimationFrame((t) => { p.last = t; requestAnimationFrame(loop); });
+  try {
+    if ((PerformanceObserver.supportedEntryTypes || []).includes('longtask')) {
+      p.observer = new PerformanceObserver((list) => { for (const e of list.getEntries()) p.long.push(e.duration); });
+      p.observer.observe({ type: 'longtask' });
+      p.longSupported = true;
+    }
+  } catch (e) {}
+  w.__benchProbe = p;
+  done(true);
+`;
+const PROBE_STOP = `
+  const w = window;
+  const p = w.__benchProbe;
+  p.on = false;
+  p.observer && p.observer.disconnect();
+  const wall = performance.now() - p.t0;
+  const gaps = p.gaps;
+  const perf = w.__bumblehivePerf;
+  const own = perf && p.perf0 ? (perf.applyMs - p.perf0.applyMs + perf.renderMs - p.perf0.renderMs) : null;
+  done({
+    wallMs: wall,
+    frames: gaps.length,
+    over50: gaps.filter((g) => g > 50).length,
+    maxGapMs: gaps.length ? Math.max(...gaps) : null,
+    longTasks: p.longSupported ? p.long.length : null,
+    longTaskMs: p.longSupported ? p.long.reduce((a, b) => a + b, 0) : null,
+    uiOwnMs: own,
+    uiEvents: perf && p.perf0 ? perf.events - p.perf0.events : null,
+    uiFrames: perf && p.perf0 ? perf.frames - p.perf0.frames : null,
+    contentVisibility: typeof CSS !== 'undefined' && CSS.supports('content-visibility', 'auto'),
+    engine: navigator.userAgent,
+  });
+`;
+const OPEN_LONG = `
+  const id = ${JSON.stringify(LONG_ID)};
+  const item = [...document.querySelectorAll('[data-testid=session-item]')].find((e) => e.dataset.sessionId === id);
+  if (!item) return done({ error: 'the long session is not in the sidebar' });
+  const t0 = performance.now();
+  (item.querySelector('.session-open') || item).click();
+  const check = () => {
+    const chat = document.querySelector('[data-testid=chat]');
+    const shown = chat && chat.dataset.sessionId === id ? chat.querySelectorAll('[data-testid=chat-message]').length : 0;
+    if (!shown) return void requestAnimationFrame(check);
+    const inDom = performance.now();
+    // Painted: the frame after the DOM has it, then the task that follows that frame.
+    requestAnimationFrame(() => {
+      const ch = new MessageChannel();
+      ch.port1.onmessage = () => {
+        // Where the time went, in a browser (WebKit's IPC is not a resource).
+        const calls = performance.getEntriesByType('resource').filter((e) => e.startTime >= t0 && e.name.includes('/api/'));
+        const api = calls.map((e) => [e.name.split('/api/')[1], Math.round(e.startTime - t0), Math.round(e.responseEnd - t0)]);
+        done({ ms: performance.now() - t0, domMs: inDom - t0, rendered: shown, api });
+      };
+      ch.port2.postMessage(0);
+    });
+  };
+  check();
+`;
+const STATE = `
+  const all = (s) => [...document.querySelectorAll(s)];
+  done({
+    prompt: !!document.querySelector('[data-testid=prompt-input]'),
+    setup: !!document.querySelector('[data-testid=setup-dismiss]'),
+    tabs: all('[data-testid=child-tab]').map((e) => e.getAttribute('data-state')),
+    streaming: !!document.querySelector('[data-streaming=true]'),
+    errors: all('[data-testid=run-error]').map((e) => e.textContent),
+    sidebar: all('[data-testid=session-item]').map((e) => e.dataset.sessionId),
+  });
+`;
+
+// ------------------------------------------------------------------ engines
+
+async function openDesktop(space) {
+  const display = await startXvfb();
+  const port = await freePort();
+  const nativePort = await freePort();
+  const tauriDriver = which('tauri-driver', [join(homedir(), '.cargo', 'bin')]);
+  if (!tauriDriver) throw new Error('tauri-driver is missing: cargo install tauri-driver --locked');
+  const profile = join(space.dir, 'profile');
+  for (const d of ['data', 'config', 'cache']) mkdirSync(join(profile, d), { recursive: true });
+  const driverProcess = start(tauriDriver, ['--port', String(port), '--native-port', String(nativePort)], {
+    log: join(out, 'tauri-driver.log'),
+    env: {
+      DISPLAY: display,
+      WAYLAND_DISPLAY: '',
+      GDK_BACKEND: 'x11',
+      XDG_DATA_HOME: join(profile, 'data'),
+      XDG_CONFIG_HOME: join(profile, 'config'),
+      XDG_CACHE_HOME: join(profile, 'cache'),
+      RUST_LOG: 'warn',
+    },
+  });
+  const wd = new WebDriver(`http://127.0.0.1:${port}`);
+  await until('tauri-driver to answer /status', () => wd.call('GET', '/status'), (v) => v?.ready !== false, { timeout: 20000 });
+  await wd.open({ 'tauri:options': { application: APP, args: ['--workspace', space.workspace, '--config', space.config, '--data-dir', space.data] } });
+  return {
+    root: driverProcess.pid,
+    run: (body) => wd.call('POST', '/session/:session/execute/async', { script: `const done = arguments[arguments.length - 1];\n${body}`, args: [] }),
+    type: (css, text) => wd.type(css, text),
+    click: (css) => wd.click(css),
+    tasks: null,
+    close: () => wd.close(),
+  };
+}
+
+async function openChromium(space) {
+  const { chromium } = await import('playwright-core');
+  const server = start(BIN, ['serve', '--port', '0', '--ui', DIST, '--config', space.config, '--data-dir', space.data], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const log = join(out, 'server.log');
+  server.stderr.pipe(createWriteStream(log, { flags: 'a' }));
+  const { url, token } = JSON.parse(await firstLine(server, { log }));
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  const page = await (await browser.newContext({ viewport: { width: 1200, height: 800 } })).newPage();
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Performance.enable');
+  await page.goto(`${url}/?${new URLSearchParams({ token, workspace: space.workspace })}`);
+  return {
+    root: process.pid,
+    run: (body) => page.evaluate(`new Promise((done) => {${body}\n})`),
+    type: (css, text) => page.fill(css, text, { timeout: 10000 }),
+    click: (css) => page.click(css, { timeout: 10000 }),
+    async tasks() {
+      const { metrics } = await cdp.send('Performance.getMetrics');
+      return (metrics.find((m) => m.name === 'TaskDuration')?.value ?? 0) * 1000;
+    },
+    close: () => browser.close(),
+  };
+}
+
+// ------------------------------------------------------------------ one run
+
+async function oneRun(engine, index) {
+  const mock = await startMockModel({ rate: RATE, delay: 5 });
+  const space = scratch(`bench-${engine}`, mock.baseUrl);
+  writeConfig(space.config, mock.baseUrl);
+  writeLongSession(space.data, space.workspace, MESSAGES);
+  let ui;
+  try {
+    ui = engine === 'desktop' ? await openDesktop(space) : await openChromium(space);
+    const state = () => ui.run(STATE);
+    await until('the composer', state, (s) => s.prompt && s.sidebar.includes(LONG_ID), { timeout: 60000 });
+    if ((await state()).setup) await ui.click('[data-testid=setup-dismiss]');
+
+    // Streaming: the parent and its children at once. Enough deltas to outlast the window.
+    const deltas = Math.ceil(RATE * (SECONDS + 6));
+    await ui.type('[data-testid=prompt-input]', `Stream bench ${CHILDREN} children ${deltas} deltas`);
+    await ui.click('[data-testid=send-button]');
+    await until(
+      `${CHILDREN} children streaming and the parent too`,
+      state,
+      (s) => {
+        if (s.errors.length) throw new Error(`the run failed: ${s.errors.join(' | ')}`);
+        return s.tabs.filter((t) => t === 'running').length >= CHILDREN && s.streaming;
+      },
+      { timeout: 60000, interval: 50 },
+    );
+    // Let every stream reach its pace, then measure.
+    await sleep(500);
+    const pids = contentProcesses(ui.root, engine);
+    await ui.run(PROBE_START);
+    const cpu0 = mainThreadMs(pids);
+    const task0 = ui.tasks ? await ui.tasks() : null;
+    const wall0 = Date.now();
+    await sleep(SECONDS * 1000);
+    const cpu1 = mainThreadMs(pids);
+    const task1 = ui.tasks ? await ui.tasks() : null;
+    const wall = Date.now() - wall0;
+    const probe = await ui.run(PROBE_STOP);
+    const still = await state();
+    const streamingThroughout = still.tabs.filter((t) => t === 'running').length >= CHILDREN;
+
+    // Wait for the streams to end, so opening the long session is measured on its own.
+    await until('the streams to end', state, (s) => !s.streaming && !s.tabs.some((t) => t === 'running'), { timeout: (SECONDS + 60) * 1000, interval: 250 });
+    await sleep(300);
+    const open = await ui.run(OPEN_LONG);
+    if (open.error) throw new Error(open.error);
+
+    const result = {
+      engine,
+      label: LABEL,
+      run: index + 1,
+      children: CHILDREN,
+      rate: RATE,
+      streamingThroughout,
+      mainThreadCpuPct: pids.length ? (100 * (cpu1 - cpu0)) / wall : null,
+      devtoolsBusyPct: task0 != null ? (100 * (task1 - task0)) / wall : null,
+      uiOwnPct: probe.uiOwnMs != null ? (100 * probe.uiOwnMs) / probe.wallMs : null,
+      framesPerS: (1000 * probe.frames) / probe.wallMs,
+      framesOver50: probe.over50,
+      maxFrameGapMs: probe.maxGapMs,
+      longTasks: probe.longTasks,
+      uiEventsPerFrame: probe.uiFrames ? probe.uiEvents / probe.uiFrames : null,
+      contentVisibility: probe.contentVisibility,
+      userAgent: probe.engine,
+      openMs: open.ms,
+      openDomMs: open.domMs,
+      openRendered: open.rendered,
+      openApi: open.api,
+      messages: MESSAGES,
+    };
+    console.log(JSON.stringify(result));
+    return result;
+  } finally {
+    await ui?.close().catch(() => undefined);
+    await stopAll();
+    await mock.close();
+    space.remove();
+  }
+}
+
+const median = (xs) => {
+  const v = xs.filter((x) => typeof x === 'number' && Number.isFinite(x)).sort((a, b) => a - b);
+  if (!v.length) return null;
+  return v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+};
+
+const results = [];
+let failed = false;
+for (const engine of engines) {
+  if (engine === 'desktop' && !existsSync(APP)) {
+    console.error(`${APP} is missing: cargo build -p bumblehive-desktop`);
+    failed = true;
+    continue;
+  }
+  for (let i = 0; i < RUNS; i++) {
+    try {
+      results.push(await oneRun(engine, i));
+    } catch (err) {
+      console.error(`${engine} run ${i + 1} failed: ${err?.stack ?? err}`);
+      failed = true;
+    }
+  }
+}
+const summary = {};
+for (const engine of engines) {
+  const mine = results.filter((r) => r.engine === engine);
+  if (!mine.length) continue;
+  summary[engine] = Object.fromEntries(
+    ['mainThreadCpuPct', 'devtoolsBusyPct', 'uiOwnPct', 'framesPerS', 'framesOver50', 'maxFrameGapMs', 'longTasks', 'uiEventsPerFrame', 'openMs', 'openDomMs'].map((k) => [
+      k,
+      median(mine.map((r) => r[k])),
+    ]),
+  );
+  summary[engine].runs = mine.length;
+}
+console.log(`medians (${LABEL}): ${JSON.stringify(summary, null, 1)}`);
+const jsonFile = option('--json');
+if (jsonFile) writeFileSync(jsonFile, JSON.stringify({ label: LABEL, children: CHILDREN, rate: RATE, seconds: SECONDS, messages: MESSAGES, results, summary }, null, 2) + '\n');
+process.exitCode = failed ? 1 : 0;
