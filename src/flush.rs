@@ -205,6 +205,13 @@ fn flusher(rx: mpsc::Receiver<Request>, stats: Arc<Mutex<FlushStats>>) {
         }
         let syncs = order.len() as u64;
         let results = sync_parallel(order);
+        // Counted before anyone is answered, so a waiter that looks sees its round.
+        {
+            let mut stats = stats.lock().unwrap_or_else(|p| p.into_inner());
+            stats.requests += requests;
+            stats.rounds += 1;
+            stats.syncs += syncs;
+        }
         for (path, result) in results {
             if let Err(err) = &result {
                 tracing::warn!("cannot flush {}: {err}", path.display());
@@ -217,10 +224,6 @@ fn flusher(rx: mpsc::Receiver<Request>, stats: Arc<Mutex<FlushStats>>) {
                 });
             }
         }
-        let mut stats = stats.lock().unwrap_or_else(|p| p.into_inner());
-        stats.requests += requests;
-        stats.rounds += 1;
-        stats.syncs += syncs;
     }
 }
 

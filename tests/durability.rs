@@ -3,6 +3,8 @@
 use bumblehive::protocol::SessionState;
 use bumblehive::protocol::{Message, MessageStatus, ToolCall};
 use bumblehive::store::{NewSession, ReportRecord};
+use std::sync::Arc;
+
 use serde_json::json;
 
 use crate::support::*;
@@ -230,4 +232,107 @@ async fn a_damaged_session_opens_read_only_and_the_list_still_works() {
     // Nothing was written to it.
     assert!(std::fs::read_to_string(&path).unwrap().contains("{garbage"));
     fx.shutdown().await;
+}
+
+/// Records what the store's flusher had done when the tool ran.
+struct FlushWitness {
+    name: &'static str,
+    changes: bool,
+    service: Arc<std::sync::OnceLock<bumblehive::service::RuntimeService>>,
+    seen: Arc<std::sync::Mutex<Vec<bumblehive::flush::FlushStats>>>,
+}
+
+#[async_trait::async_trait]
+impl bumblehive::tools::Tool for FlushWitness {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn description(&self) -> &str {
+        "records the flusher's counters"
+    }
+    fn parameters(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    fn changes_workspace(&self) -> bool {
+        self.changes
+    }
+    async fn call(
+        &self,
+        _ctx: &bumblehive::tools::ToolContext,
+        _arguments: serde_json::Value,
+    ) -> Result<String, bumblehive::tools::ToolError> {
+        let stats = self.service.get().expect("service").store().flush_stats();
+        self.seen.lock().unwrap().push(stats);
+        Ok("ok".into())
+    }
+}
+
+/// Group commit's ordering (issue 19): a read-only step's flush may overlap the next model
+/// call (not asserted: that is a matter of timing), but a tool that changes the workspace
+/// runs only once the history that asked for it (its own call included) was flushed, and
+/// the run's end waits for its last flush.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changing_tool_runs_only_once_its_call_is_flushed_and_the_end_waits_for_the_last_flush() {
+    // On the disk the build is on: a memory filesystem needs no flush, so nothing to see.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let provider = crate::review::Scripted::new(|request| {
+        let assistants = request
+            .messages
+            .iter()
+            .filter(|m| m.role == bumblehive::protocol::Role::Assistant)
+            .count();
+        match assistants {
+            0 => bumblehive::provider::ModelResponse::tool_calls(vec![crate::review::call(
+                "r",
+                "reads",
+                json!({}),
+            )]),
+            1 => bumblehive::provider::ModelResponse::tool_calls(vec![crate::review::call(
+                "w",
+                "writes",
+                json!({}),
+            )]),
+            _ => bumblehive::provider::ModelResponse::text("done"),
+        }
+    });
+    let cell = Arc::new(std::sync::OnceLock::new());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tools = bumblehive::tools::ToolRegistry::default();
+    for (name, changes) in [("reads", false), ("writes", true)] {
+        tools.register(Arc::new(FlushWitness {
+            name,
+            changes,
+            service: cell.clone(),
+            seen: seen.clone(),
+        }));
+    }
+    let service = crate::review::service(
+        dir.path(),
+        provider,
+        bumblehive::config::Config::default(),
+        Some(tools),
+    );
+    let _ = cell.set(service.clone());
+    let info = service
+        .create_session(dir.path().to_str().unwrap(), None)
+        .unwrap();
+    let ctl = service.controller(&info.session_id).unwrap();
+    ctl.submit("go".into(), None).unwrap();
+    crate::review::wait_idle(&service).await;
+    let end = service.store().flush_stats();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    if end.requests == 0 {
+        // CARGO_TARGET_TMPDIR on a memory filesystem: the flusher is never needed.
+        return;
+    }
+    // The reading tool of the first step: nothing was flushed yet.
+    assert_eq!(seen[0].requests, 0, "{seen:?}");
+    // The writing tool: the first step's flush (asked when it ended) and the one for its
+    // own call were answered before it ran.
+    assert!(seen[1].requests >= 2, "{seen:?}");
+    assert!(seen[1].rounds >= 1, "{seen:?}");
+    // The run's end waited for one more.
+    assert!(end.requests > seen[1].requests, "{seen:?} {end:?}");
+    service.shutdown().await;
 }

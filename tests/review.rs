@@ -19,13 +19,15 @@ use tokio::sync::watch;
 use crate::support::{Delegation, WAIT, assert_message_order, is_event, is_report, receive};
 
 /// A model scripted by a function of the request; every request is recorded.
-struct Scripted {
+pub(crate) struct Scripted {
     respond: Box<dyn Fn(&ModelRequest) -> ModelResponse + Send + Sync>,
     requests: watch::Sender<Vec<ModelRequest>>,
 }
 
 impl Scripted {
-    fn new(respond: impl Fn(&ModelRequest) -> ModelResponse + Send + Sync + 'static) -> Arc<Self> {
+    pub(crate) fn new(
+        respond: impl Fn(&ModelRequest) -> ModelResponse + Send + Sync + 'static,
+    ) -> Arc<Self> {
         Arc::new(Scripted {
             respond: Box::new(respond),
             requests: watch::channel(Vec::new()).0,
@@ -50,7 +52,7 @@ impl ModelProvider for Scripted {
     }
 }
 
-fn service(
+pub(crate) fn service(
     dir: &Path,
     provider: Arc<dyn ModelProvider>,
     config: Config,
@@ -66,7 +68,7 @@ fn service(
     .unwrap()
 }
 
-fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
+pub(crate) fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
     ToolCall {
         id: id.into(),
         name: name.into(),
@@ -87,7 +89,7 @@ fn reports(messages: &[Message]) -> Vec<&Message> {
     messages.iter().filter(|m| is_report(m)).collect()
 }
 
-async fn wait_idle(service: &RuntimeService) {
+pub(crate) async fn wait_idle(service: &RuntimeService) {
     tokio::time::timeout(WAIT, service.wait_idle())
         .await
         .expect("the runtime did not become idle");
