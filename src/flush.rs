@@ -1,32 +1,27 @@
-//! Group commit: one flusher thread makes the store's files durable for every writer
-//! waiting at that moment, so 64 sessions ending a step together cost one round of
-//! `fdatasync`s instead of 64 threads each waiting its turn for the journal.
+//! Group commit: every flush request waiting for a file when a flush of it starts is
+//! answered by that one `fdatasync`, and flushes of different files run side by side on
+//! a small pool of flusher threads, so 1,000 children reporting into one parent's ledger
+//! cost a handful of flushes, and 64 sessions ending a step together do not queue behind
+//! each other.
 //!
-//! Why a thread of its own and not `spawn_blocking` per flush: a flush blocks for the
-//! disk's latency (0.15–3.5 ms here), and while one round runs, new requests queue up
-//! and are all answered by the next round. The requests of one round are grouped by
-//! file (a session that asked twice is flushed once) and flushed in arrival order.
-//! On ext4 (data=ordered), the first `fdatasync` of a round commits the journal
-//! transaction that holds every other appended file's size too, so the rest of the
-//! round is cheap; this is what makes it a group commit without `syncfs`, which would
-//! also write back whatever else is dirty on the filesystem (a build in the workspace).
+//! Why per file and not rounds of "everything waiting now": a round ends with its slowest
+//! flush, so on a disk busy with other writers (a build in the workspace) one slow file
+//! held every other session back. Why not `syncfs`: it writes back everything dirty on
+//! the filesystem, the build's output included. Why threads of our own and not
+//! `spawn_blocking` per flush: requests for a file in flight then wait for the next flush
+//! of that file instead of each taking a thread to flush it again.
 //!
-//! A store on tmpfs or ramfs has nothing to make durable: requests are answered at
-//! once, without the thread hop.
+//! A request is answered only by a flush that started after it was made, so whatever was
+//! written before the request is on stable storage when its answer comes. A store on
+//! tmpfs or ramfs has nothing to make durable: requests are answered at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-
-/// A file to flush and whom to tell.
-struct Request {
-    path: PathBuf,
-    file: Arc<Mutex<File>>,
-    reply: Reply,
-}
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 enum Reply {
     Async(tokio::sync::oneshot::Sender<io::Result<()>>),
@@ -70,21 +65,47 @@ fn gone() -> io::Error {
     io::Error::other("the flusher stopped before answering")
 }
 
-/// How many requests and rounds the flusher has served (for tests and benchmarks).
+/// How many requests the flushers have answered with how many `fdatasync`s (for tests
+/// and benchmarks).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct FlushStats {
     pub requests: u64,
-    pub rounds: u64,
     pub syncs: u64,
 }
 
-/// The store's flusher. Its thread starts at the first request that needs it and ends
-/// when the flusher is dropped (the channel closes).
+/// At most this many flushes run at once (threads are started as needed and end after
+/// [`IDLE`] without work). Sessions that end a step together flush side by side, which
+/// lets the filesystem's journal commit them together.
+const WORKERS: usize = 32;
+const IDLE: Duration = Duration::from_secs(10);
+
+/// One file's flushes: who waits for the next one, and whether one runs now.
+struct Slot {
+    file: Arc<Mutex<File>>,
+    waiting: Vec<Reply>,
+    running: bool,
+    queued: bool,
+}
+
+#[derive(Default)]
+struct Queue {
+    slots: HashMap<PathBuf, Slot>,
+    ready: VecDeque<PathBuf>,
+    workers: usize,
+    idle: usize,
+    stats: FlushStats,
+}
+
+struct Inner {
+    queue: Mutex<Queue>,
+    work: Condvar,
+}
+
+/// The store's flushers.
 pub struct Flusher {
     /// Whether flushing does anything on this filesystem.
     needed: bool,
-    tx: Mutex<Option<mpsc::Sender<Request>>>,
-    stats: Arc<Mutex<FlushStats>>,
+    inner: Arc<Inner>,
 }
 
 impl Flusher {
@@ -92,17 +113,19 @@ impl Flusher {
     pub fn new(root: &Path) -> Self {
         Flusher {
             needed: !on_memory_fs(root),
-            tx: Mutex::new(None),
-            stats: Arc::default(),
+            inner: Arc::new(Inner {
+                queue: Mutex::default(),
+                work: Condvar::new(),
+            }),
         }
     }
 
     pub fn stats(&self) -> FlushStats {
-        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock().stats
     }
 
-    /// Asks for `file` (at `path`, which also identifies it within a round) to be made
-    /// durable; the ticket is answered after a flush that started after this call.
+    /// Asks for `file` (at `path`, which identifies it) to be made durable; the ticket is
+    /// answered by a flush of it that started after this call.
     pub fn request(&self, path: &Path, file: Arc<Mutex<File>>) -> FlushTicket {
         if !self.needed {
             return FlushTicket::Done;
@@ -123,8 +146,8 @@ impl Flusher {
         rx.recv().unwrap_or_else(|_| Err(gone()))
     }
 
-    /// Several files at once, blocking until all are done: they share the flusher's
-    /// rounds. The first error, with its file, if any.
+    /// Several files at once, blocking until all are done: they flush side by side.
+    /// The first error, with its file, if any.
     pub fn flush_all_blocking(
         &self,
         files: Vec<(PathBuf, Arc<Mutex<File>>)>,
@@ -150,113 +173,123 @@ impl Flusher {
     }
 
     fn send(&self, path: &Path, file: Arc<Mutex<File>>, reply: Reply) {
-        let request = Request {
-            path: path.to_path_buf(),
+        let mut queue = self.inner.lock();
+        queue.stats.requests += 1;
+        let slot = queue.slots.entry(path.to_path_buf()).or_insert(Slot {
             file,
-            reply,
-        };
-        let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        let request = match tx.as_ref() {
-            Some(sender) => match sender.send(request) {
-                Ok(()) => return,
-                Err(mpsc::SendError(request)) => request,
-            },
-            None => request,
-        };
-        // No thread yet (or it died): start one. If the OS refuses a thread, flush here.
-        let (new_tx, rx) = mpsc::channel();
-        let stats = self.stats.clone();
+            waiting: Vec::new(),
+            running: false,
+            queued: false,
+        });
+        slot.waiting.push(reply);
+        // A file being flushed now gets its next flush when this one ends; one already
+        // queued takes this request along.
+        if slot.running || slot.queued {
+            return;
+        }
+        slot.queued = true;
+        queue.ready.push_back(path.to_path_buf());
+        if queue.idle > 0 {
+            self.inner.work.notify_one();
+            return;
+        }
+        if queue.workers >= WORKERS {
+            return;
+        }
+        let inner = self.inner.clone();
         match std::thread::Builder::new()
             .name("bumblehive-flush".into())
-            .spawn(move || flusher(rx, stats))
+            .spawn(move || worker(inner))
         {
-            Ok(_) => {
-                let _ = new_tx.send(request);
-                *tx = Some(new_tx);
+            Ok(_) => queue.workers += 1,
+            Err(err) if queue.workers == 0 => {
+                // No thread at all: flush here rather than never.
+                tracing::warn!("cannot start a flusher thread ({err}); flushing inline");
+                let path = queue.ready.pop_back().unwrap_or_default();
+                if let Some(slot) = queue.slots.remove(&path) {
+                    drop(queue);
+                    let result = slot
+                        .file
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .sync_data();
+                    answer(slot.waiting, &result);
+                }
             }
-            Err(err) => {
-                tracing::warn!("cannot start the flusher thread ({err}); flushing inline");
-                let result = request
-                    .file
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .sync_data();
-                request.reply.send(result);
-            }
+            Err(err) => tracing::warn!("cannot start another flusher thread: {err}"),
         }
     }
 }
 
-/// The flusher's loop: take every request waiting now, flush each file once, answer all.
-fn flusher(rx: mpsc::Receiver<Request>, stats: Arc<Mutex<FlushStats>>) {
-    while let Ok(first) = rx.recv() {
-        let mut round = vec![first];
-        round.extend(rx.try_iter());
-        // Files in arrival order, each once; every request waits for its file's result.
-        let mut order: Vec<(PathBuf, Arc<Mutex<File>>)> = Vec::new();
-        let mut waiting: HashMap<PathBuf, Vec<Reply>> = HashMap::new();
-        let requests = round.len() as u64;
-        for request in round {
-            let replies = waiting.entry(request.path.clone()).or_default();
-            if replies.is_empty() {
-                order.push((request.path, request.file));
-            }
-            replies.push(request.reply);
-        }
-        let syncs = order.len() as u64;
-        let results = sync_parallel(order);
-        // Counted before anyone is answered, so a waiter that looks sees its round.
-        {
-            let mut stats = stats.lock().unwrap_or_else(|p| p.into_inner());
-            stats.requests += requests;
-            stats.rounds += 1;
-            stats.syncs += syncs;
-        }
-        for (path, result) in results {
-            if let Err(err) = &result {
-                tracing::warn!("cannot flush {}: {err}", path.display());
-            }
-            for reply in waiting.remove(&path).unwrap_or_default() {
-                reply.send(match &result {
-                    Ok(()) => Ok(()),
-                    // io::Error is not Clone: each waiter gets the same kind and text.
-                    Err(err) => Err(io::Error::new(err.kind(), err.to_string())),
-                });
-            }
-        }
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-/// At most this many `fdatasync`s of one round run at once.
-const PARALLEL: usize = 16;
-
-/// Flushes a round's files on up to [`PARALLEL`] threads at once: concurrent flushes on
-/// one filesystem share the journal's commit and the device's cache flush, where one
-/// after the other each pays for its own.
-fn sync_parallel(order: Vec<(PathBuf, Arc<Mutex<File>>)>) -> Vec<(PathBuf, io::Result<()>)> {
-    let sync = |(path, file): (PathBuf, Arc<Mutex<File>>)| {
+/// A flusher thread: takes the next file that has waiters, flushes it once for all of
+/// them, and queues it again if more came meanwhile.
+fn worker(inner: Arc<Inner>) {
+    let mut queue = inner.lock();
+    loop {
+        let Some(path) = queue.ready.pop_front() else {
+            queue.idle += 1;
+            let (next, timeout) = inner
+                .work
+                .wait_timeout(queue, IDLE)
+                .unwrap_or_else(|p| p.into_inner());
+            queue = next;
+            queue.idle -= 1;
+            if timeout.timed_out() && queue.ready.is_empty() {
+                queue.workers -= 1;
+                return;
+            }
+            continue;
+        };
+        let Some(slot) = queue.slots.get_mut(&path) else {
+            continue;
+        };
+        slot.queued = false;
+        slot.running = true;
+        let waiting = std::mem::take(&mut slot.waiting);
+        let file = slot.file.clone();
+        drop(queue);
         let result = file.lock().unwrap_or_else(|p| p.into_inner()).sync_data();
-        (path, result)
-    };
-    if order.len() <= 1 {
-        return order.into_iter().map(sync).collect();
+        if let Err(err) = &result {
+            tracing::warn!("cannot flush {}: {err}", path.display());
+        }
+        queue = inner.lock();
+        // Counted before anyone is answered, so a waiter that looks sees its flush.
+        queue.stats.syncs += 1;
+        let again = match queue.slots.get_mut(&path) {
+            Some(slot) if !slot.waiting.is_empty() => {
+                slot.running = false;
+                slot.queued = true;
+                true
+            }
+            _ => {
+                // Nobody waits: let the file go (the store keeps its own handle).
+                queue.slots.remove(&path);
+                false
+            }
+        };
+        if again {
+            queue.ready.push_back(path);
+        }
+        drop(queue);
+        answer(waiting, &result);
+        queue = inner.lock();
     }
-    let lanes = order.len().min(PARALLEL);
-    let mut chunks: Vec<Vec<(PathBuf, Arc<Mutex<File>>)>> =
-        (0..lanes).map(|_| Vec::new()).collect();
-    for (index, item) in order.into_iter().enumerate() {
-        chunks[index % lanes].push(item);
+}
+
+fn answer(waiting: Vec<Reply>, result: &io::Result<()>) {
+    for reply in waiting {
+        reply.send(match result {
+            Ok(()) => Ok(()),
+            // io::Error is not Clone: each waiter gets the same kind and text.
+            Err(err) => Err(io::Error::new(err.kind(), err.to_string())),
+        });
     }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = chunks
-            .into_iter()
-            .map(|chunk| scope.spawn(move || chunk.into_iter().map(sync).collect::<Vec<_>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|handle| handle.join().unwrap_or_default())
-            .collect()
-    })
 }
 
 /// Whether `path` is on a filesystem that lives in memory (tmpfs, ramfs), where a flush
@@ -318,7 +351,7 @@ mod tests {
     }
 
     #[test]
-    fn waiting_requests_share_a_round_and_one_file_is_flushed_once_per_round() {
+    fn requests_waiting_for_a_file_share_its_next_flush() {
         let dir = scratch();
         if on_memory_fs(dir.path()) {
             return;
@@ -326,8 +359,9 @@ mod tests {
         let flusher = Flusher::new(dir.path());
         let (a, file_a) = file_in(dir.path(), "a");
         let (b, file_b) = file_in(dir.path(), "b");
-        // Hold a's lock so the first round blocks on it while the others queue up.
+        // Hold both files' locks so their first flushes block while the others queue up.
         let guard = file_a.lock().unwrap();
+        let guard_b = file_b.lock().unwrap();
         let first = flusher.request(&a, file_a.clone());
         let mut later = Vec::new();
         for _ in 0..10 {
@@ -335,6 +369,7 @@ mod tests {
             later.push(flusher.request(&b, file_b.clone()));
         }
         drop(guard);
+        drop(guard_b);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
@@ -346,10 +381,9 @@ mod tests {
         });
         let stats = flusher.stats();
         assert_eq!(stats.requests, 21);
-        // The first round cannot end before the lock is released, by when every later
-        // request waits: they are in it or make the second round. Each round flushes
-        // each of its files once: 21 requests, at most 2 rounds and 2 + 2 syncs.
-        assert!(stats.rounds <= 2, "{stats:?}");
+        // Each file's first flush cannot end before its lock is released, by when every
+        // later request for it waits: they share one more flush. 21 requests, at most
+        // 2 + 2 fdatasyncs.
         assert!(stats.syncs <= 4, "{stats:?}");
     }
 
@@ -360,7 +394,7 @@ mod tests {
         let (path, file) = file_in(dir.path(), "a");
         flusher.request(&path, file).wait().await.expect("flush");
         if flusher.needed {
-            assert_eq!(flusher.stats().rounds, 1);
+            assert_eq!(flusher.stats().syncs, 1);
         }
     }
 }

@@ -331,7 +331,7 @@ async fn a_changing_tool_runs_only_once_its_call_is_flushed_and_the_end_waits_fo
     // The writing tool: the first step's flush (asked when it ended) and the one for its
     // own call were answered before it ran.
     assert!(seen[1].requests >= 2, "{seen:?}");
-    assert!(seen[1].rounds >= 1, "{seen:?}");
+    assert!(seen[1].syncs >= 1, "{seen:?}");
     // The run's end waited for one more.
     assert!(end.requests > seen[1].requests, "{seen:?} {end:?}");
     service.shutdown().await;
