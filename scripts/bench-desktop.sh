@@ -38,26 +38,34 @@ tree_pids() {
   for child in $(pgrep -P "$pid" || true); do tree_pids "$child"; done
 }
 
-# "name rss pss" (KiB) per process kind: the shell, WebKitWebProcess, WebKitNetworkProcess
-# (others, e.g. a sandbox helper, under their own name). PSS splits shared pages among the
-# processes that map them, so libraries the shell and WebKit's helpers share are not
-# counted three times as in RSS.
+# "name rss pss alone" (KiB) per process kind: the shell, WebKitWebProcess,
+# WebKitNetworkProcess (others, e.g. a sandbox helper, under their own name). PSS splits
+# shared pages among the processes that map them, so libraries the shell and WebKit's
+# helpers share are not counted three times as in RSS. But the kernel's PSS splits them
+# with every process on the machine (another WebKitGTK app, someone's e2e run lowers it),
+# so "alone" (scripts/pss-alone.py, root only) splits them among the app's own processes:
+# the figure the app has on a machine where nothing else maps those libraries.
 per_process() {
-  local pid comm rss pss
-  for pid in $(tree_pids "$1"); do
+  local pid comm rss pss pids
+  pids=$(tree_pids "$1")
+  declare -A alone=()
+  if [ "$(id -u)" = 0 ]; then
+    while read -r p _ a _; do alone[$p]=$a; done < <(python3 scripts/pss-alone.py $pids 2>/dev/null || true)
+  fi
+  for pid in $pids; do
     # The program's name from its command line (/proc/PID/comm cuts names at 15 bytes).
     comm=$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | head -1) || continue
     comm=${comm##*/}
     [ "$pid" = "$1" ] && comm=shell
     rss=$(awk '/^Rss:/ {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || echo 0)
     pss=$(awk '/^Pss:/ {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || echo 0)
-    echo "$comm ${rss:-0} ${pss:-0}"
-  done | awk '{r[$1]+=$2; p[$1]+=$3; R+=$2; P+=$3} END {
-    out = sprintf("all %d/%d", R/1024, P/1024)
+    echo "$comm ${rss:-0} ${pss:-0} ${alone[$pid]:-0}"
+  done | awk '{r[$1]+=$2; p[$1]+=$3; a[$1]+=$4; R+=$2; P+=$3; A+=$4} END {
+    out = sprintf("all %d/%d/%d", R/1024, P/1024, A/1024)
     n = split("shell WebKitWebProcess WebKitNetworkProcess", order, " ")
-    for (i = 1; i <= n; i++) if (order[i] in r) { out = out sprintf(", %s %d/%d", order[i], r[order[i]]/1024, p[order[i]]/1024); delete r[order[i]] }
-    for (k in r) out = out sprintf(", %s %d/%d", k, r[k]/1024, p[k]/1024)
-    print out " MiB RSS/PSS"
+    for (i = 1; i <= n; i++) if (order[i] in r) { k = order[i]; out = out sprintf(", %s %d/%d/%d", k, r[k]/1024, p[k]/1024, a[k]/1024); delete r[k] }
+    for (k in r) out = out sprintf(", %s %d/%d/%d", k, r[k]/1024, p[k]/1024, a[k]/1024)
+    print out " MiB RSS/PSS/PSS-alone"
   }'
 }
 
@@ -103,7 +111,8 @@ for case in 2 300; do
     [ -n "$painted" ] || { echo "case $case run $run: never painted" >&2; exit 1; }
     # Idle: let start-up work settle, then read the shell's and WebKit's processes.
     sleep 3
-    echo "$case messages, run $run: window mapped $((mapped - start)) ms, first paint $((painted - start)) ms, idle $(per_process "$app_pid")"
+    others=$(( $(pgrep -c -f WebKitWebProcess || true) - $(tree_pids "$app_pid" | xargs -r ps -o args= -p | grep -c WebKitWebProcess || true) ))
+    echo "$case messages, run $run: window mapped $((mapped - start)) ms, first paint $((painted - start)) ms, idle $(per_process "$app_pid")$([ "$others" -gt 0 ] && echo " ($others other WebKit web processes on the machine: PSS below its alone value)")"
     [ "$run" -eq 1 ] && import -window root "$tmp/../bench-desktop-$case.png" 2>/dev/null || true
     kill "$app_pid"; wait "$app_pid" 2>/dev/null || true; app_pid=""
   done
