@@ -69,6 +69,20 @@ per_process() {
   }'
 }
 
+# CPU time (ms, user + system) each process used since it started: unlike the wall-clock
+# figures it hardly moves with the machine's other load. "shell 300 web 450 network 75".
+cpu_ms() {
+  local pid comm tck
+  tck=$(getconf CLK_TCK)
+  for pid in $(tree_pids "$1"); do
+    comm=$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | head -1) || continue
+    comm=${comm##*/}
+    [ "$pid" = "$1" ] && comm=shell
+    comm=${comm#WebKit}; comm=${comm%Process}
+    awk -v n="$comm" -v t="$tck" '{printf "%s %d ", tolower(n), ($14 + $15) * 1000 / t}' "/proc/$pid/stat" 2>/dev/null
+  done
+}
+
 # A stored session of N messages (user and assistant in turn, the assistant's in markdown
 # with a list and a code block, as agent answers are), in workspace WS, opened at start
 # (the shell's ui-state.json names it as the workspace's last session).
@@ -111,8 +125,9 @@ for case in 2 300; do
     [ -n "$painted" ] || { echo "case $case run $run: never painted" >&2; exit 1; }
     # Idle: let start-up work settle, then read the shell's and WebKit's processes.
     sleep 3
+    cpu=$(cpu_ms "$app_pid")
     others=$(( $(pgrep -c -f WebKitWebProcess || true) - $(tree_pids "$app_pid" | xargs -r ps -o args= -p | grep -c WebKitWebProcess || true) ))
-    echo "$case messages, run $run: window mapped $((mapped - start)) ms, first paint $((painted - start)) ms, idle $(per_process "$app_pid")$([ "$others" -gt 0 ] && echo " ($others other WebKit web processes on the machine: PSS below its alone value)")"
+    echo "$case messages, run $run: window mapped $((mapped - start)) ms, first paint $((painted - start)) ms, CPU ms ${cpu% }, idle $(per_process "$app_pid")$([ "$others" -gt 0 ] && echo " ($others other WebKit web processes on the machine: PSS below its alone value)")"
     [ "$run" -eq 1 ] && import -window root "$tmp/../bench-desktop-$case.png" 2>/dev/null || true
     kill "$app_pid"; wait "$app_pid" 2>/dev/null || true; app_pid=""
   done
