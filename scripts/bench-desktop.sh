@@ -12,17 +12,22 @@ runs=${2:-5}
 [ -x "$app" ] || { echo "no app at $app: build it first" >&2; exit 2; }
 convert=/usr/bin/convert   # /usr/local/bin/convert may be a stand-in on these machines
 
-display=""
-for n in $(seq 90 120); do
-  [ -e "/tmp/.X11-unix/X$n" ] || [ -e "/tmp/.X$n-lock" ] || { display=":$n"; break; }
-done
-Xvfb "$display" -screen 0 1280x800x24 -nolisten tcp >/dev/null 2>&1 &
-xvfb=$!
+# BENCH_DISPLAY=:N uses a display that is already running (e.g. when other jobs on a shared
+# machine stop X servers they did not start); otherwise a fresh Xvfb on a free number.
+display=${BENCH_DISPLAY:-}
+xvfb=""
+if [ -z "$display" ]; then
+  for n in $(seq 90 120); do
+    [ -e "/tmp/.X11-unix/X$n" ] || [ -e "/tmp/.X$n-lock" ] || { display=":$n"; break; }
+  done
+  Xvfb "$display" -screen 0 1280x800x24 -nolisten tcp >/dev/null 2>&1 &
+  xvfb=$!
+fi
 tmp=$(mktemp -d)
 app_pid=""
 cleanup() {
   [ -n "$app_pid" ] && kill "$app_pid" 2>/dev/null || true
-  kill "$xvfb" 2>/dev/null || true
+  [ -n "$xvfb" ] && kill "$xvfb" 2>/dev/null || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
