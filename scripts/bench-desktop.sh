@@ -119,7 +119,15 @@ for case in 2 300; do
     start=$(now_ms)
     "$app" --workspace "$ws" --data-dir "$data" --config "$tmp/$case-$run/config.json" >/dev/null 2>&1 &
     app_pid=$!
-    wid=$(xdotool search --sync --onlyvisible --name Bumblehive | head -1)
+    # xdotool now and then cannot connect to a busy Xvfb ("Can't open display"): try again
+    # (the "mapped" figure of such a run is late by the retry).
+    wid=""
+    for _ in 1 2 3 4 5; do
+      wid=$(xdotool search --sync --onlyvisible --name Bumblehive 2>/dev/null | head -1) || true
+      [ -n "$wid" ] && break
+      sleep 0.1
+    done
+    [ -n "$wid" ] || { echo "case $case run $run: no window" >&2; exit 1; }
     mapped=$(now_ms)
     # First paint: the window shows the chat (many colours), not a blank page.
     painted=""
