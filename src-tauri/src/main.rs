@@ -307,6 +307,7 @@ fn prefer_low_memory_rendering() {
     if std::env::var_os("WEBKIT_DISABLE_COMPOSITING_MODE").is_none() {
         // SAFETY: the first thing `main` does, before any other thread exists.
         unsafe { std::env::set_var("WEBKIT_DISABLE_COMPOSITING_MODE", "1") };
+        memory::keep_gl_out_of_the_shell();
     }
 }
 

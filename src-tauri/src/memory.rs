@@ -87,3 +87,42 @@ pub fn slim_webview(window: &tauri::WebviewWindow) {
     #[cfg(not(target_os = "linux"))]
     let _ = window;
 }
+
+/// Keeps Mesa (and the LLVM it links, 26 MiB per process) out of the shell. With
+/// compositing off the shell draws nothing with OpenGL, but two things still open it:
+/// GTK probes GLX when it opens the display (told not to with `GDK_GL=disable`), and
+/// WebKit's UI process opens an EGL display it then does not draw with. For the latter,
+/// libglvnd is made to find no EGL driver in this process: its driver list is read once,
+/// at the first EGL call, made here with an empty list; the variable is then removed so
+/// that WebKit's web process (which needs EGL, it aborts without) starts with the normal
+/// list. Only called when the shell itself turned compositing off, before any thread.
+pub fn keep_gl_out_of_the_shell() {
+    #[cfg(target_os = "linux")]
+    {
+        const VENDORS: &str = "__EGL_VENDOR_LIBRARY_FILENAMES";
+        if std::env::var_os("GDK_GL").is_none() {
+            // SAFETY: called first in `main`, before any other thread exists.
+            unsafe { std::env::set_var("GDK_GL", "disable") };
+        }
+        if std::env::var_os(VENDORS).is_some() {
+            return;
+        }
+        // SAFETY: as above; and the calls below are plain C calls on a library loaded
+        // here (never unloaded) with a symbol of the documented signature.
+        unsafe {
+            std::env::set_var(VENDORS, "/nonexistent");
+            let lib = libc::dlopen(c"libEGL.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
+            if !lib.is_null() {
+                let sym = libc::dlsym(lib, c"eglQueryString".as_ptr());
+                if !sym.is_null() {
+                    type QueryString =
+                        unsafe extern "C" fn(*mut libc::c_void, i32) -> *const libc::c_char;
+                    let query: QueryString = std::mem::transmute(sym);
+                    const EGL_EXTENSIONS: i32 = 0x3055;
+                    query(std::ptr::null_mut(), EGL_EXTENSIONS);
+                }
+            }
+            std::env::remove_var(VENDORS);
+        }
+    }
+}
