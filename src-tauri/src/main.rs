@@ -17,6 +17,8 @@ use tauri_plugin_notification::NotificationExt;
 use tauri_plugin_opener::OpenerExt;
 use tokio_util::sync::CancellationToken;
 
+mod memory;
+
 /// The one event name the UI listens to; the payload says which subscription it is for.
 const EVENT: &str = "bumblehive://event";
 /// The session list's feed (`subscribe_sessions`).
@@ -345,10 +347,26 @@ fn prefer_low_memory_rendering() {
     if std::env::var_os("WEBKIT_DISABLE_COMPOSITING_MODE").is_none() {
         // SAFETY: the first thing `main` does, before any other thread exists.
         unsafe { std::env::set_var("WEBKIT_DISABLE_COMPOSITING_MODE", "1") };
+        memory::keep_gl_out_of_the_shell();
     }
 }
 
+/// The shell's async runtime: two workers are plenty for forwarding IPC and events (the
+/// runs' own work is mostly waiting on the network), and each idle worker costs a stack and
+/// a share of the allocator. Replaces Tauri's default of one worker per core.
+fn shell_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(2));
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("bumblehive-shell")
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
 fn main() -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    memory::limit_malloc_arenas();
     // Commands the agent runs must not read this process's memory or environment.
     bumblehive::sandbox::harden_process();
     prefer_low_memory_rendering();
@@ -372,6 +390,8 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(false)
         .with_writer(writer)
         .init();
+    let runtime = shell_runtime()?;
+    tauri::async_runtime::set(runtime.handle().clone());
     let config = Config::load(&args.config)?;
     let service = RuntimeService::new(ServiceOptions {
         data_dir: args.data_dir.clone(),
@@ -395,14 +415,32 @@ fn main() -> anyhow::Result<()> {
         data_dir: args.data_dir.clone(),
         close_guard: AtomicBool::new(false),
     });
+    tracing::info!(
+        ms = started.elapsed().as_millis(),
+        "start-up: service ready"
+    );
+    memory::limit_network_process();
     let app = tauri::Builder::default()
         .plugin(tauri_plugin_dialog::init())
         .plugin(tauri_plugin_opener::init())
         .plugin(tauri_plugin_notification::init())
         .manage(desktop)
+        .setup(move |app| {
+            if let Some(window) = app.get_webview_window("main") {
+                memory::slim_webview(&window);
+            }
+            tracing::info!(
+                ms = started.elapsed().as_millis(),
+                "start-up: window created"
+            );
+            Ok(())
+        })
         // A reload (or a crash of the web process) starts a new page that knows none of
         // the old page's feeds: stop them, or each reload would leak one per session.
-        .on_page_load(|webview, payload| {
+        .on_page_load(move |webview, payload| {
+            if payload.event() == tauri::webview::PageLoadEvent::Finished {
+                tracing::info!(ms = started.elapsed().as_millis(), "start-up: page loaded");
+            }
             if payload.event() == tauri::webview::PageLoadEvent::Started {
                 let feeds: Vec<CancellationToken> = webview
                     .state::<Arc<Desktop>>()
@@ -451,6 +489,10 @@ fn main() -> anyhow::Result<()> {
         ])
         .build(tauri::generate_context!("../tauri.conf.json"))
         .context("cannot start the window")?;
+    tracing::info!(
+        ms = started.elapsed().as_millis(),
+        "start-up: event loop ready"
+    );
     app.run(move |handle, event| {
         if let tauri::RunEvent::Exit = event {
             // Stop every run and task before the process goes, so histories end valid.
