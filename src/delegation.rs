@@ -81,7 +81,7 @@ pub(crate) fn runner_fn(registry: Weak<Registry>) -> RunnerFn {
                 config,
                 images: Vec::new(),
             };
-            child.run_child(message, token).await
+            child.run_child(message, start.by_person, token).await
         }
         .boxed()
     })
@@ -190,6 +190,7 @@ pub(crate) async fn follow_up(
     child_id: &str,
     content: String,
     config: RunConfig,
+    by_person: bool,
 ) -> Result<(String, MessageStatus), RuntimeError> {
     let child = registry.controller(child_id)?;
     let meta = child.current_meta();
@@ -225,6 +226,7 @@ pub(crate) async fn follow_up(
         resume: false,
         depth: child.depth(),
         message_id: Some(message_id.clone()),
+        by_person,
         server: Some(
             registry
                 .shared
@@ -384,6 +386,7 @@ impl Delegator for ServiceDelegator {
             depth: child.depth(),
             message_id: None,
             server: Some(server),
+            by_person: false,
         };
         let observer = Arc::new(EventObserver {
             child: child.clone(),
@@ -437,6 +440,7 @@ impl Delegator for ServiceDelegator {
             &child.session_id,
             message,
             ctx.run_config.clone(),
+            false,
         )
         .await
         .map(|(_, status)| status)

@@ -200,6 +200,7 @@ impl RuntimeService {
             session_id,
             content,
             config.unwrap_or_default(),
+            true,
         )
         .await
     }
@@ -590,6 +591,8 @@ impl RuntimeService {
                 self.shared()
                     .provider_of(Path::new(&meta.workspace), meta.agent.as_deref()),
             ),
+            // The person's resume: it starts the child even though it is paused.
+            by_person: true,
         };
         let observer = Arc::new(EventObserver {
             child: child.clone(),

@@ -43,6 +43,11 @@ pub struct ChildStart {
     /// The provider (model server) the child runs on, found once from its profile: its
     /// slots are waited for, and the UI says "waiting for a slot on <server>".
     pub server: Option<String>,
+    /// The person asked for this run (a message typed in the child's tab, Retry): it
+    /// starts a child the person's Stop or a failure left paused, as the person's own
+    /// message does in any session. A parent's `message_subagent` does not (SPEC §4:
+    /// what the person paused stays paused).
+    pub by_person: bool,
 }
 
 /// How a child's run ended.

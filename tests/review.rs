@@ -671,6 +671,62 @@ async fn c17_a_panic_in_a_run_fails_that_run_and_nothing_else() {
     service.shutdown().await;
 }
 
+/// Issue 17 (found by the e2e flow): a failed child offers Retry, which sends it a
+/// message; a failed run leaves the child paused, and the person's message must start
+/// it again (it was queued as a delivery and never ran), ending in a second report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_child_runs_again_when_the_person_writes_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = Scripted::new(|request| {
+        let first = first_user(request);
+        let last = request.messages.last().unwrap();
+        if first.contains("Task:\nFLAKY") {
+            return match (last.role, last.text()) {
+                (Role::User, "Try the task again.") => ModelResponse::text("flaky done"),
+                (Role::User, _) => ModelResponse::tool_calls(vec![call("p", "panics", json!({}))]),
+                _ => ModelResponse::text("unexpected"),
+            };
+        }
+        match (last.role, is_report(last)) {
+            (Role::User, false) => ModelResponse::tool_calls(vec![call(
+                "d",
+                "sub_agent",
+                json!({"title": "F", "task": "FLAKY"}),
+            )]),
+            _ => ModelResponse::text("parent done"),
+        }
+    });
+    let mut tools = ToolRegistry::standard();
+    tools.register(Arc::new(Panics));
+    let service = service(dir.path(), provider, Config::default(), Some(tools));
+    let workspace = dir.path().to_str().unwrap().to_string();
+    let parent = service.create_session(&workspace, None).unwrap();
+    let pctl = service.controller(&parent.session_id).unwrap();
+    pctl.submit("delegate".into(), None).unwrap();
+    wait_idle(&service).await;
+    let history = service.store().load(&parent.session_id).unwrap().messages;
+    assert_eq!(reports(&history).len(), 1);
+    assert!(reports(&history)[0].text().contains("Error:"));
+    let child = service
+        .list_sessions(None)
+        .unwrap()
+        .into_iter()
+        .find(|s| s.parent_session_id.as_deref() == Some(parent.session_id.as_str()))
+        .expect("the child");
+    assert_eq!(child.state, bumblehive::protocol::SessionState::Paused);
+    let (_, status) = service
+        .submit_message(&child.session_id, "Try the task again.".into(), None)
+        .await
+        .unwrap();
+    assert_eq!(status, MessageStatus::Started);
+    wait_idle(&service).await;
+    let history = service.store().load(&parent.session_id).unwrap().messages;
+    let got = reports(&history);
+    assert_eq!(got.len(), 2, "{history:#?}");
+    assert!(got[1].text().contains("flaky done"), "{}", got[1].text());
+    service.shutdown().await;
+}
+
 /// C19: `steer` during shutdown starts no run; the message stays pending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c19_steer_during_shutdown_starts_no_run() {

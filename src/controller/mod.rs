@@ -630,11 +630,20 @@ impl SessionController {
 
     /// Starts a run with `message` on an idle session and returns how it ends.
     /// Used for children, whose first message starts their only run.
-    pub(crate) fn start_watched(&self, message: QueuedMessage) -> oneshot::Receiver<RunOutcome> {
+    pub(crate) fn start_watched(
+        &self,
+        message: QueuedMessage,
+        by_person: bool,
+    ) -> oneshot::Receiver<RunOutcome> {
         let (tx, rx) = oneshot::channel();
         let mut state = self.lock();
         let id = message.message_id.clone();
-        let status = self.deliver_locked(&mut state, message, Origin::Delivery);
+        let origin = if by_person {
+            Origin::Person
+        } else {
+            Origin::Delivery
+        };
+        let status = self.deliver_locked(&mut state, message, origin);
         match (status, state.phase.run_mut()) {
             (Ok(MessageStatus::Started), Some(run)) => run.waiters.push(tx),
             _ => {
@@ -1110,9 +1119,10 @@ impl SessionController {
     pub(crate) async fn run_child(
         &self,
         message: QueuedMessage,
+        by_person: bool,
         token: CancellationToken,
     ) -> ChildOutcome {
-        let outcome = self.start_watched(message);
+        let outcome = self.start_watched(message, by_person);
         self.child_outcome(outcome, token).await
     }
 
