@@ -272,11 +272,11 @@ export function Chat(props: {
   empty?: ComponentChildren;
   /** Whether this chat has a composer (child tabs have none). */
   canSend?: boolean;
-  /** Sends the person's last message again (after a failed run). */
-  onRetry?: (text: string) => Promise<void>;
+  /** Sends the person's last message again (after a failed run), with its images. */
+  onRetry?: (text: string, images: ImagePart[]) => Promise<void>;
   onOpenSettings?: () => void;
-  /** Puts the person's last message into the composer to edit and send as a new one. */
-  onEdit?: (text: string) => void;
+  /** Puts the person's last message (text and images) into the composer to edit and send as a new one. */
+  onEdit?: (text: string, images: ImagePart[]) => void;
   /** Forks the conversation before the person's message at this history index. */
   onFork?: (messageIndex: number) => void;
   /** Task ids of sub-agents the person deleted (their cards say "deleted"). */
@@ -352,9 +352,9 @@ export function Chat(props: {
   const live = handlers;
   const props = {
     ...cur,
-    onRetry: cur.onRetry && ((text: string) => live.current.onRetry?.(text) ?? Promise.resolve()),
+    onRetry: cur.onRetry && ((text: string, images: ImagePart[]) => live.current.onRetry?.(text, images) ?? Promise.resolve()),
     onOpenSettings: cur.onOpenSettings && (() => live.current.onOpenSettings?.()),
-    onEdit: cur.onEdit && ((text: string) => live.current.onEdit?.(text)),
+    onEdit: cur.onEdit && ((text: string, images: ImagePart[]) => live.current.onEdit?.(text, images)),
     onFork: cur.onFork && ((index: number) => live.current.onFork?.(index)),
     onOpenChild: cur.onOpenChild && ((id: string) => live.current.onOpenChild?.(id)),
   };
@@ -380,13 +380,14 @@ export function Chat(props: {
 
   const items: ComponentChildren[] = [];
   const lastText = lastUser >= 0 ? (t.messages[lastUser].content ?? '') : '';
+  const lastImages = lastUser >= 0 ? (t.messages[lastUser].images ?? []) : [];
   const note = (n: Note, key: string) => (
     <NoteView
       key={key}
       note={n}
       canSend={canSend}
       onOpenSettings={props.onOpenSettings}
-      onRetry={props.onRetry && lastText && !t.running ? () => props.onRetry?.(lastText) : undefined}
+      onRetry={props.onRetry && (lastText || lastImages.length) && !t.running ? () => props.onRetry?.(lastText, lastImages) : undefined}
     />
   );
   const notesAt = (i: number) => t.notes.filter((n) => n.at === i).forEach((n, k) => items.push(note(n, `n${i}-${k}`)));
@@ -431,7 +432,7 @@ export function Chat(props: {
               <StatusChip status={chipFor(i, m.id)} />
               <span class="spacer" />
               {i === lastUser && canSend && props.onEdit && !t.running && (
-                <button type="button" class="quiet icon-button" data-testid="edit-message" title="Edit and send again as a new message" aria-label="Edit and send again" onClick={() => props.onEdit?.(m.content ?? '')}>
+                <button type="button" class="quiet icon-button" data-testid="edit-message" title="Edit and send again as a new message" aria-label="Edit and send again" onClick={() => props.onEdit?.(m.content ?? '', m.images ?? [])}>
                   <Icon name="edit" />
                 </button>
               )}
