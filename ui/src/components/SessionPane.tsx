@@ -571,7 +571,7 @@ export function SessionPane(props: {
           key={model.sessionId}
           platform={platform}
           sessionId={model.sessionId}
-          messageText={(i) => main.messages?.[i]?.content ?? undefined}
+          messageText={(i) => main.messages?.[i - (main.first ?? 0)]?.content ?? undefined}
           onForked={(forked) => {
             setDraft({ text: forked.draft });
             callbacks.current.onCreated(forked.session.session_id);
@@ -618,6 +618,7 @@ export function SessionPane(props: {
             onRetry={(text, images) => model.submit(text, images)}
             onOpenSettings={props.onOpenSettings}
             onEdit={(text, images) => setDraft({ text, images })}
+            onLoadEarlier={() => model.loadEarlier(model.sessionId)}
             onFork={(index) =>
               void platform
                 .invoke('fork_session', { session_id: model.sessionId, message_index: index, rewind: false })
