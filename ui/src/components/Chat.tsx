@@ -313,25 +313,33 @@ export function Chat(props: {
   const reading = useRef(false);
   const [earlierError, setEarlierError] = useState<string | null>(null);
   const [, grew] = useState(0);
+  /** Reads the page before the loaded part when the rendered slice reaches above it. */
+  const readEarlier = () => {
+    const load = handlers.current.onLoadEarlier;
+    if (start.current === null || start.current >= t.first || !load || reading.current) return;
+    reading.current = true;
+    setEarlierError(null);
+    load()
+      .catch((err) => setEarlierError(`Cannot read earlier messages: ${String(err?.message ?? err)}`))
+      .finally(() => {
+        reading.current = false;
+        grew((n) => n + 1);
+      });
+  };
   const showEarlier = () => {
     const el = scroller.current;
     if (from <= 0) return;
     if (el) anchor.current = el.scrollHeight - el.scrollTop;
     anchorFrom.current = from;
     start.current = Math.max(0, from - CHAT_STEP);
-    const load = handlers.current.onLoadEarlier;
-    if (start.current < t.first && load && !reading.current) {
-      reading.current = true;
-      setEarlierError(null);
-      load()
-        .catch((err) => setEarlierError(`Cannot read earlier messages: ${String(err?.message ?? err)}`))
-        .finally(() => {
-          reading.current = false;
-          grew((n) => n + 1);
-        });
-    }
+    readEarlier();
     grew((n) => n + 1);
   };
+  // Back in a session scrolled far up (its place is remembered, its history read again by
+  // the tail): read pages until the remembered slice is loaded, then restore the place.
+  useEffect(() => {
+    if (t.status === 'loaded' && !earlierError) readEarlier();
+  }, [t.status, t.first, earlierError]);
   useLayoutEffect(() => {
     const el = scroller.current;
     if (!el) return;
@@ -342,7 +350,7 @@ export function Chat(props: {
       anchor.current = null;
       return;
     }
-    if (!restored.current && saved && !saved.stick && t.status === 'loaded') {
+    if (!restored.current && saved && !saved.stick && t.status === 'loaded' && (saved.start ?? t.first) >= t.first) {
       restored.current = true;
       el.scrollTop = saved.top;
       return;

@@ -64,7 +64,7 @@ describe('a long session opened by its tail', () => {
     expect($(root, 'show-earlier')).toBeNull();
     // All was read in three pages; none twice.
     expect(fake.callsOf('get_session')).toHaveLength(3);
-  });
+  }, 30000);
 
   it('actions on messages of any page send whole-history indexes; compaction markers stay in place', async () => {
     const { fake, root } = await open([compaction()]);
@@ -97,7 +97,28 @@ describe('a long session opened by its tail', () => {
     await inAct(() => $(row('question 130'), 'fork-message')!.click());
     await settle();
     expect(again.fake.callsOf('fork_session').at(-1)).toEqual({ session_id: 'a', message_index: 130, rewind: false });
-  });
+  }, 30000);
+
+  it('back in a session scrolled far up, the pages of its remembered place are read again', async () => {
+    const fake = workspacePlatform([info('a', { updated_at: '2025-01-02T00:00:00Z' }), info('b')], { a: HISTORY, b: [] });
+    const mounted = await mountApp(fake, 'a');
+    unmount = mounted.unmount;
+    const root = mounted.root;
+    const select = (id: string) => ($$(root, 'session-item').find((i) => i.dataset.sessionId === id)!.querySelector('.session-open') as HTMLElement).click();
+    await inAct(() => fake.emit('a', snapshot('a')));
+    await inAct(() => $(root, 'show-earlier')!.click());
+    await settle();
+    expect(texts(root)[0]).toContain(`question ${N - 24 - 100}`);
+    await inAct(() => select('b'));
+    await inAct(() => select('a'));
+    await inAct(() => fake.emit('a', snapshot('a')));
+    await settle();
+    // Read by the tail again, then the page its place needs.
+    const reads = fake.callsOf('get_session').filter((c) => c.session_id === 'a');
+    expect(reads.slice(-2)).toEqual([{ session_id: 'a', last: HISTORY_TAIL }, { session_id: 'a', before: N - HISTORY_TAIL, last: HISTORY_PAGE }]);
+    expect(texts(root)[0]).toContain(`question ${N - 24 - 100}`);
+    expect($$(root, 'chat-message')).toHaveLength(24 + 100);
+  }, 30000);
 
   it('Edit still offers the last message of the person, and a failed run is noted after the end', async () => {
     const { fake, root } = await open();
@@ -113,5 +134,5 @@ describe('a long session opened by its tail', () => {
     expect(rows.at(-1)).toBe(note);
     await inAct(() => $(note, 'error-retry')!.click());
     expect(fake.callsOf('submit').at(-1)).toEqual({ session_id: 'a', content: `question ${N - 2}`, config: null });
-  });
+  }, 30000);
 });
