@@ -104,7 +104,10 @@ pub async fn execute(
             blocking(service, move |s| s.list_sessions(a.workspace.as_deref())).await?,
         ),
         Command::GetSession(a) => CommandOutput::GetSession(
-            blocking(service, move |s| s.get_session(&a.session_id)).await?,
+            blocking(service, move |s| {
+                s.get_session_page(&a.session_id, a.last, a.before)
+            })
+            .await?,
         ),
         Command::DeleteSession(a) => {
             service.delete_session(&a.session_id).await?;

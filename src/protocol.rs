@@ -607,6 +607,23 @@ pub mod commands {
         pub session_id: SessionId,
     }
 
+    /// `get_session`'s arguments: the whole history, or one page of it. A long session is
+    /// opened by its tail (`last`) and earlier pages are asked for as the person scrolls up
+    /// (`before` the first index already shown, with `last`).
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct GetSession {
+        pub session_id: SessionId,
+        /// Only the last N messages (of those before `before`, when set).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        pub last: Option<u32>,
+        /// Only messages whose history index is below this one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        pub before: Option<u32>,
+    }
+
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
     #[ts(export)]
     pub struct Submit {
@@ -692,7 +709,16 @@ pub mod commands {
     #[ts(export)]
     pub struct SessionWithMessages {
         pub info: SessionInfo,
+        /// The messages asked for: the whole history, or the page `last`/`before` named.
         pub messages: Vec<Message>,
+        /// The history index of `messages[0]` (0 for the whole history). Every index the
+        /// other commands take (`undo_turn`, `fork_session`) and `first_kept` count from the
+        /// start of the whole history, never from the page.
+        #[serde(default)]
+        pub first_index: u32,
+        /// How many messages the whole history holds.
+        #[serde(default)]
+        pub total: u32,
         /// The history's compactions, oldest first: each is drawn as a divider before
         /// message `first_kept` ("Earlier conversation summarised", with its summary).
         #[serde(default)]
@@ -984,7 +1010,7 @@ pub mod commands {
     command_table! {
         create_session => CreateSession(CreateSession) -> SessionInfo;
         list_sessions => ListSessions(ListSessions) -> Vec<SessionInfo>;
-        get_session => GetSession(SessionRef) -> SessionWithMessages;
+        get_session => GetSession(GetSession) -> SessionWithMessages;
         delete_session => DeleteSession(SessionRef) -> Empty;
         submit => Submit(Submit) -> Submitted;
         cancel => Cancel(SessionRef) -> Empty;

@@ -698,14 +698,35 @@ impl RuntimeService {
         &self,
         session_id: &str,
     ) -> Result<commands::SessionWithMessages, RuntimeError> {
+        self.get_session_page(session_id, None, None)
+    }
+
+    /// One page of a session's history: the last `last` messages of those before `before`
+    /// (each `None`: no bound). The file is read once as for the whole history; what is cut
+    /// is the answer (a 2,000-message session's JSON is most of the time it takes to open).
+    /// Compactions are all sent, their `first_kept` an index into the whole history.
+    pub fn get_session_page(
+        &self,
+        session_id: &str,
+        last: Option<u32>,
+        before: Option<u32>,
+    ) -> Result<commands::SessionWithMessages, RuntimeError> {
         let loaded = self.shared().store.load(session_id)?;
         let state = self
             .registry
             .live_state(session_id)
             .unwrap_or(loaded.meta.state);
+        let mut messages = loaded.messages;
+        let total = messages.len();
+        let end = before.map_or(total, |b| (b as usize).min(total));
+        let start = last.map_or(0, |n| end.saturating_sub(n as usize));
+        messages.truncate(end);
+        messages.drain(..start);
         Ok(commands::SessionWithMessages {
             info: loaded.meta.info(state),
-            messages: loaded.messages,
+            messages,
+            first_index: start as u32,
+            total: total as u32,
             compactions: loaded.compactions,
             notice: loaded.notice,
         })

@@ -1401,6 +1401,81 @@ mod runtime {
         );
     }
 
+    /// `get_session` by its tail (`last`) and by earlier pages (`before` + `last`), through
+    /// the command table: each page is the right slice, `first_index`/`total` place it in
+    /// the whole history, and a compaction's `first_kept` keeps counting from the start.
+    #[tokio::test]
+    async fn context_runtime_get_session_pages_keep_whole_history_indexes() {
+        let mock = MockLlm::start().await;
+        let fx = Fx::new(&mock, Some(8000), 0.85);
+        let (controller, mut events) = long_history(&mock, &fx, 6, 8000).await;
+        let id = controller.session_id().to_string();
+        mock.push_sse(openai::text_answer(&["## Goal\nnotes"], (100, 10)));
+        controller.compact().unwrap();
+        tokio::time::timeout(WAIT, async {
+            loop {
+                let event = events.next_event().await.unwrap();
+                let value = serde_json::to_value(&event).unwrap();
+                if value["kind"] == kinds::CONTEXT_COMPACTED && value["session_id"] == id.as_str() {
+                    return value;
+                }
+            }
+        })
+        .await
+        .expect("compacted");
+        let page = |args: Value| {
+            let service = fx.service.clone();
+            async move {
+                bumblehive::commands::dispatch(&service, "get_session", args)
+                    .await
+                    .unwrap()
+            }
+        };
+        let whole = page(json!({"session_id": id})).await;
+        let all = whole["messages"].as_array().unwrap().clone();
+        assert_eq!(all.len(), 12);
+        assert_eq!(
+            (whole["first_index"].as_u64(), whole["total"].as_u64()),
+            (Some(0), Some(12))
+        );
+        let first_kept = whole["compactions"][0]["first_kept"].as_u64().unwrap();
+        assert!(first_kept > 0 && first_kept < 12, "first_kept {first_kept}");
+
+        let tail = page(json!({"session_id": id, "last": 5})).await;
+        assert_eq!(tail["messages"].as_array().unwrap()[..], all[7..]);
+        assert_eq!(
+            (tail["first_index"].as_u64(), tail["total"].as_u64()),
+            (Some(7), Some(12))
+        );
+        // The marker's index still counts from the start of the whole history.
+        assert_eq!(tail["compactions"], whole["compactions"]);
+
+        let earlier = page(json!({"session_id": id, "before": 7, "last": 5})).await;
+        assert_eq!(earlier["messages"].as_array().unwrap()[..], all[2..7]);
+        assert_eq!(earlier["first_index"], 2);
+        let first = page(json!({"session_id": id, "before": 2, "last": 5})).await;
+        assert_eq!(first["messages"].as_array().unwrap()[..], all[..2]);
+        assert_eq!(first["first_index"], 0);
+        // More than there is, or `before` past the end: bounded, not an error.
+        let more = page(json!({"session_id": id, "last": 500, "before": 99})).await;
+        assert_eq!(more["messages"].as_array().unwrap().len(), 12);
+        assert_eq!(more["first_index"], 0);
+        let none = page(json!({"session_id": id, "last": 0})).await;
+        assert!(none["messages"].as_array().unwrap().is_empty());
+        assert_eq!(
+            (none["first_index"].as_u64(), none["total"].as_u64()),
+            (Some(12), Some(12))
+        );
+        let err = bumblehive::commands::dispatch(
+            &fx.service,
+            "get_session",
+            json!({"session_id": id, "last": -1}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.code(), "invalid_argument");
+    }
+
     #[tokio::test]
     async fn context_runtime_compact_on_a_paused_session_keeps_it_paused() {
         let mock = MockLlm::start().await;

@@ -19,6 +19,7 @@ import type { Usage } from './bindings/Usage';
 import type { DecideApproval } from './bindings/DecideApproval';
 import type { MessageRef } from './bindings/MessageRef';
 import type { SessionRef } from './bindings/SessionRef';
+import type { GetSession } from './bindings/GetSession';
 import type { Steered } from './bindings/Steered';
 import type { Submit } from './bindings/Submit';
 import type { ImagePart } from './bindings/ImagePart';
@@ -50,7 +51,7 @@ export interface Note {
   text: string;
   /** What the model had streamed when it was stopped (kept on screen, not thrown away). */
   partial?: string;
-  /** Shown after this many messages. */
+  /** Shown after this many messages of the whole history (a history index, not a page's). */
   at: number;
   /** A button the note offers (the MCP trust question is answered in Settings). */
   action?: 'open-settings';
@@ -58,7 +59,17 @@ export interface Note {
 
 export interface Transcript {
   sessionId: string;
+  /** The loaded part of the history: its end, from history index `first` on. */
   messages: Message[];
+  /**
+   * The history index of `messages[0]`: a long session is opened by its tail and earlier
+   * pages are read as the person scrolls up (`loadEarlier`). Every index that leaves the UI
+   * (fork, undo) or comes from the runtime (`first_kept`, a note's `at`) counts from the start
+   * of the whole history, so it is `first` + the position in `messages`.
+   */
+  first: number;
+  /** An earlier page is being read. */
+  loadingEarlier: boolean;
   /** idle: not loaded (events still collect); loading: `get_session` in flight. */
   status: 'idle' | 'loading' | 'loaded' | 'error';
   loadError: string | null;
@@ -146,6 +157,8 @@ function emptyTranscript(sessionId: string, status: Transcript['status'] = 'idle
   return {
     sessionId,
     messages: [],
+    first: 0,
+    loadingEarlier: false,
     status,
     loadError: null,
     notice: null,
@@ -166,6 +179,11 @@ function emptyTranscript(sessionId: string, status: Transcript['status'] = 'idle
  * Joins the compactions a load read with those events announced meanwhile (by id), oldest
  * first: a compaction made while `get_session` was in flight must not vanish with the load.
  */
+/** How many messages a session opens with (its tail); `get_session`'s `last`. */
+export const HISTORY_TAIL = 100;
+/** How many earlier messages one scroll-up page reads. */
+export const HISTORY_PAGE = 100;
+
 export function mergeCompactions(loaded: Compaction[], known: Compaction[]): Compaction[] {
   const ids = new Set(loaded.map((c) => c.id));
   const all = [...loaded, ...known.filter((c) => !ids.has(c.id))];
@@ -482,7 +500,12 @@ export class SessionModel {
       echoing: false,
     }));
     try {
-      const args: SessionRef = { session_id: sessionId };
+      // The open session is read by its tail (most of opening a long one was sending all of
+      // it); a re-read keeps as much as was loaded. Sub-agents' histories are read whole:
+      // they are short, and their tab's usage is summed over all of their messages.
+      const before = this.state.transcripts[sessionId];
+      const args: GetSession = { session_id: sessionId };
+      if (sessionId === this.sessionId) args.last = Math.max(HISTORY_TAIL, before?.status === 'loaded' ? before.messages.length : 0);
       const loaded: SessionWithMessages = await this.platform.invoke('get_session', args);
       if (this.disposed) return;
       // Events that came before the answer must be applied before it is merged (they may
@@ -494,6 +517,8 @@ export class SessionModel {
         return {
           status: 'loaded',
           messages: mergeHistory(loaded.messages, live),
+          first: loaded.first_index ?? 0,
+          loadingEarlier: false,
           live: null,
           // Nothing arrived yet: the next events may still be echoes of what was read.
           echo: live.length === 0 && loaded.messages.length > 0 ? loaded.messages.slice(-64) : null,
@@ -520,6 +545,43 @@ export class SessionModel {
         // Keep collecting so a retry still merges correctly.
         live: t.live ?? [],
       }));
+    }
+  }
+
+  /**
+   * Reads the page of history before what is loaded (`HISTORY_PAGE` messages) and puts it
+   * in front: the person scrolled up or asked for earlier messages. Nothing when all is
+   * loaded or a page is already being read. A failure is returned (the chat shows it) and
+   * leaves what was loaded as it was.
+   */
+  async loadEarlier(sessionId: string): Promise<void> {
+    const t = this.state.transcripts[sessionId];
+    if (!t || t.status !== 'loaded' || t.first <= 0 || t.loadingEarlier) return;
+    const first = t.first;
+    this.patchTranscript(sessionId, () => ({ loadingEarlier: true }));
+    try {
+      const args: GetSession = { session_id: sessionId, before: first, last: HISTORY_PAGE };
+      const page: SessionWithMessages = await this.platform.invoke('get_session', args);
+      if (this.disposed) return;
+      this.patchTranscript(sessionId, (now) => {
+        // Re-read meanwhile (a gap in the stream): that read is the truth; drop this page.
+        if (now.status !== 'loaded' || now.first !== first) return { loadingEarlier: false };
+        const pageFirst = page.first_index ?? 0;
+        // A page that does not end where the loaded part starts (the history was rewritten
+        // meanwhile) is dropped too: the indexes would be wrong.
+        if (pageFirst + page.messages.length !== first) return { loadingEarlier: false };
+        return {
+          messages: page.messages.concat(now.messages),
+          first: pageFirst,
+          loadingEarlier: false,
+          compactions: mergeCompactions(page.compactions ?? [], now.compactions),
+        };
+      });
+      for (const m of page.messages) if (m.role === 'user' && m.id) this.appended.add(m.id);
+    } catch (err) {
+      if (this.disposed) return;
+      this.patchTranscript(sessionId, () => ({ loadingEarlier: false }));
+      throw toCommandError(err);
     }
   }
 
@@ -836,7 +898,7 @@ export class SessionModel {
           retry: null,
           // Text streamed before the stop stays visible (the runtime saves it as the
           // stopped answer when it can; until then it is only here).
-          notes: [...t.notes, { kind: 'stopped', text: 'Stopped.', at: t.messages.length, partial: t.streaming || undefined }],
+          notes: [...t.notes, { kind: 'stopped', text: 'Stopped.', at: t.first + t.messages.length, partial: t.streaming || undefined }],
         }));
         if (own) this.set({ running: false, paused: true });
         this.options.onSessionsChanged?.();
@@ -861,7 +923,7 @@ export class SessionModel {
             {
               kind: 'notice',
               text: `The agent made the same ${progress.data.name} call ${progress.data.repeats} times in a row; Bumblehive told it to try something else.`,
-              at: t.messages.length,
+              at: t.first + t.messages.length,
             },
           ],
         }));
@@ -870,7 +932,7 @@ export class SessionModel {
         const text = `This workspace's .mcp.json wants to start ${progress.data.servers.join(', ')}: programs the repository chose. This turn runs without them; trust or refuse them in Settings.`;
         this.patchTranscript(sessionId, (t) => ({
           // Asked again each turn until answered: one note for the same question.
-          notes: t.notes.some((n) => n.text === text) ? t.notes : [...t.notes, { kind: 'notice', text, at: t.messages.length, action: 'open-settings' }],
+          notes: t.notes.some((n) => n.text === text) ? t.notes : [...t.notes, { kind: 'notice', text, at: t.first + t.messages.length, action: 'open-settings' }],
         }));
         return;
       }
@@ -928,7 +990,7 @@ export class SessionModel {
       running: false,
       streaming: '',
       retry: null,
-      notes: error == null ? t.notes : [...t.notes, { kind: 'error', text: error, at: t.messages.length }],
+      notes: error == null ? t.notes : [...t.notes, { kind: 'error', text: error, at: t.first + t.messages.length }],
     }));
     if (sessionId === this.sessionId) {
       this.instructionsRead = false;
@@ -967,7 +1029,7 @@ export class SessionModel {
     const parent = child.parentSessionId && this.state.transcripts[child.parentSessionId] ? child.parentSessionId : this.sessionId;
     const active = child.state === 'running' || child.state === 'waiting_for_slot' || child.interrupted;
     const text = active ? `Sub-agent “${child.title}” was deleted; it will not report.` : `Sub-agent “${child.title}” was deleted.`;
-    this.patchTranscript(parent, (t) => ({ notes: [...t.notes, { kind: 'notice', text, at: t.messages.length }] }));
+    this.patchTranscript(parent, (t) => ({ notes: [...t.notes, { kind: 'notice', text, at: t.first + t.messages.length }] }));
   }
 
   // ------------------------------------------------------------------ derived

@@ -3,7 +3,21 @@ import type { Compaction } from "./Compaction";
 import type { Message } from "./Message";
 import type { SessionInfo } from "./SessionInfo";
 
-export type SessionWithMessages = { info: SessionInfo, messages: Array<Message>, 
+export type SessionWithMessages = { info: SessionInfo, 
+/**
+ * The messages asked for: the whole history, or the page `last`/`before` named.
+ */
+messages: Array<Message>, 
+/**
+ * The history index of `messages[0]` (0 for the whole history). Every index the
+ * other commands take (`undo_turn`, `fork_session`) and `first_kept` count from the
+ * start of the whole history, never from the page.
+ */
+first_index: number, 
+/**
+ * How many messages the whole history holds.
+ */
+total: number, 
 /**
  * The history's compactions, oldest first: each is drawn as a divider before
  * message `first_kept` ("Earlier conversation summarised", with its summary).

@@ -19,6 +19,8 @@ const positions = new Map<string, { top: number; stick: boolean; start?: number 
  * A long history opens with only its last CHAT_WINDOW messages rendered; scrolling near the
  * top (or the "earlier messages" button) adds CHAT_STEP more above, keeping the place.
  * Opening a 2,000-message session then builds a few hundred nodes, not thousands (#19).
+ * Only the history's tail is loaded (`Transcript.first`); rows above it are read with
+ * `onLoadEarlier` when the rendered slice reaches them. Row indexes are history indexes.
  */
 export const CHAT_WINDOW = 24;
 export const CHAT_STEP = 100;
@@ -272,13 +274,15 @@ export function Chat(props: {
   empty?: ComponentChildren;
   /** Whether this chat has a composer (child tabs have none). */
   canSend?: boolean;
-  /** Sends the person's last message again (after a failed run). */
-  onRetry?: (text: string) => Promise<void>;
+  /** Sends the person's last message again (after a failed run), with its images. */
+  onRetry?: (text: string, images: ImagePart[]) => Promise<void>;
   onOpenSettings?: () => void;
-  /** Puts the person's last message into the composer to edit and send as a new one. */
-  onEdit?: (text: string) => void;
+  /** Puts the person's last message (text and images) into the composer to edit and send as a new one. */
+  onEdit?: (text: string, images: ImagePart[]) => void;
   /** Forks the conversation before the person's message at this history index. */
   onFork?: (messageIndex: number) => void;
+  /** Reads the page of history before the loaded part (`Transcript.first`). */
+  onLoadEarlier?: () => Promise<void>;
   /** Task ids of sub-agents the person deleted (their cards say "deleted"). */
   deleted?: string[];
 }) {
@@ -295,30 +299,58 @@ export function Chat(props: {
   const stick = useRef(saved?.stick ?? true);
   const restored = useRef(false);
   const [behind, setBehind] = useState(!(saved?.stick ?? true));
-  // The first rendered message: fixed once the history is loaded (what arrives later is
-  // appended below it), moved up by `showEarlier`.
+  // The first rendered message (a history index): fixed once the history is loaded (what
+  // arrives later is appended below it), moved up by `showEarlier`. Rows are only drawn
+  // from what is loaded: above `t.first` they wait for the earlier page.
   const start = useRef<number | null>(saved?.start ?? null);
-  if (start.current === null && t.status === 'loaded') start.current = Math.max(0, t.messages.length - CHAT_WINDOW);
-  const from = Math.min(start.current ?? 0, t.messages.length);
-  // Set by `showEarlier`: the distance from the bottom to keep while rows are added above.
+  const end = t.first + t.messages.length;
+  if (start.current === null && t.status === 'loaded') start.current = Math.max(t.first, end - CHAT_WINDOW);
+  const from = Math.max(t.first, Math.min(start.current ?? t.first, end));
+  // Set by `showEarlier`: the distance from the bottom to keep while rows are added above
+  // (kept while the earlier page is being read, with the `from` it was set at).
   const anchor = useRef<number | null>(null);
+  const anchorFrom = useRef(0);
+  const reading = useRef(false);
+  const [earlierError, setEarlierError] = useState<string | null>(null);
   const [, grew] = useState(0);
+  /** Reads the page before the loaded part when the rendered slice reaches above it. */
+  const readEarlier = () => {
+    const load = handlers.current.onLoadEarlier;
+    if (start.current === null || start.current >= t.first || !load || reading.current) return;
+    reading.current = true;
+    setEarlierError(null);
+    load()
+      .catch((err) => setEarlierError(`Cannot read earlier messages: ${String(err?.message ?? err)}`))
+      .finally(() => {
+        reading.current = false;
+        grew((n) => n + 1);
+      });
+  };
   const showEarlier = () => {
     const el = scroller.current;
     if (from <= 0) return;
     if (el) anchor.current = el.scrollHeight - el.scrollTop;
+    anchorFrom.current = from;
     start.current = Math.max(0, from - CHAT_STEP);
+    readEarlier();
     grew((n) => n + 1);
   };
+  // Back in a session scrolled far up (its place is remembered, its history read again by
+  // the tail): read pages until the remembered slice is loaded, then restore the place.
+  useEffect(() => {
+    if (t.status === 'loaded' && !earlierError) readEarlier();
+  }, [t.status, t.first, earlierError]);
   useLayoutEffect(() => {
     const el = scroller.current;
     if (!el) return;
     if (anchor.current !== null) {
+      // The rows come with the page: keep the place until they are drawn.
+      if (from === anchorFrom.current && reading.current) return;
       el.scrollTop = el.scrollHeight - anchor.current;
       anchor.current = null;
       return;
     }
-    if (!restored.current && saved && !saved.stick && t.status === 'loaded') {
+    if (!restored.current && saved && !saved.stick && t.status === 'loaded' && (saved.start ?? t.first) >= t.first) {
       restored.current = true;
       el.scrollTop = saved.top;
       return;
@@ -339,7 +371,7 @@ export function Chat(props: {
     positions.set(t.sessionId, { top: el.scrollTop, stick: stick.current, start: start.current });
     if (behind === stick.current) setBehind(!stick.current);
     // Near the top with more above: render the next slice before the person gets there.
-    if (el.scrollTop < 400 && from > 0 && anchor.current === null) showEarlier();
+    if (el.scrollTop < 400 && from > 0 && anchor.current === null && !earlierError) showEarlier();
   };
   const jump = () => {
     const el = scroller.current;
@@ -352,14 +384,18 @@ export function Chat(props: {
   const live = handlers;
   const props = {
     ...cur,
-    onRetry: cur.onRetry && ((text: string) => live.current.onRetry?.(text) ?? Promise.resolve()),
+    onRetry: cur.onRetry && ((text: string, images: ImagePart[]) => live.current.onRetry?.(text, images) ?? Promise.resolve()),
     onOpenSettings: cur.onOpenSettings && (() => live.current.onOpenSettings?.()),
-    onEdit: cur.onEdit && ((text: string) => live.current.onEdit?.(text)),
+    onEdit: cur.onEdit && ((text: string, images: ImagePart[]) => live.current.onEdit?.(text, images)),
     onFork: cur.onFork && ((index: number) => live.current.onFork?.(index)),
     onOpenChild: cur.onOpenChild && ((id: string) => live.current.onOpenChild?.(id)),
   };
-  const lastUser = t.messages.reduce((last, m, i) => (m.role === 'user' && !reportTaskId(m.id) ? i : last), -1);
-  const lastAssistant = t.messages.reduce((last, m, i) => (m.role === 'assistant' ? i : last), -1);
+  // History indexes (the loaded part starts at `t.first`).
+  const lastUserAt = t.messages.reduce((last, m, k) => (m.role === 'user' && !reportTaskId(m.id) ? k : last), -1);
+  const lastUser = lastUserAt >= 0 ? t.first + lastUserAt : -1;
+  const lastAssistant = t.first + t.messages.reduce((last, m, k) => (m.role === 'assistant' ? k : last), -1);
+  // Tool results at the top of a page whose calls are in the page before it (not loaded).
+  const orphansUntil = t.first > 0 ? t.first + Math.max(0, t.messages.findIndex((m) => m.role !== 'tool')) : 0;
 
   // Tool results by call id, so each card shows its own.
   const results = new Map<string, { text: string; isError: boolean }>();
@@ -379,14 +415,15 @@ export function Chat(props: {
     }
 
   const items: ComponentChildren[] = [];
-  const lastText = lastUser >= 0 ? (t.messages[lastUser].content ?? '') : '';
+  const lastText = lastUserAt >= 0 ? (t.messages[lastUserAt].content ?? '') : '';
+  const lastImages = lastUserAt >= 0 ? (t.messages[lastUserAt].images ?? []) : [];
   const note = (n: Note, key: string) => (
     <NoteView
       key={key}
       note={n}
       canSend={canSend}
       onOpenSettings={props.onOpenSettings}
-      onRetry={props.onRetry && lastText && !t.running ? () => props.onRetry?.(lastText) : undefined}
+      onRetry={props.onRetry && (lastText || lastImages.length) && !t.running ? () => props.onRetry?.(lastText, lastImages) : undefined}
     />
   );
   const notesAt = (i: number) => t.notes.filter((n) => n.at === i).forEach((n, k) => items.push(note(n, `n${i}-${k}`)));
@@ -402,7 +439,8 @@ export function Chat(props: {
   // A status chip says something only while the message waits for its answer.
   const chipFor = (i: number, id: string | null | undefined) => (id && t.running && i > lastAssistant ? statuses[id] : undefined);
   // Above the rendered slice: nothing (its notes and dividers come with it).
-  t.messages.forEach((m: Message, i) => {
+  t.messages.forEach((m: Message, k) => {
+    const i = t.first + k;
     if (i < from) return;
     notesAt(i);
     dividersAt(i);
@@ -431,7 +469,7 @@ export function Chat(props: {
               <StatusChip status={chipFor(i, m.id)} />
               <span class="spacer" />
               {i === lastUser && canSend && props.onEdit && !t.running && (
-                <button type="button" class="quiet icon-button" data-testid="edit-message" title="Edit and send again as a new message" aria-label="Edit and send again" onClick={() => props.onEdit?.(m.content ?? '')}>
+                <button type="button" class="quiet icon-button" data-testid="edit-message" title="Edit and send again as a new message" aria-label="Edit and send again" onClick={() => props.onEdit?.(m.content ?? '', m.images ?? [])}>
                   <Icon name="edit" />
                 </button>
               )}
@@ -493,7 +531,7 @@ export function Chat(props: {
       return;
     }
     // A tool result without its call in view (should not happen): show it plainly.
-    if (m.role === 'tool' && !(m.tool_call_id && calls.has(m.tool_call_id))) {
+    if (m.role === 'tool' && !(m.tool_call_id && calls.has(m.tool_call_id)) && i >= orphansUntil) {
       items.push(
         <div key={key} class={`message tool${mark.cls}`} data-testid="chat-message" data-role="tool" data-summarised={mark.data}>
           <pre>{m.content}</pre>
@@ -501,14 +539,14 @@ export function Chat(props: {
       );
     }
   });
-  notesAt(t.messages.length);
+  notesAt(end);
   // A compaction announced before the messages it keeps arrived (or past a shorter re-read).
-  compactions.filter((c) => c.first_kept >= t.messages.length).forEach((c) => items.push(<CompactionDivider key={`c${c.id}`} compaction={c} />));
+  compactions.filter((c) => c.first_kept >= end).forEach((c) => items.push(<CompactionDivider key={`c${c.id}`} compaction={c} />));
   // Notes recorded past the end (history re-read shorter than before) still show.
-  t.notes.filter((n) => n.at > t.messages.length).forEach((n, k) => items.push(note(n, `x${k}`)));
+  t.notes.filter((n) => n.at > end).forEach((n, k) => items.push(note(n, `x${k}`)));
   return { items, titles };
     // Everything the rows show; callbacks are read through `handlers` when used.
-  }, [t.messages, t.notes, t.compactions, t.tools, t.running, t.status, statuses, props.tabs, props.deleted, from, canSend]);
+  }, [t.messages, t.first, t.notes, t.compactions, t.tools, t.running, t.status, statuses, props.tabs, props.deleted, from, canSend]);
   const titles = items.titles;
   const rows = items.items;
 
@@ -546,10 +584,11 @@ export function Chat(props: {
           {t.notice && <div class="note note-notice">{t.notice}</div>}
           {rows.length === 0 && tail.length === 0 && t.status !== 'loading' ? props.empty : null}
           {from > 0 && (
-            <button type="button" class="link show-earlier" data-testid="show-earlier" onClick={showEarlier}>
-              Show {Math.min(from, CHAT_STEP)} earlier messages ({from} not shown)
+            <button type="button" class="link show-earlier" data-testid="show-earlier" disabled={t.loadingEarlier} onClick={showEarlier}>
+              {t.loadingEarlier ? 'Reading earlier messages…' : `Show ${Math.min(from, CHAT_STEP)} earlier messages (${from} not shown)`}
             </button>
           )}
+          {earlierError && <div class="note note-error" data-testid="earlier-error">{earlierError}</div>}
           {rows}
           {tail}
           {props.footer}

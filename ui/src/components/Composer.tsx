@@ -21,8 +21,8 @@ export function Composer(props: {
   onSend: (text: string, images: ImagePart[]) => Promise<void>;
   onStop: () => Promise<void>;
   autoFocus?: boolean;
-  /** Text to put in the composer (edit and resend); a new object each time. */
-  draft?: { text: string } | null;
+  /** Text (and images, removable) to put in the composer (edit and resend); a new object each time. */
+  draft?: { text: string; images?: ImagePart[] } | null;
   commands?: SlashCommand[];
   /** Runs a command; a returned promise that fails shows its error here, a string it gives shows as a note. */
   onCommand?: (name: string, arg: string) => void | Promise<void | string>;
@@ -52,6 +52,10 @@ export function Composer(props: {
   useEffect(() => {
     if (!props.draft) return;
     setText(props.draft.text);
+    // The edited message's images come back as attachments (the person may remove them);
+    // they replace what was attached, as the text replaces what was typed.
+    const images = props.draft.images ?? [];
+    setAttachments(images.map((image, k) => ({ id: `a${++attachmentSeq}`, name: `image ${k + 1}`, image })));
     area.current?.focus();
   }, [props.draft]);
 

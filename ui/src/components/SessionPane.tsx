@@ -297,7 +297,7 @@ export function SessionPane(props: {
   const [tab, setTab] = useState<string>('main');
   const [resuming, setResuming] = useState(false);
   const [resumeError, setResumeError] = useState<string | null>(null);
-  const [draft, setDraft] = useState<{ text: string } | null>(null);
+  const [draft, setDraft] = useState<{ text: string; images?: ImagePart[] } | null>(null);
   // The model picker: the session's choice (from the list), or one made before it exists.
   const [chosen, setChosen] = useState<{ provider: string | null } | null>(null);
   const [pickError, setPickError] = useState<string | null>(null);
@@ -571,7 +571,7 @@ export function SessionPane(props: {
           key={model.sessionId}
           platform={platform}
           sessionId={model.sessionId}
-          messageText={(i) => main.messages?.[i]?.content ?? undefined}
+          messageText={(i) => main.messages?.[i - (main.first ?? 0)]?.content ?? undefined}
           onForked={(forked) => {
             setDraft({ text: forked.draft });
             callbacks.current.onCreated(forked.session.session_id);
@@ -615,9 +615,10 @@ export function SessionPane(props: {
           )}
           <Chat
             key={model.sessionId}
-            onRetry={(text) => model.submit(text)}
+            onRetry={(text, images) => model.submit(text, images)}
             onOpenSettings={props.onOpenSettings}
-            onEdit={(text) => setDraft({ text })}
+            onEdit={(text, images) => setDraft({ text, images })}
+            onLoadEarlier={() => model.loadEarlier(model.sessionId)}
             onFork={(index) =>
               void platform
                 .invoke('fork_session', { session_id: model.sessionId, message_index: index, rewind: false })

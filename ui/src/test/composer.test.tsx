@@ -1,7 +1,7 @@
 // The composer: slash commands, @-mentions of workspace files, copy and edit-and-resend.
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { insertMention, mentionAt, parseSlash, slashQuery } from '../commands';
-import { $, $$, info, inAct, key, snapshot, typeInto, workspacePlatform } from './fake';
+import { $, $$, info, inAct, key, kind, snapshot, typeInto, workspacePlatform } from './fake';
 import { mountApp } from './mount';
 
 let unmount: (() => void) | null = null;
@@ -112,6 +112,36 @@ describe('message actions (D23)', () => {
     await inAct(() => typeInto(input, 'second try, better'));
     await inAct(() => key(input, 'Enter'));
     expect(fake.callsOf('submit').at(-1)).toEqual({ session_id: 'p', content: 'second try, better', config: null });
+  });
+});
+
+describe('images survive Retry and Edit (#17)', () => {
+  const png = { media_type: 'image/png', data: 'iVBORw0KGgo=' };
+  const gif = { media_type: 'image/gif', data: 'R0lGODlh' };
+  const history = [
+    { role: 'user', content: 'what is on these?', id: 'm1', images: [png, gif] },
+    { role: 'assistant', content: 'a cat and a dog' },
+  ];
+
+  it('Retry after a failed run sends the last message again with its images', async () => {
+    const { fake, root } = await openSession({ p: [{ role: 'user', content: 'describe this', id: 'm1', images: [png] }] });
+    await inAct(() => fake.emit('p', snapshot('p', { running: true }), kind('p', 'content.delta', { text: '' }), { type: 'error', session_id: 'p', message: 'network error: connection refused' }));
+    await inAct(() => $(root, 'error-retry')!.click());
+    expect(fake.callsOf('submit')).toEqual([{ session_id: 'p', content: 'describe this', config: null, images: [png] }]);
+  });
+
+  it('Edit puts the images back into the composer, removable, and sends what is left', async () => {
+    const { fake, root } = await openSession({ p: history });
+    await inAct(() => $($$(root, 'chat-message')[0], 'edit-message')!.click());
+    const input = $(root, 'prompt-input') as HTMLTextAreaElement;
+    expect(input.value).toBe('what is on these?');
+    const thumbs = $$(root, 'attachment-thumb') as HTMLImageElement[];
+    expect(thumbs.map((i) => i.getAttribute('src'))).toEqual([`data:image/png;base64,${png.data}`, `data:image/gif;base64,${gif.data}`]);
+    // The person removes the second one and sends.
+    await inAct(() => $$(root, 'attachment-remove')[1].click());
+    await inAct(() => key(input, 'Enter'));
+    expect(fake.callsOf('submit').at(-1)).toEqual({ session_id: 'p', content: 'what is on these?', config: null, images: [png] });
+    expect($$(root, 'attachment')).toHaveLength(0);
   });
 });
 

@@ -2,7 +2,7 @@
 // dividers in the chat, the Compact button and /compact, the loaded instruction files.
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Compaction } from '../bindings/Compaction';
-import { mergeCompactions } from '../model';
+import { HISTORY_TAIL, mergeCompactions } from '../model';
 import { CommandError } from '../platform';
 import { formatWindow } from '../util';
 import { $, $$, info, inAct, key, kind, snapshot, typeInto, workspacePlatform } from './fake';
@@ -186,7 +186,7 @@ describe('compaction dividers', () => {
 
   it('a resync re-reads the history and brings the compactions made meanwhile', async () => {
     const { fake, root } = await open();
-    expect(fake.callsOf('get_session')).toEqual([{ session_id: P }]);
+    expect(fake.callsOf('get_session')).toEqual([{ session_id: P, last: HISTORY_TAIL }]);
     const later = compaction({ id: 'cmp-late' });
     fake.handlers.get_session = ({ session_id }) => ({ info: info(session_id), messages: HISTORY, compactions: [later] });
     // A second snapshot on the stream means events were missed.

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { mergeHistory } from '../model';
+import { HISTORY_TAIL, mergeHistory } from '../model';
 import { $, $$, appended, info, inAct, key, kind, settle, snapshot, typeInto, workspacePlatform } from './fake';
 import { mountApp } from './mount';
 import { C1, C2, P, recorded } from './recorded';
@@ -36,7 +36,8 @@ describe('events rendered into the chat and the tabs', () => {
   it('subscribes, reads the transcript, and renders a recorded delegation', async () => {
     const { fake, root } = await openParent();
     expect(fake.streams.has(P)).toBe(true);
-    expect(fake.callsOf('get_session')).toEqual([{ session_id: P }]);
+    // The open session is read by its tail; its children whole (the `c9` read below).
+    expect(fake.callsOf('get_session')).toEqual([{ session_id: P, last: HISTORY_TAIL }]);
 
     await inAct(() => fake.emit(P, ...recorded));
 

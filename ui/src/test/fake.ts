@@ -168,13 +168,20 @@ export function snapshot(sessionId: string, extra: Partial<Snapshot> = {}): Wire
 export const kind = (session_id: string, k: string, data: unknown) => ({ type: 'event', session_id, kind: k, data });
 export const appended = (session_id: string, message: unknown) => kind(session_id, 'message.appended', { message });
 
+/** `get_session`'s answer as the runtime gives it: the last `last` messages before `before`. */
+export function historyPage(found: SessionInfo, all: unknown[], last?: number, before?: number, extra: Record<string, unknown> = {}) {
+  const end = Math.min(before ?? all.length, all.length);
+  const start = last == null ? 0 : Math.max(0, end - last);
+  return { info: found, messages: all.slice(start, end), first_index: start, total: all.length, ...extra };
+}
+
 /** A platform with one workspace `/ws` holding the given sessions (empty histories). */
 export function workspacePlatform(sessions: SessionInfo[], histories: Record<string, unknown[]> = {}) {
   const fake = new FakePlatform({
     list_sessions: () => sessions,
-    get_session: ({ session_id }) => {
+    get_session: ({ session_id, last, before }) => {
       const found = sessions.find((s) => s.session_id === session_id) ?? info(session_id);
-      return { info: found, messages: histories[session_id] ?? [] };
+      return historyPage(found, histories[session_id] ?? [], last, before);
     },
     get_config: () => ({ provider: { kind: 'openai', base_url: 'http://127.0.0.1:11434/v1', model: 'qwen2.5-coder' } }),
     submit: () => ({ message_id: 'msg-1', status: 'started' }),
