@@ -72,6 +72,17 @@ try {
       opened.push(route.request().url());
       return route.fulfill({ status: 200, contentType: 'text/plain', body: 'opened outside the app' });
     });
+    // The page's notifications are recorded, not shown: attention.ts's request is what is tested.
+    await context.addInitScript(() => {
+      const seen = [];
+      window.__e2eNotifications = seen;
+      function Recorder(title, options) {
+        seen.push(`${title}: ${options?.body ?? ''}`);
+      }
+      Recorder.permission = 'granted';
+      Recorder.requestPermission = async () => 'granted';
+      window.Notification = Recorder;
+    });
     page = await context.newPage();
     const consoleLog = [];
     page.on('console', (m) => consoleLog.push(`[${m.type()}] ${m.text()}`));
@@ -87,8 +98,10 @@ try {
     type: (css, text) => page.fill(css, text, { timeout: 10000 }),
     shot: (name) => page.screenshot({ path: join(out, `${name}.png`) }),
     resize: (width, height) => page.setViewportSize({ width, height }),
+    reload: () => page.reload(),
   };
-  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', mock: mock ?? { requests: [] }, opened: () => opened })) {
+  const notifications = () => page.evaluate('window.__e2eNotifications ?? []');
+  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', mock: mock ?? { requests: [] }, opened: () => opened, notifications })) {
     await runner.step(title, fn);
   }
 } finally {

@@ -96,6 +96,7 @@ try {
     query: (body) => wd.execute(body),
     click: (css) => wd.click(css),
     type: (css, text) => wd.type(css, text),
+    reload: () => wd.call('POST', '/session/:session/refresh', {}),
     async shot(name) {
       // The DOM is ahead of the pixels: let the window paint what the test just saw.
       await wd.painted();

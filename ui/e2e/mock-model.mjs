@@ -10,6 +10,9 @@
 // child (first user message contains "\nTask:\n"), by its task text:
 //   WRITE  → write_file {path: "notes.txt"}; after the tool result: "Wrote notes.txt"
 //   QUICK  → answers at once: "Quick check done: all good."
+//   FLAKY  → its first request ever is refused (400, once per server); then "Flaky task done."
+//   HELD   → like WRITE, but its first answer waits until the test calls `release('HELD')`
+//            (so its approval is asked exactly when the test wants it)
 //   STREAM <n> → streams n deltas, one word each, at the server's `rate` (deltas/s)
 // parent, by its last message:
 //   user "[Background tool result]…"  → "Report received: <the report's body>"
@@ -22,6 +25,10 @@
 //   user containing "Slow answer"      → 120 sentences, one chunk every 50 ms (to stop it)
 //   user containing "Wide please"      → a 600-character unbroken line and a wide table
 //   user containing "Mention check"    → says whether notes.txt's content came with it
+//   user containing "Image check"      → says whether an image part (image_url) came with it
+//   user containing "Flaky child"      → sub_agent {title: "Flaky", task: "FLAKY"}
+//   user containing "Held writer"      → sub_agent {title: "Writer", task: "WRITE notes HELD"}
+//   user containing "Profile check"    → a short text answer (the test reads the request's tools)
 //   any other user message             → sub_agent {title: "Writer", task: "WRITE notes"}
 //   tool results                       → a short text answer
 // Every request body is appended to the log file as one JSON line ({at, path, body}).
@@ -38,7 +45,7 @@ const TASK_MARK = '\nTask:\n';
 export const LINK_URL = 'https://example.com/guide';
 export const SLOW_SENTENCES = 120;
 
-function textOf(content) {
+export function textOf(content) {
   if (typeof content === 'string') return content;
   if (Array.isArray(content)) return content.map((p) => (typeof p === 'string' ? p : p?.text ?? '')).join('');
   return '';
@@ -63,8 +70,10 @@ export function decide(messages) {
       if (/denied|cancel|error/i.test(lastText)) return { text: `Could not write notes.txt: ${lastText}` };
       return { text: 'Wrote notes.txt' };
     }
+    if (task.includes('FLAKY')) return { text: 'Flaky task done.', failOnce: 'FLAKY' };
     if (task.includes('WRITE')) {
       return {
+        hold: task.includes('HELD') ? 'HELD' : undefined,
         text: 'Writing the notes now.',
         calls: [{ name: 'write_file', arguments: { path: 'notes.txt', content: NOTES_CONTENT } }],
       };
@@ -90,6 +99,18 @@ export function decide(messages) {
   }
   if (last.role === 'user' && lastText.includes('Mention check')) {
     return { text: `Mention seen: ${lastText.includes(NOTES_CONTENT.trim()) ? 'yes' : 'no'}.` };
+  }
+  if (last.role === 'user' && lastText.includes('Image check')) {
+    const parts = Array.isArray(last.content) ? last.content : [];
+    const image = parts.some((p) => p?.type === 'image_url' && String(p.image_url?.url ?? '').startsWith('data:image/png;base64,'));
+    return { text: `Image seen: ${image ? 'yes' : 'no'}.` };
+  }
+  if (last.role === 'user' && lastText.includes('Profile check')) return { text: 'Profile check answered.' };
+  if (last.role === 'user' && lastText.includes('Flaky child')) {
+    return { text: 'A flaky sub-agent starts.', calls: [{ name: 'sub_agent', arguments: { title: 'Flaky', task: 'FLAKY' } }] };
+  }
+  if (last.role === 'user' && lastText.includes('Held writer')) {
+    return { text: 'I will delegate this to a sub-agent.', calls: [{ name: 'sub_agent', arguments: { title: 'Writer', task: 'WRITE notes HELD' } }] };
   }
   if (last.role === 'user' && lastText.includes('Wide please')) {
     const cell = 'x'.repeat(300);
@@ -172,6 +193,17 @@ export function startMockModel(options = {}) {
   const requests = [];
   let callCounter = 0;
   let completionCounter = 0;
+  /** `failOnce` keys already failed, and the held answers' gates (`release(key)`). */
+  const failed = new Set();
+  const gates = new Map();
+  const gate = (key) => {
+    if (!gates.has(key)) {
+      let open;
+      const promise = new Promise((resolve) => (open = resolve));
+      gates.set(key, { promise, open });
+    }
+    return gates.get(key);
+  };
 
   const record = (path, body) => {
     requests.push(body);
@@ -187,6 +219,12 @@ export function startMockModel(options = {}) {
   const complete = async (req, res, body) => {
     const messages = Array.isArray(body.messages) ? body.messages : [];
     const answer = decide(messages);
+    if (answer.failOnce && !failed.has(answer.failOnce)) {
+      failed.add(answer.failOnce);
+      // A 400 is not retried by the provider: the run fails at once, as with a bad request.
+      return json(res, 400, { error: { message: `scripted failure of ${answer.failOnce}`, type: 'invalid_request_error' } });
+    }
+    if (answer.hold) await gate(answer.hold).promise;
     const id = `chatcmpl-mock-${++completionCounter}`;
     const model = body.model ?? 'm';
     const created = Math.floor(Date.now() / 1000);
@@ -304,6 +342,8 @@ export function startMockModel(options = {}) {
         port,
         baseUrl: `http://127.0.0.1:${port}/v1`,
         requests,
+        /** Lets the held answer(s) of `key` go (and any asked later). */
+        release: (key) => gate(key).open(),
         close: () =>
           new Promise((done) => {
             server.closeAllConnections?.();
