@@ -433,7 +433,7 @@ export function flowSteps(driver, ctx) {
       },
     ],
     [
-      "a failed sub-agent offers Retry (that Retry runs it again: disabled, a runtime bug; see the TODO)",
+      'a failed sub-agent offers Retry, and Retry runs it again to a report',
       async () => {
         await driver.type('[data-testid=prompt-input]', 'Flaky child please');
         await driver.click('[data-testid=send-button]');
@@ -443,11 +443,9 @@ export function flowSteps(driver, ctx) {
         await driver.click('[data-testid=child-tab][data-title=Flaky]');
         await waitAny('the Retry button of the failed child', (s) => s.retry);
         await driver.shot('22-child-failed-retry');
-        // TODO(bug, src/controller/mod.rs `start_watched`): Retry does not run the failed child
-        // again. Its failed run left the session Paused, and the rerun delivers the message with
-        // Origin::Delivery, which `route` queues on a paused session ("child could not start a
-        // run" in the log); the child then reports "the sub-agent was stopped by the user".
-        // Once fixed, end this step with: await retriedToReport(driver, waitAny, tab, says);
+        // Retry sends the failed child a message; the person's message starts a paused child
+        // (its failed run left it paused), and its second report reaches the parent.
+        await retriedToReport(driver, waitAny, tab, says);
         await driver.click('[data-testid=tab-main]');
         await waitAny('the main chat again', (s) => s.childView == null && s.running === 'false');
       },
@@ -519,10 +517,7 @@ export function flowSteps(driver, ctx) {
   ];
 }
 
-/**
- * The second half of the Retry step, disabled until the bug named in that step is fixed:
- * Retry runs the failed child again, and its report reaches the parent.
- */
+/** The second half of the Retry step: Retry runs the failed child again, and its report reaches the parent. */
 export async function retriedToReport(driver, waitAny, tab, says) {
   await driver.click('[data-testid=child-retry]');
   await waitAny('the Flaky child done', (s) => tab(s, 'Flaky')?.state === 'done' && s.childView?.includes('Flaky task done.'));
