@@ -260,7 +260,8 @@ impl SessionStore {
         Ok(SessionStore {
             flusher: Flusher::new(&root),
             index: SessionIndex::new(data_dir, &root),
-            changed: tokio::sync::broadcast::channel(1024).0,
+            // Small: only list feeds read it, and one that falls behind lists again.
+            changed: tokio::sync::broadcast::channel(128).0,
             root,
             writers: Mutex::new(Writers::default()),
         })
