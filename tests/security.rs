@@ -1326,3 +1326,73 @@ async fn security_run_answers_approvals_lost_in_a_lag() {
     assert_eq!(std::fs::read_to_string(ws.join("b.txt")).unwrap(), "B");
     assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "A");
 }
+
+/// Security finding 13: `bumblehive run` must not print model-chosen control characters
+/// raw in its terminal approval prompt (an `ESC[2K ESC[1A` in a file's content could erase
+/// lines and draw a fake "nothing to review" above `Approve? [y/N]`). The real binary,
+/// a write_file whose content carries escape sequences, answered "n" on stdin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_run_prompt_shows_control_characters_escaped() {
+    use crate::mock_llm::{MockLlm, MockResponse, openai};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockLlm::start().await;
+    mock.respond_with(move |request| {
+        let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+        if messages.last().is_some_and(|m| m["role"] == "tool") {
+            return MockResponse::sse(openai::text_answer(&["done"], (1, 1)));
+        }
+        MockResponse::sse(openai::tool_answer(
+            &[(
+                "w",
+                "write_file",
+                json!({"path": "x.txt", "content": "real\n\u{1b}[2K\u{1b}[1AFAKE: nothing to review\u{7}\n"}),
+            )],
+            (1, 1),
+        ))
+    });
+    let config = json!({"provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()), "model": "m", "max_retries": 0}});
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+        .arg("--config")
+        .arg(dir.path().join("config.json"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["run", "--workspace"])
+        .arg(&ws)
+        .arg("write it")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"n\n").await.unwrap();
+    drop(stdin);
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let read = async {
+        let (a, b) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
+        a.unwrap();
+        b.unwrap();
+    };
+    tokio::time::timeout(WAIT * 4, read)
+        .await
+        .expect("the run did not end");
+    let _ = child.wait().await;
+    let err = String::from_utf8_lossy(&err).into_owned();
+    assert!(
+        err.contains("FAKE: nothing to review"),
+        "the prompt shows the content: {err}"
+    );
+    assert!(
+        !err.contains('\u{1b}') && !err.contains('\u{7}'),
+        "raw control characters: {err:?}"
+    );
+    assert!(err.contains("\\u{001b}[2K"), "shown escaped: {err}");
+    assert!(!ws.join("x.txt").exists(), "denied, not written");
+}
