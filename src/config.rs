@@ -137,6 +137,9 @@ pub enum ToolPolicy {
 pub struct ToolsConfig {
     pub policy: std::collections::BTreeMap<String, ToolPolicy>,
     /// How `run_command` runs: sandbox policy, network, extra environment names, limits.
+    /// SPEC §11 names it `tools.run_command` (its policy `sandbox`); the names of before,
+    /// `tools.command` and `policy`, are still read (`legacy_names`).
+    #[serde(rename = "run_command", alias = "command")]
     pub command: crate::sandbox::CommandSettings,
 }
 
@@ -244,6 +247,7 @@ impl Config {
         if let Some(providers) = patch.get_mut("providers").and_then(Value::as_object_mut) {
             providers.values_mut().for_each(keep_secrets);
         }
+        legacy_names(&mut patch);
         merge_patch(&mut value, &patch);
         let config: Config =
             serde_json::from_value(value).map_err(|err| ConfigError::Invalid(err.to_string()))?;
@@ -329,6 +333,38 @@ fn redact_object(object: &mut serde_json::Map<String, Value>) {
         } else if let Value::Object(inner) = field {
             // e.g. a `headers` block with an `Authorization` entry.
             redact_object(inner);
+        }
+    }
+}
+
+/// A patch written with the names of before (`tools.command`, its `policy`) says what a
+/// patch with SPEC §11's names (`tools.run_command`, `sandbox`) says: renamed before it
+/// is merged, so the merged config never holds both spellings.
+fn legacy_names(patch: &mut Value) {
+    let Some(tools) = patch.get_mut("tools").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if let Some(mut old) = tools.remove("command") {
+        if let Some(block) = old.as_object_mut() {
+            if let Some(policy) = block.remove("policy") {
+                block.entry("sandbox").or_insert(policy);
+            }
+        }
+        match tools.get_mut("run_command").and_then(Value::as_object_mut) {
+            Some(new) => {
+                if let Some(old) = old.as_object() {
+                    for (key, value) in old {
+                        new.entry(key.clone()).or_insert(value.clone());
+                    }
+                }
+            }
+            None => {
+                tools.insert("run_command".into(), old);
+            }
+        }
+    } else if let Some(block) = tools.get_mut("run_command").and_then(Value::as_object_mut) {
+        if let Some(policy) = block.remove("policy") {
+            block.entry("sandbox").or_insert(policy);
         }
     }
 }
@@ -508,6 +544,44 @@ mod tests {
             Config::default()
                 .patched(&json!({"tools": {"command": {"policy": "ask", "network": true}}}))
                 .is_ok()
+        );
+    }
+
+    #[test]
+    fn the_command_sandbox_is_tools_run_command_sandbox_and_the_old_names_still_work() {
+        use crate::sandbox::CommandPolicy;
+        // SPEC §11's names, in a patch and in what is written and answered.
+        let config = Config::default()
+            .patched(&json!({"tools": {"run_command": {"sandbox": "ask"}}}))
+            .unwrap();
+        assert_eq!(config.tools.command.policy, CommandPolicy::Ask);
+        let written = serde_json::to_value(&config).unwrap();
+        assert_eq!(written["tools"]["run_command"]["sandbox"], "ask");
+        assert!(written["tools"].get("command").is_none(), "{written}");
+        // The names of before: in a later patch (merged onto the new spelling) …
+        let config = config
+            .patched(&json!({"tools": {"command": {"policy": "off", "network": true}}}))
+            .unwrap();
+        assert_eq!(config.tools.command.policy, CommandPolicy::Off);
+        assert!(config.tools.command.network);
+        // … and in a config file written by an earlier version.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, r#"{"tools": {"command": {"policy": "ask"}}}"#).unwrap();
+        assert_eq!(
+            Config::load(&path).unwrap().tools.command.policy,
+            CommandPolicy::Ask
+        );
+        std::fs::write(&path, r#"{"tools": {"run_command": {"sandbox": "off"}}}"#).unwrap();
+        assert_eq!(
+            Config::load(&path).unwrap().tools.command.policy,
+            CommandPolicy::Off
+        );
+        // A misspelt value is still an error, under either name.
+        assert!(
+            Config::default()
+                .patched(&json!({"tools": {"run_command": {"sandbox": "sometimes"}}}))
+                .is_err()
         );
     }
 }

@@ -27,7 +27,7 @@ mod other;
 #[cfg(not(target_os = "linux"))]
 use other as platform;
 
-/// How `run_command` runs commands (`tools.command.policy` in the config).
+/// How `run_command` runs commands (`tools.run_command.sandbox` in the config, SPEC §11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum CommandPolicy {
@@ -42,10 +42,12 @@ pub enum CommandPolicy {
     Off,
 }
 
-/// The `tools.command` block of the config.
+/// The `tools.run_command` block of the config (`tools.command` before).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CommandSettings {
+    /// `sandbox` in the config (SPEC §11); `policy` is still read.
+    #[serde(rename = "sandbox", alias = "policy")]
     pub policy: CommandPolicy,
     /// Sandboxed commands may use the network without asking.
     pub network: bool,

@@ -223,7 +223,7 @@ async fn call(
             ));
         }
     } else if settings.policy == CommandPolicy::Off {
-        notes.push("NOT sandboxed (tools.command.policy is off)".into());
+        notes.push("NOT sandboxed (tools.run_command.sandbox is off)".into());
     } else {
         notes.push(format!(
             "NOT sandboxed: {}",

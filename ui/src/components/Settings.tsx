@@ -10,7 +10,7 @@ export interface ProviderForm {
   base_url: string;
   model: string;
   api_key_env: string;
-  /** How shell commands run (`tools.command.policy`). */
+  /** How shell commands run (`tools.run_command.sandbox`, SPEC §11). */
   command_policy: 'sandbox' | 'ask' | 'off';
 }
 
@@ -20,6 +20,13 @@ export const LOCAL_SERVERS = [
   { name: 'LM Studio', kind: 'openai' as const, base_url: 'http://127.0.0.1:1234/v1', probe: 'http://127.0.0.1:1234/v1/models' },
 ];
 
+/** The command sandbox policy of a config: SPEC §11's `tools.run_command.sandbox`, or the
+ * `tools.command.policy` an older backend answers with. */
+function commandPolicy(config: any): ProviderForm['command_policy'] {
+  const value = config?.tools?.run_command?.sandbox ?? config?.tools?.command?.policy;
+  return value === 'ask' || value === 'off' ? value : 'sandbox';
+}
+
 export function formFromConfig(config: any): ProviderForm {
   const p = config?.provider ?? {};
   return {
@@ -27,7 +34,7 @@ export function formFromConfig(config: any): ProviderForm {
     base_url: typeof p.base_url === 'string' ? p.base_url : '',
     model: typeof p.model === 'string' ? p.model : '',
     api_key_env: typeof p.api_key_env === 'string' ? p.api_key_env : '',
-    command_policy: ['sandbox', 'ask', 'off'].includes(config?.tools?.command?.policy) ? config.tools.command.policy : 'sandbox',
+    command_policy: commandPolicy(config),
   };
 }
 
@@ -112,7 +119,7 @@ export function Settings(props: { platform: Platform; welcome?: boolean; workspa
       };
       // Only a changed command policy is sent (a patch changes what it names).
       if (loadedPolicy.current !== form.command_policy) {
-        (patch as Record<string, unknown>).tools = { command: { policy: form.command_policy } };
+        (patch as Record<string, unknown>).tools = { run_command: { sandbox: form.command_policy } };
       }
       const args: UpdateConfig = { patch };
       const config = await platform.invoke('update_config', args);

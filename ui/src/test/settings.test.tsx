@@ -9,7 +9,7 @@ afterEach(() => {
 });
 
 describe('settings', () => {
-  it('sets how shell commands run (tools.command.policy), sending it only when it changed', async () => {
+  it('sets how shell commands run (tools.run_command.sandbox), sending it only when it changed', async () => {
     const fake = workspacePlatform([info('p')]);
     fake.handlers.update_config = ({ patch }) => ({ provider: { ...patch.provider }, tools: patch.tools ?? {} });
     const mounted = await mountApp(fake, 'p');
@@ -23,7 +23,7 @@ describe('settings', () => {
     select.value = 'off';
     await inAct(() => select.dispatchEvent(new Event('change', { bubbles: true })));
     await inAct(() => $(dialog, 'settings-save')!.click());
-    expect(fake.callsOf('update_config').at(-1)!.patch.tools).toEqual({ command: { policy: 'off' } });
+    expect(fake.callsOf('update_config').at(-1)!.patch.tools).toEqual({ run_command: { sandbox: 'off' } });
   });
 
   it('reads the config, saves a provider patch, and shows busy clearly with Retry', async () => {
