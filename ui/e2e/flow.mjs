@@ -354,9 +354,15 @@ export function flowSteps(driver, ctx) {
         await driver.click(`[data-testid=session-item][data-session-id="${ctx.firstSession}"] .session-open`);
         await waitFor('the first session selected', (x) => x.session === ctx.firstSession);
         ctx.mock.release('HELD');
+        // The title follows the badge by a render (an effect of the attention summary): wait
+        // for both, and say which one was missing if they never came.
         const s = await waitFor(
           'the badge on the other session and the count in the title',
-          (x) => x.session === ctx.firstSession && x.needs.some((n) => n.id === second && n.kind === 'approval') && x.inbox,
+          (x) =>
+            x.session === ctx.firstSession &&
+            x.needs.some((n) => n.id === second && n.kind === 'approval') &&
+            x.inbox &&
+            x.title === 'Bumblehive — 1 needs you',
         );
         check(s.title === 'Bumblehive — 1 needs you', `the title is ${JSON.stringify(s.title)}`);
         if (ctx.windowTitle) {
