@@ -93,36 +93,59 @@ impl SessionIndex {
 
     /// Notes a session's new meta (call before replacing `meta.json`).
     pub fn record(&self, meta: &SessionMeta) {
-        self.append(&Line {
-            t: Some(self.token.clone()),
-            meta: Some(meta.clone()),
-            ..Line::default()
-        });
+        self.append(&[self.meta_line(meta.clone())]);
     }
 
     /// Notes that a session is gone.
     pub fn remove(&self, id: &str) {
-        self.append(&Line {
-            t: Some(self.token.clone()),
-            removed: Some(id.to_string()),
-            ..Line::default()
-        });
+        self.append(&[self.removed_line(id.to_string())]);
     }
 
     /// Notes that this store ends with every change in the index (shutdown).
     pub fn close(&self) {
-        self.append(&Line {
+        self.append(&[Line {
             clean: Some(self.token.clone()),
             ..Line::default()
-        });
+        }]);
+    }
+
+    /// This writer's line for a session's meta.
+    fn meta_line(&self, meta: SessionMeta) -> Line {
+        Line {
+            t: Some(self.token.clone()),
+            meta: Some(meta),
+            ..Line::default()
+        }
+    }
+
+    /// This writer's line for a session that is gone.
+    fn removed_line(&self, id: String) -> Line {
+        Line {
+            t: Some(self.token.clone()),
+            removed: Some(id),
+            ..Line::default()
+        }
+    }
+
+    /// The line that settles every writer before it (a scan or a rewrite read them all).
+    fn scan_line(&self) -> Line {
+        Line {
+            scan: Some(self.token.clone()),
+            ..Line::default()
+        }
     }
 
     /// Every session's meta, by id (creation order: ids are UUIDv7). `read` reads one
     /// `meta.json` (used by a scan).
-    pub fn list(&self, read: ReadMeta<'_>) -> Vec<SessionMeta> {
+    /// Only those `keep` accepts are copied out.
+    pub fn list(
+        &self,
+        read: ReadMeta<'_>,
+        keep: impl Fn(&SessionMeta) -> bool,
+    ) -> Vec<SessionMeta> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         self.refresh(&mut state, read);
-        state.metas.values().cloned().collect()
+        state.metas.values().filter(|m| keep(m)).cloned().collect()
     }
 
     /// Brings `state` up to the file: a first load, a reload after a rewrite, or the
@@ -213,11 +236,7 @@ impl SessionIndex {
             let id = entry.file_name().to_string_lossy().into_owned();
             if !state.metas.contains_key(&id) {
                 if let Some(meta) = read(&entry.path(), &id) {
-                    lines.push(Line {
-                        t: Some(self.token.clone()),
-                        meta: Some(meta.clone()),
-                        ..Line::default()
-                    });
+                    lines.push(self.meta_line(meta.clone()));
                     state.metas.insert(id.clone(), meta);
                 }
             }
@@ -231,18 +250,10 @@ impl SessionIndex {
             .collect();
         for id in gone {
             state.metas.remove(&id);
-            lines.push(Line {
-                t: Some(self.token.clone()),
-                removed: Some(id),
-                ..Line::default()
-            });
+            lines.push(self.removed_line(id));
         }
         if !lines.is_empty() {
-            let mut bytes = Vec::new();
-            for line in &lines {
-                push_line(&mut bytes, line);
-            }
-            self.append_bytes(&bytes);
+            self.append(&lines);
         }
     }
 
@@ -266,55 +277,27 @@ impl SessionIndex {
         let mut lines = Vec::new();
         for (id, meta) in &found {
             if state.metas.get(id) != Some(meta) {
-                lines.push(Line {
-                    t: Some(self.token.clone()),
-                    meta: Some(meta.clone()),
-                    ..Line::default()
-                });
+                lines.push(self.meta_line(meta.clone()));
             }
         }
         for id in state.metas.keys() {
             if !found.contains_key(id) {
-                lines.push(Line {
-                    t: Some(self.token.clone()),
-                    removed: Some(id.clone()),
-                    ..Line::default()
-                });
+                lines.push(self.removed_line(id.clone()));
             }
         }
-        lines.push(Line {
-            scan: Some(self.token.clone()),
-            ..Line::default()
-        });
+        lines.push(self.scan_line());
         state.metas = found;
-        let mut bytes = Vec::new();
-        for line in &lines {
-            push_line(&mut bytes, line);
-        }
         // Appended lines are read back by the next refresh and change nothing then.
-        self.append_bytes(&bytes);
+        self.append(&lines);
     }
 
     /// Writes the file whole from `state` (temp + rename), ending with a scan line.
     fn rewrite(&self, state: &mut State) {
         let mut bytes = Vec::with_capacity(state.metas.len() * 600);
         for meta in state.metas.values() {
-            push_line(
-                &mut bytes,
-                &Line {
-                    t: Some(self.token.clone()),
-                    meta: Some(meta.clone()),
-                    ..Line::default()
-                },
-            );
+            push_line(&mut bytes, &self.meta_line(meta.clone()));
         }
-        push_line(
-            &mut bytes,
-            &Line {
-                scan: Some(self.token.clone()),
-                ..Line::default()
-            },
-        );
+        push_line(&mut bytes, &self.scan_line());
         match crate::store::write_atomic(&self.path, &bytes, false) {
             Ok(()) => {
                 state.offset = bytes.len() as u64;
@@ -330,9 +313,12 @@ impl SessionIndex {
         }
     }
 
-    fn append(&self, line: &Line) {
-        let mut bytes = Vec::with_capacity(640);
-        push_line(&mut bytes, line);
+    /// Appends lines in one write.
+    fn append(&self, lines: &[Line]) {
+        let mut bytes = Vec::with_capacity(640 * lines.len());
+        for line in lines {
+            push_line(&mut bytes, line);
+        }
         self.append_bytes(&bytes);
     }
 

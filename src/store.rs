@@ -521,11 +521,10 @@ impl SessionStore {
                 None
             }
         };
-        let mut metas = self.index.list(&read);
-        if let Some(workspace) = workspace {
-            metas.retain(|meta| same_workspace(workspace, &meta.workspace));
-        }
-        Ok(metas)
+        // Filtered before the copy: a workspace's list does not clone every session.
+        Ok(self.index.list(&read, |meta| {
+            workspace.is_none_or(|w| same_workspace(w, &meta.workspace))
+        }))
     }
 
     /// Ids of sessions whose list entry may have changed, as they change: a meta written

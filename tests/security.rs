@@ -1147,6 +1147,25 @@ async fn security_model_calls_do_not_follow_redirects_to_other_origins() {
     assert!(elsewhere.requests().is_empty());
 }
 
+/// The real `bumblehive run` on `<dir>/config.json` and `<dir>/data`, asking on its
+/// terminal (stdin, stdout and stderr piped).
+fn spawn_run(dir: &std::path::Path, ws: &std::path::Path, prompt: &str) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+        .arg("--config")
+        .arg(dir.join("config.json"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["run", "--workspace"])
+        .arg(ws)
+        .arg(prompt)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
 /// runtime-review C13: `bumblehive run` asking on the terminal falls behind its event
 /// stream; an approval request dropped in the lag is found in the snapshot and asked,
 /// so the run does not hang. Child A's approval holds the terminal; meanwhile child B
@@ -1218,20 +1237,7 @@ async fn security_run_answers_approvals_lost_in_a_lag() {
     let config = json!({"provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()), "model": "m", "max_retries": 0},
                         "subagents": {"max_concurrent": 4}});
     std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
-        .arg("--config")
-        .arg(dir.path().join("config.json"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["run", "--workspace"])
-        .arg(&ws)
-        .arg("ROOT")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(dir.path(), &ws, "ROOT");
     let mut stdin = child.stdin.take().unwrap();
     // stdout is drained all along: only the terminal prompt may hold the printer.
     let mut stdout = child.stdout.take().unwrap();
@@ -1355,20 +1361,7 @@ async fn security_run_prompt_shows_control_characters_escaped() {
     });
     let config = json!({"provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()), "model": "m", "max_retries": 0}});
     std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
-        .arg("--config")
-        .arg(dir.path().join("config.json"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["run", "--workspace"])
-        .arg(&ws)
-        .arg("write it")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(dir.path(), &ws, "write it");
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"n\n").await.unwrap();
     drop(stdin);

@@ -41,6 +41,28 @@ struct Desktop {
     close_guard: AtomicBool,
 }
 
+impl Desktop {
+    /// A feed's id (the UI's, or a new `<prefix>-<n>`) and the token `unsubscribe` cancels.
+    fn register_feed(
+        &self,
+        subscription: Option<String>,
+        prefix: &str,
+    ) -> (String, CancellationToken) {
+        let id = subscription.unwrap_or_else(|| {
+            format!(
+                "{prefix}-{}",
+                self.next_feed.fetch_add(1, Ordering::Relaxed)
+            )
+        });
+        let stop = CancellationToken::new();
+        self.feeds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone(), stop.clone());
+        (id, stop)
+    }
+}
+
 /// A command-table style error (`{code, message}`), so the UI's one error path reads it.
 fn error(code: &str, message: impl std::fmt::Display) -> Value {
     json!({"code": code, "message": message.to_string()})
@@ -73,14 +95,7 @@ async fn subscribe(
         .service
         .controller(&session_id)
         .map_err(|err| bumblehive::commands::CommandError::from(err).to_json())?;
-    let id = subscription
-        .unwrap_or_else(|| format!("feed-{}", state.next_feed.fetch_add(1, Ordering::Relaxed)));
-    let stop = CancellationToken::new();
-    state
-        .feeds
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(id.clone(), stop.clone());
+    let (id, stop) = state.register_feed(subscription, "feed");
     // One IPC message per frame, not per event: several runs streaming deltas at once
     // would otherwise flood the window's main thread (#19). A lone event still goes at once.
     let mut batches = Box::pin(bumblehive::frames::frames(
@@ -113,14 +128,7 @@ async fn subscribe_sessions(
     workspace: Option<String>,
     subscription: Option<String>,
 ) -> Result<String, Value> {
-    let id = subscription
-        .unwrap_or_else(|| format!("list-{}", state.next_feed.fetch_add(1, Ordering::Relaxed)));
-    let stop = CancellationToken::new();
-    state
-        .feeds
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(id.clone(), stop.clone());
+    let (id, stop) = state.register_feed(subscription, "list");
     let mut feed = Box::pin(state.service.session_list_feed(workspace, stop));
     let feed_id = id.clone();
     tauri::async_runtime::spawn(async move {
