@@ -1,4 +1,4 @@
-//! Linux: bubblewrap for commands, `/proc/self/fd` for where an open file is, `prctl` for a non-dumpable runtime, rlimits and a pids cgroup for limits.
+//! Linux: bubblewrap for commands, `/proc/self/fd` for where an open file is, `openat2` for opening a path without following any symlink, `prctl` for a non-dumpable runtime, rlimits and a pids cgroup for limits.
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -261,6 +261,67 @@ pub(super) fn limit(
         });
     }
     cgroup
+}
+
+/// `openat2` with `RESOLVE_NO_SYMLINKS`: the kernel opens `path` only if no name on the
+/// way is a symlink, in one atomic lookup. `None` where the kernel has no `openat2`
+/// (before 5.6) or a seccomp filter hides it (some container runtimes answer EPERM).
+pub(super) fn open_no_symlinks(
+    path: &Path,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> Option<std::io::Result<std::fs::File>> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static MISSING: AtomicBool = AtomicBool::new(false);
+    if MISSING.load(Ordering::Relaxed) {
+        return None;
+    }
+    let Ok(name) = CString::new(path.as_os_str().as_bytes()) else {
+        return Some(Err(std::io::ErrorKind::InvalidInput.into()));
+    };
+    // The kernel's `struct open_how` (libc's is non-exhaustive, so it cannot be built).
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        // The kernel refuses a mode without O_CREAT.
+        mode: if flags & libc::O_CREAT != 0 {
+            u64::from(mode)
+        } else {
+            0
+        },
+        resolve: libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: `name` is NUL-terminated and `how` lives across the call; the size given is
+    // the struct's own.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            name.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        let err = std::io::Error::last_os_error();
+        return match err.raw_os_error() {
+            Some(libc::ENOSYS) => {
+                MISSING.store(true, Ordering::Relaxed);
+                None
+            }
+            Some(libc::EPERM) => None,
+            _ => Some(Err(err)),
+        };
+    }
+    // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
+    Some(Ok(unsafe { std::fs::File::from_raw_fd(fd as libc::c_int) }))
 }
 
 pub(super) fn opened_path(file: &std::fs::File) -> Option<PathBuf> {

@@ -1,4 +1,4 @@
-//! The OS sandbox for `run_command` and every other platform-only check (where an open file really is, a non-dumpable process): Linux uses bubblewrap and `/proc`; other systems get a portable fallback that asks for everything.
+//! The OS sandbox for `run_command` and every other platform-only check (where an open file really is, opening a path without following symlinks, a non-dumpable process): Linux uses bubblewrap, `/proc` and `openat2`; other systems get a portable fallback that asks for everything.
 //!
 //! What a sandboxed command sees (Linux, bubblewrap):
 //! - the system read-only, `/dev` and a fresh `/proc` of its own pid namespace (so the
@@ -261,6 +261,17 @@ pub fn shell_command(
 /// Where an open file really is, from the kernel; `None` where the system cannot say.
 pub fn opened_path(file: &std::fs::File) -> Option<PathBuf> {
     platform::opened_path(file)
+}
+
+/// Opens `path` (absolute, every symlink already resolved) only if no name on the way is
+/// a symlink now, in one lookup of the kernel's; `None` where the system has no such call
+/// (the caller then walks the path a name at a time, each opened with `O_NOFOLLOW`).
+pub fn open_no_symlinks(
+    path: &Path,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> Option<std::io::Result<std::fs::File>> {
+    platform::open_no_symlinks(path, flags, mode)
 }
 
 /// Makes this process non-dumpable, so the commands it starts (same user) cannot read its

@@ -46,4 +46,13 @@ pub(super) fn opened_path(_file: &std::fs::File) -> Option<PathBuf> {
     None
 }
 
+/// No one-call lookup here: the caller walks the path a name at a time (`O_NOFOLLOW`).
+pub(super) fn open_no_symlinks(
+    _path: &Path,
+    _flags: libc::c_int,
+    _mode: libc::mode_t,
+) -> Option<std::io::Result<std::fs::File>> {
+    None
+}
+
 pub(super) fn harden_process() {}

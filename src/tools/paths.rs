@@ -172,16 +172,19 @@ pub fn verify_opened(file: &std::fs::File, resolved: &Resolved) -> Result<(), To
 }
 
 /// Opens an existing regular file for reading, refusing folders, pipes and devices (a FIFO
-/// would block forever), without following a symlink swapped in at the last component.
+/// would block forever), and refusing to follow a symlink swapped in anywhere on the way
+/// since the path was resolved.
 pub fn open_regular(resolved: &Resolved) -> Result<(std::fs::File, u64), ToolError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let meta = std::fs::metadata(&resolved.real).map_err(|err| {
+    let file = open_exact(&resolved.real, libc::O_RDONLY | libc::O_NONBLOCK, 0).map_err(|err| {
         ToolError::Failed(format!(
-            "cannot read {}: {}",
+            "cannot open {}: {}",
             resolved.display,
-            io_text(&err)
+            changed_text(&err)
         ))
     })?;
+    let meta = file
+        .metadata()
+        .map_err(|err| ToolError::Failed(format!("cannot read {}: {err}", resolved.display)))?;
     if meta.is_dir() {
         return Err(ToolError::Failed(format!(
             "{} is a directory; use list_dir to see what it holds",
@@ -191,26 +194,6 @@ pub fn open_regular(resolved: &Resolved) -> Result<(std::fs::File, u64), ToolErr
     if !meta.is_file() {
         return Err(ToolError::Failed(format!(
             "{} is not a regular file (a pipe, socket or device); refusing to read it",
-            resolved.display
-        )));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&resolved.real)
-        .map_err(|err| {
-            ToolError::Failed(format!(
-                "cannot open {}: {}",
-                resolved.display,
-                io_text(&err)
-            ))
-        })?;
-    let meta = file
-        .metadata()
-        .map_err(|err| ToolError::Failed(format!("cannot read {}: {err}", resolved.display)))?;
-    if !meta.is_file() {
-        return Err(ToolError::Failed(format!(
-            "{} is not a regular file; refusing to read it",
             resolved.display
         )));
     }
@@ -231,84 +214,77 @@ pub fn open_regular(resolved: &Resolved) -> Result<(std::fs::File, u64), ToolErr
 /// not a regular file is refused, and the new text goes to a temp file in the same folder
 /// that is flushed and renamed over the target (keeping its mode). So a full disk or a
 /// crash leaves the original whole, and a hard link is replaced, not written through.
+///
+/// Every change is made relative to the opened folder, never through its path again: a
+/// folder on the way swapped for a symlink after the checks (by a command running at the
+/// same time, say) cannot send the file or a new folder elsewhere. The folder was opened
+/// without following any symlink, so it is the one that was decided on.
 pub fn write_regular(resolved: &Resolved, content: &[u8]) -> Result<(), ToolError> {
     use std::io::Write;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    use std::os::unix::fs::PermissionsExt;
     let failed = |what: &str, err: &std::io::Error| {
         ToolError::Failed(format!(
             "cannot {what} {}: {}",
             resolved.display,
-            io_text(err)
+            changed_text(err)
         ))
     };
-    let Some(parent) = resolved.real.parent() else {
+    let (Some(parent), Some(name)) = (resolved.real.parent(), resolved.real.file_name()) else {
         return Err(ToolError::Failed(format!(
             "{} has no parent folder",
             resolved.display
         )));
     };
-    // The folder must still be where it was decided to be before anything is created in
-    // it: a folder on the way swapped for a symlink after approval would lead elsewhere.
-    check_unmoved(parent, resolved)?;
-    std::fs::create_dir_all(parent).map_err(|err| failed("create the folder for", &err))?;
-    check_unmoved(parent, resolved)?;
-    let existing = match std::fs::symlink_metadata(&resolved.real) {
-        Ok(meta) if meta.is_file() => Some(meta),
-        Ok(meta) if meta.file_type().is_symlink() => {
+    let dir = open_folder(parent, true).map_err(|err| failed("create the folder for", &err))?;
+    race_point();
+    check_unmoved(&dir, parent, resolved)?;
+    let existing = match stat_at(&dir, name) {
+        Ok(Some(meta)) if meta.st_mode & libc::S_IFMT == libc::S_IFREG => Some(meta),
+        Ok(Some(meta)) if meta.st_mode & libc::S_IFMT == libc::S_IFLNK => {
             return Err(ToolError::Failed(format!(
                 "{} became a symbolic link after it was checked; not touching it",
                 resolved.display
             )));
         }
-        Ok(_) => {
+        Ok(Some(_)) => {
             return Err(ToolError::Failed(format!(
                 "{} is not a regular file; refusing to write it",
                 resolved.display
             )));
         }
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+        Ok(None) => None,
         Err(err) => return Err(failed("write", &err)),
     };
-    let name = resolved
-        .real
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = parent.join(format!(
+    let temp = std::ffi::OsString::from(format!(
         ".{}.bh-{}.tmp",
-        name.chars().take(100).collect::<String>(),
+        name.to_string_lossy().chars().take(100).collect::<String>(),
         uuid::Uuid::new_v4().simple()
     ));
     // Removes the temp file on every way out but the rename.
-    struct Temp<'a>(&'a Path, bool);
+    struct Temp<'a>(&'a std::fs::File, &'a std::ffi::OsStr, bool);
     impl Drop for Temp<'_> {
         fn drop(&mut self) {
-            if !self.1 {
-                let _ = std::fs::remove_file(self.0);
+            if !self.2 {
+                let _ = unlink_at(self.0, self.1);
             }
         }
     }
     let mode = existing
         .as_ref()
-        .map(|meta| meta.permissions().mode() & 0o7777)
+        .map(|meta| meta.st_mode & 0o7777)
         .unwrap_or(0o666);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&temp)
-        .map_err(|err| failed("write", &err))?;
-    let mut guard = Temp(&temp, false);
-    let probe = Resolved {
-        real: temp.clone(),
-        ..resolved.clone()
-    };
-    verify_opened(&file, &probe)?;
+    let mut file = open_at(
+        &dir,
+        &temp,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        mode,
+    )
+    .map_err(|err| failed("write", &err))?;
+    let mut guard = Temp(&dir, &temp, false);
     if let Some(meta) = &existing {
         // The umask applied at creation; the original's mode (and owner, where allowed) stay.
         let _ = file.set_permissions(std::fs::Permissions::from_mode(mode));
-        let _ = std::os::unix::fs::fchown(&file, Some(meta.uid()), Some(meta.gid()));
+        let _ = std::os::unix::fs::fchown(&file, Some(meta.st_uid), Some(meta.st_gid));
     }
     let unchanged = if existing.is_some() {
         "; the original is unchanged"
@@ -326,52 +302,219 @@ pub fn write_regular(resolved: &Resolved, content: &[u8]) -> Result<(), ToolErro
             ))
         })?;
     drop(file);
-    check_unmoved(parent, resolved)?;
-    std::fs::rename(&temp, &resolved.real).map_err(|err| {
+    check_unmoved(&dir, parent, resolved)?;
+    rename_at(&dir, &temp, name).map_err(|err| {
         ToolError::Failed(format!(
             "cannot write {}: {}{unchanged}",
             resolved.display,
             io_text(&err)
         ))
     })?;
-    guard.1 = true;
+    guard.2 = true;
     // The rename itself is durable only once the folder is flushed.
-    if let Ok(dir) = std::fs::File::open(parent) {
-        let _ = dir.sync_all();
-    }
+    let _ = dir.sync_all();
     Ok(())
 }
 
-/// Refuses to go on when `folder` no longer resolves to itself (a folder on the way was
-/// swapped for a symlink), or when an inside target's folder has left the workspace. A
-/// folder that does not exist yet has nothing to check. The kernel says where the opened
-/// folder is (one lookup, not one per component: paths may be thousands of names deep).
-fn check_unmoved(folder: &Path, resolved: &Resolved) -> Result<(), ToolError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let now = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(folder)
-    {
-        Ok(dir) => match crate::sandbox::opened_path(&dir) {
-            Some(now) => Ok(now),
-            None => real_path(folder),
-        },
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(err) => Err(io_text(&err)),
-    };
-    match now {
-        Ok(now) if now == folder && (!resolved.inside || now.starts_with(&resolved.root)) => Ok(()),
-        Ok(now) => Err(ToolError::Failed(format!(
-            "the folder of {} changed after it was checked (it now leads to {}); not touching it",
-            resolved.display,
-            now.display()
-        ))),
-        Err(err) => Err(ToolError::Failed(format!(
-            "cannot open the folder of {}: {err}",
-            resolved.display
-        ))),
+/// Opens the file at `path` (absolute, every symlink already resolved) with `flags`,
+/// following no symlink anywhere on the way: the kernel's one-call lookup where there is
+/// one, otherwise a walk from `/` opening each folder with `O_NOFOLLOW`.
+fn open_exact(
+    path: &Path,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> std::io::Result<std::fs::File> {
+    let flags = flags | libc::O_NOFOLLOW;
+    if let Some(result) = one_call(path, flags, mode) {
+        return result;
     }
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return open_at_root(flags);
+    };
+    open_at(&open_folder(parent, false)?, name, flags, mode)
+}
+
+/// The kernel's one-call lookup, unless a test asks for the walk (as on systems without).
+fn one_call(
+    path: &Path,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> Option<std::io::Result<std::fs::File>> {
+    #[cfg(test)]
+    if WALK_ONLY.get() {
+        return None;
+    }
+    crate::sandbox::open_no_symlinks(path, flags, mode)
+}
+
+fn open_at_root(flags: libc::c_int) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags | libc::O_CLOEXEC)
+        .open("/")
+}
+
+/// Opens the folder at `path` (absolute, every symlink already resolved) without following
+/// any symlink on the way; with `create`, the missing folders at its end are made, each
+/// inside the one opened before it (so none can be made through a swapped-in symlink).
+fn open_folder(path: &Path, create: bool) -> std::io::Result<std::fs::File> {
+    let folder = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    match one_call(path, folder, 0) {
+        Some(Err(err)) if create && err.kind() == std::io::ErrorKind::NotFound => {}
+        Some(result) => return result,
+        None => {}
+    }
+    let mut dir = open_at_root(folder)?;
+    for component in path.components() {
+        let name = match component {
+            Component::RootDir => continue,
+            Component::Normal(name) => name,
+            // A resolved path has neither; refuse rather than guess.
+            _ => return Err(std::io::ErrorKind::InvalidInput.into()),
+        };
+        dir = match open_at(&dir, name, folder, 0) {
+            Err(err) if create && err.kind() == std::io::ErrorKind::NotFound => {
+                race_point();
+                match mkdir_at(&dir, name) {
+                    Ok(()) => {}
+                    Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(err) => return Err(err),
+                }
+                open_at(&dir, name, folder, 0)?
+            }
+            other => other?,
+        };
+    }
+    Ok(dir)
+}
+
+fn c_name(name: &std::ffi::OsStr) -> std::io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(name.as_bytes()).map_err(|_| std::io::ErrorKind::InvalidInput.into())
+}
+
+fn check(result: libc::c_int) -> std::io::Result<libc::c_int> {
+    if result < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(result)
+    }
+}
+
+/// `openat(dir, name)`, never following a symlink at `name`.
+fn open_at(
+    dir: &std::fs::File,
+    name: &std::ffi::OsStr,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> std::io::Result<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let name = c_name(name)?;
+    // SAFETY: `name` is NUL-terminated and `dir` an open descriptor for the call's length.
+    let fd = check(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            libc::c_uint::from(mode),
+        )
+    })?;
+    // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+fn mkdir_at(dir: &std::fs::File, name: &std::ffi::OsStr) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let name = c_name(name)?;
+    // SAFETY: as in `open_at`.
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o777) }).map(drop)
+}
+
+fn rename_at(
+    dir: &std::fs::File,
+    from: &std::ffi::OsStr,
+    to: &std::ffi::OsStr,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (from, to) = (c_name(from)?, c_name(to)?);
+    // SAFETY: as in `open_at`.
+    check(unsafe { libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr()) })
+        .map(drop)
+}
+
+fn unlink_at(dir: &std::fs::File, name: &std::ffi::OsStr) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let name = c_name(name)?;
+    // SAFETY: as in `open_at`.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) }).map(drop)
+}
+
+/// `fstatat(dir, name)` without following a symlink; `None` when nothing is there.
+fn stat_at(dir: &std::fs::File, name: &std::ffi::OsStr) -> std::io::Result<Option<libc::stat>> {
+    use std::os::fd::AsRawFd;
+    let name = c_name(name)?;
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: as in `open_at`; the kernel fills `stat` when it answers 0.
+    match check(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            stat.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    }) {
+        // SAFETY: filled by the successful call.
+        Ok(_) => Ok(Some(unsafe { stat.assume_init() })),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// An open error in words: a symlink met on the way means the path changed after it was
+/// resolved (it had none then).
+fn changed_text(err: &std::io::Error) -> String {
+    match err.raw_os_error() {
+        Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
+            "it changed after it was checked (a name on the way is now a symbolic link); not touching it".into()
+        }
+        _ => io_text(err),
+    }
+}
+
+// A test swaps folders at this point, between the checks and the changes, to show that a
+// swap there cannot lead a write outside: the window a concurrent command could hit.
+#[cfg(test)]
+thread_local! {
+    static RACE: std::cell::RefCell<Option<Box<dyn FnMut()>>> = const { std::cell::RefCell::new(None) };
+    static WALK_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn race_point() {
+    #[cfg(test)]
+    RACE.with(|hook| {
+        if let Some(hook) = hook.borrow_mut().as_mut() {
+            hook();
+        }
+    });
+}
+
+/// Refuses to go on when the opened `folder` has left where it was decided to be: moved
+/// (an outside target approved by its real path must be exactly there) or, for an inside
+/// target, out of the workspace. The kernel says where the opened folder is now.
+fn check_unmoved(dir: &std::fs::File, folder: &Path, resolved: &Resolved) -> Result<(), ToolError> {
+    let Some(now) = crate::sandbox::opened_path(dir) else {
+        // It was opened without following a symlink, so it was the decided folder then.
+        return Ok(());
+    };
+    if now == folder || (resolved.inside && now.starts_with(&resolved.root)) {
+        return Ok(());
+    }
+    Err(ToolError::Failed(format!(
+        "the folder of {} changed after it was checked (it now is {}); not touching it",
+        resolved.display,
+        now.display()
+    )))
 }
 
 /// An I/O error in words a model can act on.
@@ -475,5 +618,76 @@ mod tests {
         assert!(resolve(&ws, "a\0b").is_err());
         assert!(resolve(&ws, &"a".repeat(300)).is_err());
         assert_eq!(resolve(&ws, "sub/./f").unwrap().display, "sub/f");
+    }
+
+    /// A folder on the way swapped for a symlink to the outside after the checks, in the
+    /// window before the write creates anything: nothing may be created outside (neither the
+    /// missing folders nor the file), and the write either lands where it was decided or
+    /// fails.
+    #[test]
+    fn a_folder_swapped_for_a_symlink_during_a_write_leads_nothing_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(ws.join("sub")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        // With the kernel's one-call lookup, and with the walk used where there is none.
+        for (walk, raw) in [false, true]
+            .into_iter()
+            .flat_map(|walk| ["sub/new/deeper/file.txt", "sub/file.txt"].map(|raw| (walk, raw)))
+        {
+            WALK_ONLY.set(walk);
+            let target = resolve(&ws, raw).unwrap();
+            assert!(target.inside);
+            let (sub, moved, out) = (ws.join("sub"), ws.join("sub-moved"), outside.clone());
+            RACE.with(|hook| {
+                *hook.borrow_mut() = Some(Box::new(move || {
+                    if sub.is_symlink() {
+                        return;
+                    }
+                    std::fs::rename(&sub, &moved).unwrap();
+                    std::os::unix::fs::symlink(&out, &sub).unwrap();
+                }))
+            });
+            let result = write_regular(&target, b"hello");
+            RACE.with(|hook| hook.borrow_mut().take());
+            let leaked: Vec<_> = std::fs::read_dir(&outside)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            assert!(
+                leaked.is_empty(),
+                "{raw} (walk {walk}): created outside: {leaked:?} ({result:?})"
+            );
+            // It lands in the folder that was decided on, wherever that is now.
+            result.unwrap();
+            let landed = ws.join("sub-moved").join(raw.trim_start_matches("sub/"));
+            assert_eq!(std::fs::read(&landed).unwrap(), b"hello", "{raw}");
+            // Back as it was, for the next case.
+            std::fs::remove_file(ws.join("sub")).unwrap();
+            std::fs::remove_dir_all(ws.join("sub-moved")).unwrap();
+            std::fs::create_dir_all(ws.join("sub")).unwrap();
+        }
+    }
+
+    /// A read whose folder was swapped for a symlink after the path was resolved opens
+    /// nothing: the lookup follows no symlink, so the outside file is never opened.
+    #[test]
+    fn a_read_through_a_folder_swapped_for_a_symlink_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(ws.join("sub")).unwrap();
+        std::fs::write(ws.join("sub/f"), "inside").unwrap();
+        std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+        std::fs::write(dir.path().join("outside/f"), "secret").unwrap();
+        let target = resolve(&ws, "sub/f").unwrap();
+        std::fs::rename(ws.join("sub"), ws.join("old")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("outside"), ws.join("sub")).unwrap();
+        for walk in [false, true] {
+            WALK_ONLY.set(walk);
+            let err = open_regular(&target).unwrap_err().to_string();
+            assert!(err.contains("symbolic link"), "walk {walk}: {err}");
+        }
+        WALK_ONLY.set(false);
     }
 }
