@@ -75,6 +75,25 @@ async fn authorize_dir(
     }
 }
 
+/// The walk opens folders by their paths: one swapped for a symlink while it was walked
+/// would have shown outside names, so a listing is returned only if its folder still is
+/// the one decided on.
+pub(super) fn unless_moved(
+    ctx: &ToolContext,
+    raw: &str,
+    decided: &Resolved,
+    listed: Result<String, ToolError>,
+) -> Result<String, ToolError> {
+    let listed = listed?;
+    super::paths::recheck(&ctx.workspace, raw, decided).map_err(|_| {
+        ToolError::Failed(format!(
+            "{} changed while it was read (a folder became a symbolic link); nothing of it is shown",
+            decided.display
+        ))
+    })?;
+    Ok(listed)
+}
+
 fn stopped(stop: &AtomicBool) -> Result<(), ToolError> {
     if stop.load(Ordering::Relaxed) {
         Err(ToolError::Failed("cancelled".into()))
@@ -131,7 +150,8 @@ left out unless include_ignored is true."
         let raw = args.path.as_deref().unwrap_or(".");
         let resolved = resolve(&ctx.workspace, raw)?;
         authorize_dir(ctx, self.name(), raw, &resolved, arguments.clone()).await?;
-        blocking(ctx, move |stop| {
+        let (raw, decided) = (raw.to_string(), resolved.clone());
+        let listed = blocking(ctx, move |stop| {
             let mut lines = Vec::new();
             let mut more = 0usize;
             for entry in walker(&resolved.real, Some(depth), args.include_ignored) {
@@ -169,7 +189,8 @@ left out unless include_ignored is true."
             }
             Ok(lines.join("\n"))
         })
-        .await
+        .await;
+        unless_moved(ctx, &raw, &decided, listed)
     }
 }
 
@@ -235,7 +256,8 @@ left out unless include_ignored is true. Returns matching paths, sorted, folders
         let raw = args.path.as_deref().unwrap_or(".");
         let resolved = resolve(&ctx.workspace, raw)?;
         authorize_dir(ctx, self.name(), raw, &resolved, arguments.clone()).await?;
-        blocking(ctx, move |stop| {
+        let (raw, decided) = (raw.to_string(), resolved.clone());
+        let listed = blocking(ctx, move |stop| {
             let mut found = Vec::new();
             let mut more = 0usize;
             for entry in walker(&resolved.real, None, args.include_ignored) {
@@ -273,6 +295,7 @@ left out unless include_ignored is true. Returns matching paths, sorted, folders
             }
             Ok(found.join("\n"))
         })
-        .await
+        .await;
+        unless_moved(ctx, &raw, &decided, listed)
     }
 }

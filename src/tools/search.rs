@@ -10,7 +10,7 @@ use grep_searcher::{BinaryDetection, SearcherBuilder};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::list::{label, walker};
+use super::list::{label, unless_moved, walker};
 use super::paths::{Resolved, open_regular, recheck, resolve};
 use super::{Access, ApprovalAsk, Tool, ToolContext, ToolError, blocking, parse_args};
 
@@ -97,10 +97,12 @@ binary files. `glob` limits the files searched (e.g. \"*.rs\", or \"src/**/*.ts\
         .await?;
         recheck(&ctx.workspace, raw, &resolved)?;
         let pattern = args.pattern.clone();
-        blocking(ctx, move |stop| {
+        let (raw, decided) = (raw.to_string(), resolved.clone());
+        let found = blocking(ctx, move |stop| {
             search(&resolved, &matcher, filter.as_ref(), limit, stop, &pattern)
         })
-        .await
+        .await;
+        unless_moved(ctx, &raw, &decided, found)
     }
 }
 
