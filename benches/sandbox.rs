@@ -30,7 +30,12 @@ fn median(mut samples: Vec<Duration>) -> Duration {
     samples[samples.len() / 2]
 }
 
-async fn measure(settings: CommandSettings, ctx: &ToolContext, runs: usize) -> Duration {
+async fn measure(
+    settings: CommandSettings,
+    ctx: &ToolContext,
+    runs: usize,
+    pause: Duration,
+) -> Duration {
     let mut registry = ToolRegistry::default();
     registry.register(RunCommand::configured(settings));
     // Warm-up: detection, page cache.
@@ -42,6 +47,8 @@ async fn measure(settings: CommandSettings, ctx: &ToolContext, runs: usize) -> D
     }
     let mut samples = Vec::with_capacity(runs);
     for _ in 0..runs {
+        // The time between two commands, outside the measured part: a model's turn.
+        tokio::time::sleep(pause).await;
         let start = Instant::now();
         let out = registry
             .call(ctx, "run_command", json!({"command": "true"}))
@@ -78,19 +85,30 @@ fn main() {
             policy: CommandPolicy::Off,
             ..Default::default()
         };
-        // Interleaved rounds, so a noisy neighbour hurts both sides alike.
-        let mut plain = Vec::new();
-        let mut boxed = Vec::new();
-        for _ in 0..3 {
-            plain.push(measure(off.clone(), &ctx, runs / 3 + 1).await);
-            boxed.push(measure(CommandSettings::default(), &ctx, runs / 3 + 1).await);
+        // Back to back (a spare sandbox is still being set up when the next command
+        // comes), and with a pause between commands as a model's turn makes (the spare is
+        // ready by then).
+        for (what, pause) in [
+            ("back to back", Duration::ZERO),
+            ("50 ms apart", Duration::from_millis(50)),
+        ] {
+            // Interleaved rounds, so a noisy neighbour hurts both sides alike.
+            let mut plain = Vec::new();
+            let mut boxed = Vec::new();
+            let before = bumblehive::sandbox::spare_stats();
+            for _ in 0..3 {
+                plain.push(measure(off.clone(), &ctx, runs / 3 + 1, pause).await);
+                boxed.push(measure(CommandSettings::default(), &ctx, runs / 3 + 1, pause).await);
+            }
+            let after = bumblehive::sandbox::spare_stats();
+            let (plain, boxed) = (median(plain), median(boxed));
+            println!(
+                "run_command `true`, {what}, median of {runs} runs: unsandboxed {:.2} ms, sandboxed {:.2} ms, added {:.2} ms ({} of the sandboxed runs in a spare sandbox)",
+                plain.as_secs_f64() * 1e3,
+                boxed.as_secs_f64() * 1e3,
+                (boxed.as_secs_f64() - plain.as_secs_f64()) * 1e3,
+                after.used - before.used
+            );
         }
-        let (plain, boxed) = (median(plain), median(boxed));
-        println!(
-            "run_command `true`, median of {runs} runs: unsandboxed {:.2} ms, sandboxed {:.2} ms, added {:.2} ms",
-            plain.as_secs_f64() * 1e3,
-            boxed.as_secs_f64() * 1e3,
-            (boxed.as_secs_f64() - plain.as_secs_f64()) * 1e3
-        );
     });
 }

@@ -111,6 +111,66 @@ async fn security_sandboxed_command_writes_only_in_the_workspace() {
     assert!(gate.prompts().is_empty(), "{:?}", gate.prompts());
 }
 
+/// A spare sandbox (made in the background for the next command) runs a command as a
+/// fresh one would, and is not used once the sandbox the command needs has changed: a
+/// `.git` made after the spare must have its hooks read-only for the next command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_a_spare_sandbox_serves_only_the_sandbox_it_was_made_for() {
+    let (_dir, ws) = workspace();
+    let ctx = context(&ws, RecordingGate::new(|_| yes()));
+    let tools = registry(sandbox());
+    // In a spare, the loader's `cat` took pid 3 of the sandbox's namespace, so a child of
+    // the command gets pid 4; in a fresh sandbox it gets 3. That tells them apart.
+    let child_pid = r#"sh -c 'echo "child pid $$"'; echo "args [$0] [$#]""#;
+    let first = text(&run(&tools, &ctx, json!({"command": child_pid})).await);
+    assert!(
+        first.contains("child pid 3"),
+        "the first command has no spare yet: {first}"
+    );
+    assert!(
+        bumblehive::sandbox::wait_for_spare(&ws, WAIT),
+        "no spare sandbox was made for the next command"
+    );
+    let second = text(&run(&tools, &ctx, json!({"command": child_pid})).await);
+    assert!(
+        second.contains("child pid 4"),
+        "not run in the spare: {second}"
+    );
+    // The same shell, `$0` and arguments as in a fresh sandbox.
+    assert!(second.contains("args [/bin/sh] [0]"), "{second}");
+    assert!(first.contains("args [/bin/sh] [0]"), "{first}");
+
+    // The folders change under a ready spare: it no longer is the sandbox needed.
+    assert!(bumblehive::sandbox::wait_for_spare(&ws, WAIT));
+    std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+    std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+    let hook = "touch .git/hooks/post-commit; echo planted >> .git/config; echo done";
+    let out = text(&run(&tools, &ctx, json!({"command": hook})).await);
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(!ws.join(".git/hooks/post-commit").exists(), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    // The spare made after that has the same read-only parts, and is used.
+    assert!(bumblehive::sandbox::wait_for_spare(&ws, WAIT));
+    let again = format!("{child_pid}; {hook}");
+    let out = text(&run(&tools, &ctx, json!({"command": again})).await);
+    assert!(out.contains("child pid 4"), "not run in the spare: {out}");
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(!ws.join(".git/hooks/post-commit").exists(), "{out}");
+
+    // `.git` made anew under the same name (a fresh clone): the ready spare binds the old
+    // hooks folder, so the new one would be writable in it; it must not be used.
+    assert!(bumblehive::sandbox::wait_for_spare(&ws, WAIT));
+    std::fs::remove_dir_all(ws.join(".git")).unwrap();
+    std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+    std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+    let out = text(&run(&tools, &ctx, json!({"command": hook})).await);
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(!ws.join(".git/hooks/post-commit").exists(), "{out}");
+}
+
 /// The home folder is hidden: a canary file there cannot be read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn security_sandboxed_command_cannot_read_the_home_folder() {

@@ -57,16 +57,17 @@ pub(super) fn detect(configured: Option<&Path>) -> Result<(), String> {
     ))
 }
 
-pub(super) fn sandboxed(
+/// The whole command line of bubblewrap running `script` with `sh -c`: the program first,
+/// the script last (a spare sandbox is this line with a loader in the script's place).
+pub(super) fn sandbox_argv(
     settings: &CommandSettings,
     workspace: &Path,
     cwd: &Path,
-    command: &str,
+    script: &std::ffi::OsStr,
     grant: &Grant,
-) -> Result<tokio::process::Command, String> {
+) -> Result<Vec<std::ffi::OsString>, String> {
     let bwrap = bwrap_binary(settings.bwrap.as_deref())?;
-    let mut cmd = tokio::process::Command::new(bwrap);
-    let mut args: Vec<std::ffi::OsString> = Vec::new();
+    let mut args: Vec<std::ffi::OsString> = vec![bwrap.into_os_string()];
     let mut add = |items: &[&std::ffi::OsStr]| args.extend(items.iter().map(|s| s.to_os_string()));
     let os = |s: &'static str| std::ffi::OsStr::new(s);
     add(&[
@@ -148,9 +149,8 @@ pub(super) fn sandboxed(
         os("/bin/sh"),
         os("-c"),
     ]);
-    args.push(command.into());
-    cmd.args(args);
-    Ok(cmd)
+    args.push(script.to_os_string());
+    Ok(args)
 }
 
 /// Processes running under this user now, so the process limit is "this many more".
@@ -216,10 +216,8 @@ fn pids_cgroup(max: u64) -> Option<Cgroup> {
     None
 }
 
-pub(super) fn limit(
-    cmd: &mut tokio::process::Command,
-    settings: &CommandSettings,
-) -> Option<Cgroup> {
+pub(super) fn limit(cmd: &mut std::process::Command, settings: &CommandSettings) -> Option<Cgroup> {
+    use std::os::unix::process::CommandExt;
     let nproc = user_processes().saturating_add(settings.max_processes) as libc::rlim_t;
     let data = settings.max_memory_mb.saturating_mul(1024 * 1024) as libc::rlim_t;
     // SAFETY: getuid has no preconditions.

@@ -26,6 +26,7 @@ use linux as platform;
 mod other;
 #[cfg(not(target_os = "linux"))]
 use other as platform;
+mod spare;
 
 /// How `run_command` runs commands (`tools.run_command.sandbox` in the config, SPEC §11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ts_rs::TS)]
@@ -225,38 +226,176 @@ pub fn command_env(settings: &CommandSettings) -> Vec<(String, String)> {
 /// command ended.
 pub struct CommandGuard(#[allow(dead_code)] Option<platform::Cgroup>);
 
-/// Builds the process for `sh -c command`: inside the sandbox when `sandboxed` (which the
-/// caller decided from [`status_for`]), otherwise plain; either way with the allow-listed
-/// environment only, and the process and memory limits applied before it starts.
-pub fn shell_command(
+/// A started shell command: its process, in a process group of its own, with stdout and
+/// stderr piped, and what its limits hold until it ended. The process is a std child,
+/// tied to no tokio runtime, because a spare sandbox is started by one call and used by
+/// another. Dropped before it was reaped, it kills its group and is reaped on a thread.
+pub struct Shell {
+    child: Option<std::process::Child>,
+    _guard: CommandGuard,
+}
+
+impl Shell {
+    /// The process id, which is also its group's id.
+    pub fn pid(&self) -> Option<libc::pid_t> {
+        self.child.as_ref().map(|c| c.id() as libc::pid_t)
+    }
+
+    /// Takes the output pipes (once).
+    pub fn take_pipes(
+        &mut self,
+    ) -> (
+        Option<std::process::ChildStdout>,
+        Option<std::process::ChildStderr>,
+    ) {
+        match self.child.as_mut() {
+            Some(child) => (child.stdout.take(), child.stderr.take()),
+            None => (None, None),
+        }
+    }
+
+    /// Kills the whole group. Never after the leader was reaped: its pid could then
+    /// belong to another process (runtime-review C18); the child is here until then.
+    pub fn kill_group(&self) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: killpg only sends a signal; the leader is not reaped yet (we hold
+            // it), so the id is still this group's.
+            unsafe {
+                libc::killpg(pid, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// Hands the leader over to be reaped; nothing kills by its id afterwards.
+    pub fn into_child(mut self) -> Option<std::process::Child> {
+        self.child.take()
+    }
+}
+
+impl Drop for Shell {
+    fn drop(&mut self) {
+        self.kill_group();
+        if let Some(mut child) = self.child.take() {
+            // Killed just now: the wait is short, but it is a wait, so not here.
+            std::thread::spawn(move || {
+                let _ = child.wait();
+            });
+        }
+    }
+}
+
+/// The environment of a command: the allow-list, the settings nothing may prompt for,
+/// the private /tmp when sandboxed; never a name of `dropped` (the provider's key names,
+/// in case the person listed one).
+fn shell_env(
+    settings: &CommandSettings,
+    sandboxed: bool,
+    dropped: &[String],
+) -> Vec<(String, String)> {
+    let mut env = command_env(settings);
+    // Nothing may wait for a person at a terminal that is not there.
+    env.extend(
+        [
+            ("GIT_TERMINAL_PROMPT", "0"),
+            ("PAGER", "cat"),
+            ("GIT_PAGER", "cat"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    if sandboxed {
+        // The private /tmp, not the runtime's TMPDIR (which the sandbox does not show).
+        env.push(("TMPDIR".into(), "/tmp".into()));
+    }
+    env.retain(|(name, _)| !dropped.contains(name));
+    env
+}
+
+/// Spawns `argv` with `env` only, stdin empty, stdout and stderr piped, in its own
+/// process group (so the command and everything it starts are killed together); with the
+/// limits when sandboxed; with `script` as its fd 3 for a spare.
+fn spawn(
+    argv: &[std::ffi::OsString],
+    env: &[(String, String)],
+    cwd: Option<&Path>,
+    limits: Option<&CommandSettings>,
+    script: Option<std::os::fd::OwnedFd>,
+) -> Result<Shell, String> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0);
+    if let Some(cwd) = cwd {
+        cmd.current_dir(cwd);
+    }
+    let guard = CommandGuard(limits.and_then(|settings| platform::limit(&mut cmd, settings)));
+    if let Some(script) = &script {
+        use std::os::fd::AsRawFd;
+        let fd = script.as_raw_fd();
+        // SAFETY: dup2 and fcntl are async-signal-safe and touch only descriptors.
+        unsafe {
+            cmd.pre_exec(move || {
+                // fd 3 in the sandbox, without close-on-exec (dup2 onto itself would keep
+                // the flag, so that case clears it).
+                let done = if fd == 3 {
+                    libc::fcntl(fd, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(fd, 3)
+                };
+                if done < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let child = cmd.spawn().map_err(|err| err.to_string())?;
+    Ok(Shell {
+        child: Some(child),
+        _guard: guard,
+    })
+}
+
+/// Starts `sh -c command` in `cwd`: inside the sandbox when `sandboxed` (which the caller
+/// decided from [`status_for`]), otherwise plain; either way with the allow-listed
+/// environment only (less `dropped`), and, sandboxed, the process and memory limits
+/// applied before it starts. A sandboxed command with no grant, run in the workspace
+/// itself, takes a spare sandbox if one was made for exactly the sandbox it needs, and
+/// leaves one for the next command.
+pub fn start_shell(
     settings: &CommandSettings,
     workspace: &Path,
     cwd: &Path,
     command: &str,
     sandboxed: bool,
     grant: &Grant,
-) -> Result<(tokio::process::Command, CommandGuard), String> {
-    let mut cmd = if sandboxed {
-        platform::sandboxed(settings, workspace, cwd, command, grant)?
-    } else {
-        let mut cmd = tokio::process::Command::new("/bin/sh");
-        cmd.arg("-c").arg(command).current_dir(cwd);
-        cmd
-    };
-    cmd.env_clear();
-    cmd.envs(command_env(settings));
-    // Nothing may wait for a person at a terminal that is not there.
-    cmd.env("GIT_TERMINAL_PROMPT", "0")
-        .env("PAGER", "cat")
-        .env("GIT_PAGER", "cat");
-    let mut guard = CommandGuard(None);
-    if sandboxed {
-        // The private /tmp, not the runtime's TMPDIR (which the sandbox does not show).
-        cmd.env("TMPDIR", "/tmp");
-        guard.0 = platform::limit(&mut cmd, settings);
+    dropped: &[String],
+) -> Result<Shell, String> {
+    let env = shell_env(settings, sandboxed, dropped);
+    if !sandboxed {
+        let argv = ["/bin/sh", "-c", command].map(std::ffi::OsString::from);
+        return spawn(&argv, &env, Some(cwd), None, None);
     }
-    Ok((cmd, guard))
+    let argv = platform::sandbox_argv(settings, workspace, cwd, command.as_ref(), grant)?;
+    if !(grant.network || !grant.writable.is_empty() || cwd != workspace) {
+        let key = spare::Key::new(workspace, settings, &argv, env);
+        if let Some(shell) = spare::take(&key, command) {
+            spare::refill(key, settings);
+            return Ok(shell);
+        }
+        let shell = spawn(&argv, &key.env, None, Some(settings), None)?;
+        spare::refill(key, settings);
+        return Ok(shell);
+    }
+    spawn(&argv, &env, None, Some(settings), None)
 }
+
+/// How many spare sandboxes were made, used and thrown away, for tests and benchmarks.
+pub use spare::{SpareStats, spare_stats, wait_for_spare};
 
 /// Where an open file really is, from the kernel; `None` where the system cannot say.
 pub fn opened_path(file: &std::fs::File) -> Option<PathBuf> {

@@ -8,20 +8,20 @@ pub(super) fn detect(_configured: Option<&Path>) -> Result<(), String> {
     Err("no command sandbox on this system yet; every command asks for approval".into())
 }
 
-pub(super) fn sandboxed(
+pub(super) fn sandbox_argv(
     _settings: &CommandSettings,
     _workspace: &Path,
     _cwd: &Path,
-    _command: &str,
+    _script: &std::ffi::OsStr,
     _grant: &Grant,
-) -> Result<tokio::process::Command, String> {
+) -> Result<Vec<std::ffi::OsString>, String> {
     Err("no command sandbox on this system".into())
 }
 
 pub struct Cgroup;
 
 pub(super) fn limit(
-    _cmd: &mut tokio::process::Command,
+    _cmd: &mut std::process::Command,
     _settings: &CommandSettings,
 ) -> Option<Cgroup> {
     None

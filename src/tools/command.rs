@@ -1,7 +1,6 @@
 //! The `run_command` tool: a shell command in the workspace, in the OS sandbox (see `crate::sandbox`) unless the policy says `off`, in its own process group, with a timeout and an output cap; on timeout, cancel or drop everything it started is killed.
 
 use std::collections::VecDeque;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -244,34 +243,17 @@ async fn call(
     .await?;
     recheck(&ctx.workspace, raw_cwd, &cwd)?;
     let root = cwd.root.clone();
-    let (command, guard) =
-        crate::sandbox::shell_command(settings, &root, &cwd.real, &args.command, sandboxed, &grant)
-            .map_err(|err| ToolError::Failed(format!("cannot start the command: {err}")))?;
-    let result = run(ctx, command, Duration::from_secs(timeout)).await;
-    drop(guard);
-    result
-}
-
-/// Kills a process group when dropped: the run loop drops the calls a cancel left open,
-/// and nothing the command started may outlive its call. Never after the shell (the
-/// group's leader, whose pid is the group id) was reaped: its pid could then belong to
-/// another process (runtime-review C18).
-struct GroupKill {
-    pgid: libc::pid_t,
-    reaped: std::sync::atomic::AtomicBool,
-}
-
-impl GroupKill {
-    fn kill(&self) {
-        if self.reaped.load(std::sync::atomic::Ordering::SeqCst) {
-            return;
-        }
-        // SAFETY: killpg only sends a signal; the leader is not reaped yet, so the id is
-        // still this group's.
-        unsafe {
-            libc::killpg(self.pgid, libc::SIGKILL);
-        }
-    }
+    let shell = crate::sandbox::start_shell(
+        settings,
+        &root,
+        &cwd.real,
+        &args.command,
+        sandboxed,
+        &grant,
+        &ctx.secret_env,
+    )
+    .map_err(|err| ToolError::Failed(format!("cannot start the command: {err}")))?;
+    run(ctx, shell, Duration::from_secs(timeout)).await
 }
 
 /// Waits until the process `pid` (our child) has exited, without reaping it, so its
@@ -292,12 +274,6 @@ fn wait_exited_unreaped(pid: libc::pid_t) {
         if done == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return;
         }
-    }
-}
-
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -359,36 +335,22 @@ enum End {
     Cancelled,
 }
 
+/// Runs a started shell to its end, its timeout or the run's cancel, and says how it
+/// ended with its output. Whatever way out (a drop included: the run loop drops the calls
+/// a cancel left open), everything the command started is killed with its group.
 async fn run(
     ctx: &ToolContext,
-    mut command_line: tokio::process::Command,
+    mut shell: crate::sandbox::Shell,
     timeout: Duration,
 ) -> Result<String, ToolError> {
-    // The environment is the allow-list only (crate::sandbox::command_env); the
-    // provider's key names are dropped again in case the person listed one.
-    for name in &ctx.secret_env {
-        command_line.env_remove(name);
-    }
-    let mut child = command_line
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own group, so the command and everything it starts can be killed together.
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|err| ToolError::Failed(format!("cannot start the command: {err}")))?;
-    let Some(pid) = child.id() else {
+    let Some(pid) = shell.pid() else {
         return Err(ToolError::Failed("the command exited at once".into()));
     };
-    let group = GroupKill {
-        pgid: pid as libc::pid_t,
-        reaped: std::sync::atomic::AtomicBool::new(false),
-    };
-    let exited = tokio::task::spawn_blocking(move || wait_exited_unreaped(pid as libc::pid_t));
+    let exited = tokio::task::spawn_blocking(move || wait_exited_unreaped(pid));
     let output = Arc::new(Mutex::new(Output::default()));
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
+    let (stdout, stderr) = shell.take_pipes();
+    let stdout = stdout.and_then(|p| tokio::process::ChildStdout::from_std(p).ok());
+    let stderr = stderr.and_then(|p| tokio::process::ChildStderr::from_std(p).ok());
     let pumps = {
         let output = output.clone();
         async move {
@@ -417,7 +379,7 @@ async fn run(
         }
         // The command is done (not yet reaped): what it left running in its group goes
         // too, which also closes the pipes.
-        group.kill();
+        shell.kill_group();
         if !drained {
             let _ = tokio::time::timeout(DRAIN, &mut pumps).await;
         }
@@ -427,14 +389,18 @@ async fn run(
         _ = tokio::time::sleep(timeout) => Some(End::TimedOut),
         _ = ctx.cancel.cancelled() => Some(End::Cancelled),
     };
-    group.kill();
-    // Reap the shell at once (it is dead or dying from SIGKILL) so no zombie is left.
-    let status = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-    if status.is_ok() {
-        group
-            .reaped
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-    }
+    shell.kill_group();
+    // Reap the shell at once (it is dead or dying from SIGKILL) so no zombie is left; a
+    // wait that takes too long goes on in its thread.
+    let reap = shell
+        .into_child()
+        .map(|mut child| tokio::task::spawn_blocking(move || child.wait()));
+    let status = match reap {
+        Some(reap) => tokio::time::timeout(Duration::from_secs(5), reap)
+            .await
+            .map(|joined| joined.unwrap_or_else(|err| Err(std::io::Error::other(err)))),
+        None => Ok(Err(std::io::Error::other("no process"))),
+    };
     let end = end.unwrap_or(match status {
         Ok(status) => End::Exited(status),
         Err(_) => End::Exited(Err(std::io::Error::other("the command did not exit"))),
