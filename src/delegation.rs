@@ -213,6 +213,20 @@ pub(crate) async fn follow_up(
             "sub-agent {child_id} is waiting for a slot; send it the message once it runs"
         )));
     }
+    // The person's Stop holds the child: its parent's message waits with it, for the
+    // person, and nothing runs (a pause by a failure holds nothing: it runs again).
+    if !by_person && child.is_paused() && !meta.failed {
+        let message_id = format!("msg-{}", uuid::Uuid::now_v7().simple());
+        let status = child
+            .deliver(QueuedMessage {
+                message_id: message_id.clone(),
+                content,
+                config,
+                images: Vec::new(),
+            })
+            .unwrap_or(MessageStatus::Queued);
+        return Ok((message_id, status));
+    }
     child.owe_report();
     let message_id = format!("msg-{}", uuid::Uuid::now_v7().simple());
     let start = ChildStart {

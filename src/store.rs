@@ -43,6 +43,10 @@ pub struct SessionMeta {
     /// A child whose work was cut off by a crash; the person resumes or cancels it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub interrupted: bool,
+    /// Paused because its last run failed, not because the person stopped it: a parent's
+    /// follow-up (`message_subagent`) may start it again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
     /// A child's first message, kept so an interrupted child can start again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_content: Option<String>,
@@ -292,6 +296,7 @@ impl SessionStore {
             state: new.state,
             usage: Usage::default(),
             interrupted: false,
+            failed: false,
             task_content: new.task_content,
             reported: false,
             reports: 0,

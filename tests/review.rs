@@ -727,6 +727,177 @@ async fn a_failed_child_runs_again_when_the_person_writes_to_it() {
     service.shutdown().await;
 }
 
+/// A child paused by a failure (not by the person) runs again when its parent sends it a
+/// follow-up with `message_subagent`, and reports again; the parent is told it started.
+/// (What the person paused with Stop stays paused: `message_subagent` is a delivery.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_paused_by_a_failure_runs_again_on_its_parents_follow_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = Scripted::new(|request| {
+        let first = first_user(request);
+        let last = request.messages.last().unwrap();
+        if first.contains("Task:\nFLAKY") {
+            return match (last.role, last.text()) {
+                (Role::User, "Try the task again.") => ModelResponse::text("flaky done"),
+                (Role::User, _) => ModelResponse::tool_calls(vec![call("p", "panics", json!({}))]),
+                _ => ModelResponse::text("unexpected"),
+            };
+        }
+        match (last.role, is_report(last)) {
+            (Role::User, false) => ModelResponse::tool_calls(vec![call(
+                "d",
+                "sub_agent",
+                json!({"title": "F", "task": "FLAKY"}),
+            )]),
+            (Role::User, true) if last.text().contains("Error:") => {
+                ModelResponse::tool_calls(vec![call(
+                    "m",
+                    "message_subagent",
+                    json!({"task_id": "d", "message": "Try the task again."}),
+                )])
+            }
+            _ => ModelResponse::text("parent done"),
+        }
+    });
+    let mut tools = ToolRegistry::standard();
+    tools.register(Arc::new(Panics));
+    let service = service(dir.path(), provider, Config::default(), Some(tools));
+    let workspace = dir.path().to_str().unwrap().to_string();
+    let parent = service.create_session(&workspace, None).unwrap();
+    let pctl = service.controller(&parent.session_id).unwrap();
+    pctl.submit("delegate".into(), None).unwrap();
+    wait_idle(&service).await;
+    let history = service.store().load(&parent.session_id).unwrap().messages;
+    let sent = history
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("m"))
+        .expect("the parent's follow-up");
+    assert!(
+        sent.text().contains("\"status\":\"started\""),
+        "{}",
+        sent.text()
+    );
+    let got = reports(&history);
+    assert_eq!(got.len(), 2, "{history:#?}");
+    assert!(got[0].text().contains("Error:"), "{}", got[0].text());
+    assert!(got[1].text().contains("flaky done"), "{}", got[1].text());
+    let child = service
+        .list_sessions(None)
+        .unwrap()
+        .into_iter()
+        .find(|s| s.parent_session_id.as_deref() == Some(parent.session_id.as_str()))
+        .expect("the child");
+    assert_eq!(child.state, bumblehive::protocol::SessionState::Idle);
+    assert!(
+        service
+            .controller(&child.session_id)
+            .unwrap()
+            .pending()
+            .is_empty()
+    );
+    service.shutdown().await;
+}
+
+/// A tool that waits until its run is stopped.
+struct Hangs;
+
+#[async_trait]
+impl Tool for Hangs {
+    fn name(&self) -> &str {
+        "hangs"
+    }
+    fn description(&self) -> &str {
+        "waits until stopped"
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(&self, ctx: &ToolContext, _arguments: Value) -> Result<String, ToolError> {
+        ctx.cancel.cancelled().await;
+        Err(ToolError::Failed("stopped".into()))
+    }
+}
+
+/// What the person stopped stays stopped: the parent's `message_subagent` to a child the
+/// person paused is queued for the person (and the parent is told so), nothing runs, and
+/// the runtime settles; the person's own message then starts it with both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_to_a_child_the_person_stopped_waits_for_the_person() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = Scripted::new(|request| {
+        let first = first_user(request);
+        let last = request.messages.last().unwrap();
+        if first.contains("Task:\nSLOW") {
+            return match (last.role, last.text()) {
+                (Role::User, text) if text.contains("Go on now.") => {
+                    ModelResponse::text("slow done")
+                }
+                (Role::User, _) => ModelResponse::tool_calls(vec![call("h", "hangs", json!({}))]),
+                _ => ModelResponse::text("unexpected"),
+            };
+        }
+        match (last.role, is_report(last)) {
+            (Role::User, false) => ModelResponse::tool_calls(vec![call(
+                "d",
+                "sub_agent",
+                json!({"title": "S", "task": "SLOW"}),
+            )]),
+            (Role::User, true) if !last.text().contains("slow done") => {
+                ModelResponse::tool_calls(vec![call(
+                    "m",
+                    "message_subagent",
+                    json!({"task_id": "d", "message": "Try once more."}),
+                )])
+            }
+            _ => ModelResponse::text("parent done"),
+        }
+    });
+    let mut tools = ToolRegistry::standard();
+    tools.register(Arc::new(Hangs));
+    let service = service(dir.path(), provider, Config::default(), Some(tools));
+    let workspace = dir.path().to_str().unwrap().to_string();
+    let parent = service.create_session(&workspace, None).unwrap();
+    let pctl = service.controller(&parent.session_id).unwrap();
+    let (mut events, _) = pctl.subscribe();
+    pctl.submit("delegate".into(), None).unwrap();
+    // The child is in its hanging tool: the person stops it.
+    let child_id = loop {
+        let event = receive(&mut events, "event", None, None).await;
+        if event["kind"] == "tool.call.started" && event["data"]["name"] == "hangs" {
+            break event["session_id"].as_str().unwrap().to_string();
+        }
+    };
+    service.cancel_session(&child_id).await.unwrap();
+    wait_idle(&service).await;
+    let history = service.store().load(&parent.session_id).unwrap().messages;
+    let sent = history
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("m"))
+        .expect("the parent's follow-up");
+    assert!(
+        sent.text().contains("\"status\":\"queued\""),
+        "{}",
+        sent.text()
+    );
+    let child = service.controller(&child_id).unwrap();
+    assert!(child.is_paused());
+    let pending = child.pending();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    // The person goes on: the child runs with the parent's message and the person's.
+    service
+        .submit_message(&child_id, "Go on now.".into(), None)
+        .await
+        .unwrap();
+    wait_idle(&service).await;
+    let history = service.store().load(&parent.session_id).unwrap().messages;
+    let got = reports(&history);
+    assert!(
+        got.last().unwrap().text().contains("slow done"),
+        "{history:#?}"
+    );
+    service.shutdown().await;
+}
+
 /// C19: `steer` during shutdown starts no run; the message stays pending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c19_steer_during_shutdown_starts_no_run() {

@@ -638,7 +638,10 @@ impl SessionController {
         let (tx, rx) = oneshot::channel();
         let mut state = self.lock();
         let id = message.message_id.clone();
-        let origin = if by_person {
+        // A parent's follow-up is a delivery, and waits while the person's Stop holds the
+        // child; a pause the person did not choose (a failed run) is no reason to wait.
+        let failed = matches!(state.phase, Phase::Paused) && state.meta.failed;
+        let origin = if by_person || failed {
             Origin::Person
         } else {
             Origin::Delivery
@@ -814,9 +817,11 @@ impl SessionController {
             let usage = state.usage;
             let models = state.models.clone();
             let paused = stopped;
+            let failed = matches!(outcome, RunOutcome::Failed(_));
             self.update_meta(state, |meta| {
                 meta.usage = usage;
                 meta.models = models;
+                meta.failed = failed;
                 meta.state = if paused {
                     SessionState::Paused
                 } else {

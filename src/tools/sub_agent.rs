@@ -126,7 +126,7 @@ impl Tool for MessageSubagent {
     }
 
     fn description(&self) -> &'static str {
-        "Send a follow-up message to one of your sub-agents, by its task id. A sub-agent that is still working reads it at its next step; one that has finished works on it and sends a new report, which arrives later as a user message starting with \"[Background tool result]\"."
+        "Send a follow-up message to one of your sub-agents, by its task id. A sub-agent that is still working reads it at its next step; one that has finished (or failed) works on it and sends a new report, which arrives later as a user message starting with \"[Background tool result]\". One the person stopped keeps the message until the person lets it go on (status \"queued\")."
     }
 
     fn parameters(&self) -> Value {
