@@ -7,6 +7,7 @@ import type { ForkSession } from "./ForkSession";
 import type { GetSession } from "./GetSession";
 import type { ListAgents } from "./ListAgents";
 import type { ListFiles } from "./ListFiles";
+import type { ListFolders } from "./ListFolders";
 import type { ListMcpServers } from "./ListMcpServers";
 import type { ListSessions } from "./ListSessions";
 import type { MessageRef } from "./MessageRef";
@@ -27,4 +28,4 @@ import type { UpdateConfig } from "./UpdateConfig";
 /**
  * Each command's arguments, by name (TypeScript: `CommandArgs["submit"]`).
  */
-export type CommandArgs = { create_session: CreateSession, list_sessions: ListSessions, get_session: GetSession, delete_session: SessionRef, submit: Submit, cancel: SessionRef, resume_subagent: SessionRef, steer: MessageRef, discard: MessageRef, decide_approval: DecideApproval, snapshot: SessionRef, get_config: Empty, update_config: UpdateConfig, probe_providers: Empty, app_info: Empty, set_api_key: SetApiKey, rename_session: RenameSession, archive_session: ArchiveSession, search_sessions: SearchSessions, list_files: ListFiles, set_model: SetModel, list_agents: ListAgents, compact: SessionRef, set_agent: SetAgent, test_provider: TestProvider, turn_changes: SessionRef, undo_turn: UndoTurn, fork_session: ForkSession, apply_worktree: SessionRef, discard_worktree: SessionRef, list_mcp_servers: ListMcpServers, set_mcp_server_enabled: SetMcpServerEnabled, restart_mcp_server: RestartMcpServer, trust_mcp_workspace: TrustMcpWorkspace, };
+export type CommandArgs = { create_session: CreateSession, list_sessions: ListSessions, get_session: GetSession, delete_session: SessionRef, submit: Submit, cancel: SessionRef, resume_subagent: SessionRef, steer: MessageRef, discard: MessageRef, decide_approval: DecideApproval, snapshot: SessionRef, get_config: Empty, update_config: UpdateConfig, probe_providers: Empty, app_info: Empty, set_api_key: SetApiKey, rename_session: RenameSession, archive_session: ArchiveSession, search_sessions: SearchSessions, list_files: ListFiles, list_workspaces: Empty, list_folders: ListFolders, set_model: SetModel, list_agents: ListAgents, compact: SessionRef, set_agent: SetAgent, test_provider: TestProvider, turn_changes: SessionRef, undo_turn: UndoTurn, fork_session: ForkSession, apply_worktree: SessionRef, discard_worktree: SessionRef, list_mcp_servers: ListMcpServers, set_mcp_server_enabled: SetMcpServerEnabled, restart_mcp_server: RestartMcpServer, trust_mcp_workspace: TrustMcpWorkspace, };

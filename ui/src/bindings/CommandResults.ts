@@ -3,6 +3,7 @@ import type { AppInfo } from "./AppInfo";
 import type { Applied } from "./Applied";
 import type { Empty } from "./Empty";
 import type { FileList } from "./FileList";
+import type { FolderList } from "./FolderList";
 import type { Forked } from "./Forked";
 import type { FoundServer } from "./FoundServer";
 import type { McpServerInfo } from "./McpServerInfo";
@@ -15,9 +16,10 @@ import type { Steered } from "./Steered";
 import type { Submitted } from "./Submitted";
 import type { TurnChanges } from "./TurnChanges";
 import type { UndoResult } from "./UndoResult";
+import type { WorkspaceInfo } from "./WorkspaceInfo";
 import type { JsonValue } from "./serde_json/JsonValue";
 
 /**
  * Each command's result, by name (TypeScript: `CommandResults["submit"]`).
  */
-export type CommandResults = { create_session: SessionInfo, list_sessions: Array<SessionInfo>, get_session: SessionWithMessages, delete_session: Empty, submit: Submitted, cancel: Empty, resume_subagent: Empty, steer: Steered, discard: Empty, decide_approval: Empty, snapshot: Snapshot, get_config: JsonValue, update_config: JsonValue, probe_providers: Array<FoundServer>, app_info: AppInfo, set_api_key: JsonValue, rename_session: SessionInfo, archive_session: SessionInfo, search_sessions: Array<SessionInfo>, list_files: FileList, set_model: SessionInfo, list_agents: Profiles, compact: Empty, set_agent: SessionInfo, test_provider: ProviderTest, turn_changes: TurnChanges, undo_turn: UndoResult, fork_session: Forked, apply_worktree: Applied, discard_worktree: Empty, list_mcp_servers: Array<McpServerInfo>, set_mcp_server_enabled: Array<McpServerInfo>, restart_mcp_server: Empty, trust_mcp_workspace: Array<McpServerInfo>, };
+export type CommandResults = { create_session: SessionInfo, list_sessions: Array<SessionInfo>, get_session: SessionWithMessages, delete_session: Empty, submit: Submitted, cancel: Empty, resume_subagent: Empty, steer: Steered, discard: Empty, decide_approval: Empty, snapshot: Snapshot, get_config: JsonValue, update_config: JsonValue, probe_providers: Array<FoundServer>, app_info: AppInfo, set_api_key: JsonValue, rename_session: SessionInfo, archive_session: SessionInfo, search_sessions: Array<SessionInfo>, list_files: FileList, list_workspaces: Array<WorkspaceInfo>, list_folders: FolderList, set_model: SessionInfo, list_agents: Profiles, compact: Empty, set_agent: SessionInfo, test_provider: ProviderTest, turn_changes: TurnChanges, undo_turn: UndoResult, fork_session: Forked, apply_worktree: Applied, discard_worktree: Empty, list_mcp_servers: Array<McpServerInfo>, set_mcp_server_enabled: Array<McpServerInfo>, restart_mcp_server: Empty, trust_mcp_workspace: Array<McpServerInfo>, };

@@ -2,6 +2,7 @@ import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import type { ListSessions } from '../bindings/ListSessions';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionRef } from '../bindings/SessionRef';
+import type { WorkspaceInfo } from '../bindings/WorkspaceInfo';
 import { useAttention } from '../attention';
 import { toCommandError, type HostInfo, type Platform } from '../platform';
 import { parseUiState, withSession, withWorkspace, withoutLast, withoutWorkspace, type UiState } from '../uistate';
@@ -24,6 +25,8 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   const [workspace, setWorkspace] = useState<string | null>(null);
   const [recents, setRecents] = useState<string[]>(() => readRecents());
   const [pickError, setPickError] = useState<string | null>(null);
+  /** The backend's workspaces, for the picker (a new browser lists them too). */
+  const [knownWorkspaces, setKnownWorkspaces] = useState<WorkspaceInfo[]>([]);
   const [sessions, setSessions] = useState<SessionInfo[]>([]);
   const [listError, setListError] = useState<{ code: string; message: string } | null>(null);
   const [selected, setSelected] = useState<string | null>(null);
@@ -187,6 +190,23 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     };
   }, [platform]);
 
+  // Whenever the picker shows, ask the backend which workspaces have sessions (a backend
+  // without the command lists only the remembered ones).
+  const showingPicker = !booting && !workspace;
+  useEffect(() => {
+    if (!showingPicker) return;
+    let live = true;
+    platform
+      .invoke('list_workspaces', {})
+      .then((list) => {
+        if (live && Array.isArray(list)) setKnownWorkspaces(list);
+      })
+      .catch(() => undefined);
+    return () => {
+      live = false;
+    };
+  }, [showingPicker, platform]);
+
   const pick = async () => {
     try {
       // Start in the last workspace (or home): GTK's "Recent" view ignores a typed path.
@@ -251,6 +271,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     body = (
       <WorkspacePicker
         recents={recents}
+        known={knownWorkspaces}
         error={pickError}
         onOpen={(p) => void openWorkspace(p)}
         onPick={() => void pick()}
