@@ -33,8 +33,12 @@ export interface Platform {
    * for the list again when events hint at a change.
    */
   subscribeSessions?(workspace: string, onEvent: (event: SessionListEvent) => void): () => void;
-  /** Asks the person for a folder, starting in `defaultPath`; null when they cancel. */
-  pickFolder(defaultPath?: string | null): Promise<string | null>;
+  /**
+   * Asks the person for a folder with the OS's own dialog, starting in `defaultPath`; null
+   * when they cancel. Optional: without it (the web UI) the app shows its own folder
+   * dialog, which browses the backend's folders (`list_folders`).
+   */
+  pickFolder?(defaultPath?: string | null): Promise<string | null>;
   /** A workspace handed to the app at start (command line, environment, `?workspace=`). */
   initialWorkspace(): Promise<string | null>;
   /** Opens a link outside the app window (never navigates the app itself). */
@@ -348,7 +352,6 @@ export interface WebOptions {
   token?: string | null;
   fetch?: typeof fetch;
   EventSource?: typeof EventSource;
-  prompt?: (message: string) => string | null;
   location?: { search: string };
 }
 
@@ -457,11 +460,8 @@ export function createWebPlatform(options: WebOptions = {}): Platform {
       };
       return () => source.close();
     },
-    async pickFolder() {
-      const ask = options.prompt ?? ((m: string) => globalThis.prompt?.(m) ?? null);
-      const path = ask('Workspace folder (absolute path on the machine running bumblehive serve):');
-      return path && path.trim() ? path.trim() : null;
-    },
+    // No `pickFolder`: a page cannot browse the server's disk, so the app's own folder
+    // dialog does (list_folders).
     async initialWorkspace() {
       return new URLSearchParams(location.search).get('workspace');
     },

@@ -9,6 +9,7 @@ import { parseUiState, withSession, withWorkspace, withoutLast, withoutWorkspace
 import { SANDBOX_KEY, SETUP_KEY, flag, forgetWorkspace, lastSession, readRecents, rememberSession, rememberWorkspace, setFlag } from '../util';
 import { ContextMenu } from './ContextMenu';
 import { PlatformContext } from './context';
+import { FolderDialog } from './FolderDialog';
 import { Inbox } from './Inbox';
 import { QuitConfirm } from './QuitConfirm';
 import { SessionPane, type PaneStats } from './SessionPane';
@@ -27,6 +28,8 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   const [pickError, setPickError] = useState<string | null>(null);
   /** The backend's workspaces, for the picker (a new browser lists them too). */
   const [knownWorkspaces, setKnownWorkspaces] = useState<WorkspaceInfo[]>([]);
+  /** The app's own folder dialog, open (for a platform without a native one). */
+  const [folderDialog, setFolderDialog] = useState<{ start: string | null } | null>(null);
   const [sessions, setSessions] = useState<SessionInfo[]>([]);
   const [listError, setListError] = useState<{ code: string; message: string } | null>(null);
   const [selected, setSelected] = useState<string | null>(null);
@@ -211,6 +214,10 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     try {
       // Start in the last workspace (or home): GTK's "Recent" view ignores a typed path.
       const start = workspaceRef.current ?? uiState.current.lastWorkspace ?? host.current?.home_dir ?? null;
+      if (!platform.pickFolder) {
+        setFolderDialog({ start });
+        return;
+      }
       const path = await platform.pickFolder(start);
       if (path) await openWorkspace(path);
     } catch (err) {
@@ -436,6 +443,27 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
               goTo(id);
             }}
             onClose={() => setInbox(false)}
+          />
+        )}
+        {folderDialog && (
+          <FolderDialog
+            platform={platform}
+            start={folderDialog.start}
+            onCancel={() => setFolderDialog(null)}
+            onChoose={async (path) => {
+              // Checked here, so a refused folder keeps the dialog open with the reason.
+              let real = path;
+              if (platform.checkFolder) {
+                try {
+                  real = await platform.checkFolder(path);
+                } catch (err) {
+                  return `Cannot open ${path}: ${toCommandError(err).message}`;
+                }
+              }
+              setFolderDialog(null);
+              await openWorkspace(real, false);
+              return null;
+            }}
           />
         )}
         <QuitConfirm platform={platform} running={attention.summary.running} />

@@ -2,7 +2,9 @@
 // recents (D27), and the web UI's in-app folder dialog.
 import { afterEach, describe, expect, it } from 'vitest';
 import { mergeWorkspaces } from '../components/WorkspacePicker';
-import { $, $$, FakePlatform, inAct, workspacePlatform } from './fake';
+import { act } from 'preact/test-utils';
+import { CommandError } from '../platform';
+import { $, $$, FakePlatform, inAct, key, settle, typeInto, workspacePlatform } from './fake';
 import { mountApp } from './mount';
 
 let unmount: (() => void) | null = null;
@@ -65,5 +67,103 @@ describe("the server's workspaces in the picker (D27)", () => {
       ['/x/', true, 2],
       ['/y', false, 1],
     ]);
+  });
+});
+
+/** A platform like the web one: no native dialog; `list_folders` answers from a small tree. */
+function webLike() {
+  const fake = workspacePlatform([]);
+  fake.workspace = null;
+  (fake as { pickFolder?: unknown }).pickFolder = undefined;
+  const tree: Record<string, string[]> = {
+    '/': ['home'],
+    '/home': ['me'],
+    '/home/me': ['notes', 'proj', 'projects2'],
+    '/home/me/proj': ['src'],
+    '/home/me/notes': [],
+  };
+  fake.handlers.list_folders = ({ path }) => {
+    const at = path ?? '/home/me';
+    if (!tree[at]) throw new CommandError('not_found', `folder ${at} does not exist`);
+    const parent = at === '/' ? null : at.slice(0, at.lastIndexOf('/')) || '/';
+    return { path: at, parent, home: '/home/me', folders: tree[at], truncated: false };
+  };
+  return fake;
+}
+
+const entries = (root: HTMLElement) => $$(root, 'folder-entry').map((e) => e.dataset.name);
+const field = (root: HTMLElement) => $(root, 'folder-path') as HTMLInputElement;
+/** Past the dialog's wait before it lists a typed folder. */
+const typed = async (root: HTMLElement, value: string) => {
+  await inAct(() => typeInto(field(root), value));
+  await act(async () => {
+    await new Promise((r) => setTimeout(r, 200));
+  });
+  await settle();
+};
+
+describe('the in-app folder dialog (web UI, D27)', () => {
+  it('Open folder… shows the dialog in the home folder, never a prompt; Up, Home and a click go around; Enter opens the checked folder', async () => {
+    const fake = webLike();
+    fake.folders = { '/home/me/proj': '/home/me/proj' };
+    const root = await open(fake);
+    await inAct(() => $(root, 'workspace-open')!.click());
+    expect($(root, 'folder-dialog')).not.toBeNull();
+    expect(fake.callsOf('list_folders')[0]).toEqual({ path: '/home/me' });
+    expect(field(root).value).toBe('/home/me/');
+    expect(document.activeElement).toBe(field(root));
+    expect(entries(root)).toEqual(['notes', 'proj', 'projects2']);
+    await inAct(() => $(root, 'folder-up')!.click());
+    expect(field(root).value).toBe('/home/');
+    expect(entries(root)).toEqual(['me']);
+    await inAct(() => $(root, 'folder-home')!.click());
+    expect(field(root).value).toBe('/home/me/');
+    await inAct(() => root.querySelector<HTMLElement>('[data-testid="folder-entry"][data-name="proj"]')!.click());
+    expect(field(root).value).toBe('/home/me/proj/');
+    expect(entries(root)).toEqual(['src']);
+    await inAct(() => key(field(root), 'Enter'));
+    expect($(root, 'folder-dialog')).toBeNull();
+    expect(fake.callsOf('list_sessions')).toEqual([{ workspace: '/home/me/proj' }]);
+  });
+
+  it('typing lists the typed folder and Tab completes; a missing folder and a refused choice say why and keep the dialog; Escape cancels', async () => {
+    const fake = webLike();
+    fake.folders = {};
+    const root = await open(fake);
+    await inAct(() => $(root, 'workspace-open')!.click());
+    await typed(root, '/home/me/pro');
+    expect(entries(root)).toEqual(['proj', 'projects2']);
+    await inAct(() => key(field(root), 'Tab'));
+    expect(field(root).value).toBe('/home/me/proj');
+    await typed(root, '/home/me/n');
+    const tab = key(field(root), 'Tab');
+    await settle();
+    expect(tab.defaultPrevented).toBe(true);
+    expect(field(root).value).toBe('/home/me/notes/');
+    await typed(root, '~/proj/');
+    expect(field(root).value).toBe('/home/me/proj/');
+    expect(entries(root)).toEqual(['src']);
+    await typed(root, '/home/me/gone/');
+    expect($(root, 'folder-list-error')!.textContent).toContain('folder /home/me/gone does not exist');
+    // Enter checks the folder first: refused, the dialog stays open and says why.
+    await inAct(() => key(field(root), 'Enter'));
+    expect($(root, 'folder-choose-error')!.textContent).toContain('/home/me/gone does not exist');
+    expect($(root, 'folder-dialog')).not.toBeNull();
+    expect(fake.callsOf('list_sessions')).toEqual([]);
+    await inAct(() => key(field(root), 'Escape'));
+    expect($(root, 'folder-dialog')).toBeNull();
+    expect(fake.callsOf('list_sessions')).toEqual([]);
+    expect($(root, 'workspace-picker')).not.toBeNull();
+  });
+
+  it('starts in the last workspace when one is open (the sidebar\'s Open folder…)', async () => {
+    const fake = webLike();
+    fake.workspace = '/home/me/proj';
+    const root = await open(fake);
+    await inAct(() => $(root, 'open-folder')!.click());
+    expect(fake.callsOf('list_folders')[0]).toEqual({ path: '/home/me/proj' });
+    expect(entries(root)).toEqual(['src']);
+    await inAct(() => $(root, 'folder-cancel')!.click());
+    expect($(root, 'folder-dialog')).toBeNull();
   });
 });

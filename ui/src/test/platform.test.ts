@@ -76,8 +76,8 @@ describe('web platform', () => {
     expect(readToken({ search: '' }, localStorage)).toBe('abc');
     const web = createWebPlatform({ location: { search: '?workspace=%2Fhome%2Fme%2Fproj' } });
     expect(await web.initialWorkspace()).toBe('/home/me/proj');
-    const asked = createWebPlatform({ prompt: () => '  /tmp/x  ', location: { search: '' } });
-    expect(await asked.pickFolder()).toBe('/tmp/x');
+    // The web adapter has no native folder dialog (never a window.prompt): the app's own one browses.
+    expect(createWebPlatform({ location: { search: '' } }).pickFolder).toBeUndefined();
   });
 
   it('checks a folder with list_files when the server has it, accepts it when it has not; keeps UI state in localStorage', async () => {
@@ -144,7 +144,7 @@ describe('tauri platform', () => {
     const err = await platform.invoke('get_session', { session_id: 'x' }).catch((e) => e);
     expect(err).toBeInstanceOf(CommandError);
     expect(err.code).toBe('not_found');
-    expect(await platform.pickFolder()).toBe('/picked');
+    expect(await platform.pickFolder!()).toBe('/picked');
     expect(tauri.dialog.open).toHaveBeenCalledWith({ directory: true, multiple: false });
     expect(await platform.initialWorkspace()).toBe('/from/cli');
   });
@@ -163,7 +163,7 @@ describe('tauri platform', () => {
     const platform = createTauriPlatform(tauri);
     platform.openExternal('https://example.com/x');
     expect(invoke).toHaveBeenCalledWith('open_url', { url: 'https://example.com/x' });
-    await platform.pickFolder('/last');
+    await platform.pickFolder!('/last');
     expect(tauri.dialog.open).toHaveBeenCalledWith({ directory: true, multiple: false, defaultPath: '/last' });
     expect(await platform.checkFolder!('~/x')).toBe('/real');
     const err = await platform.checkFolder!('/nope').catch((e) => e);
