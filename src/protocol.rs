@@ -940,6 +940,10 @@ pub mod commands {
         pub session: SessionInfo,
         /// The person's message the fork starts from, for the composer to offer again.
         pub draft: String,
+        /// That message's images, back in the composer with its text.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[ts(as = "Option<Vec<ImagePart>>", optional)]
+        pub draft_images: Vec<ImagePart>,
         /// With `rewind`: what the undo restored.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[ts(optional = nullable)]

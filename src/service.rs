@@ -925,6 +925,7 @@ impl RuntimeService {
         args: commands::ForkSession,
     ) -> Result<commands::Forked, RuntimeError> {
         let (loaded, draft) = self.turn_message(&args.session_id, args.message_index)?;
+        let draft_images = loaded.messages[args.message_index].images.clone();
         let undo = if args.rewind {
             Some(
                 self.undo_turn(commands::UndoTurn {
@@ -962,6 +963,7 @@ impl RuntimeService {
         Ok(commands::Forked {
             session: meta.info(SessionState::Idle),
             draft,
+            draft_images,
             undo,
         })
     }

@@ -130,6 +130,25 @@ describe('images survive Retry and Edit (#17)', () => {
     expect(fake.callsOf('submit')).toEqual([{ session_id: 'p', content: 'describe this', config: null, images: [png] }]);
   });
 
+  it('Fork from here puts the message back into the new session\'s composer with its images, removable, as Edit does', async () => {
+    const { fake, root } = await openSession({ p: history });
+    // As the runtime answers: the fork's draft is the message's text and its images.
+    fake.handlers.fork_session = ({ session_id, message_index }) => {
+      const message = history[message_index] as { content: string; images?: unknown[] };
+      return { session: info('f', { forked_from: session_id, forked_at: message_index }), draft: message.content, draft_images: message.images };
+    };
+    await inAct(() => $($$(root, 'chat-message')[0], 'fork-message')!.click());
+    expect(fake.callsOf('fork_session')).toEqual([{ session_id: 'p', message_index: 0, rewind: false }]);
+    await inAct(() => fake.emit('f', snapshot('f')));
+    const input = $(root, 'prompt-input') as HTMLTextAreaElement;
+    expect(input.value).toBe('what is on these?');
+    const thumbs = $$(root, 'attachment-thumb') as HTMLImageElement[];
+    expect(thumbs.map((i) => i.getAttribute('src'))).toEqual([`data:image/png;base64,${png.data}`, `data:image/gif;base64,${gif.data}`]);
+    await inAct(() => $$(root, 'attachment-remove')[0].click());
+    await inAct(() => key(input, 'Enter'));
+    expect(fake.callsOf('submit').at(-1)).toEqual({ session_id: 'f', content: 'what is on these?', config: null, images: [gif] });
+  });
+
   it('Edit puts the images back into the composer, removable, and sends what is left', async () => {
     const { fake, root } = await openSession({ p: history });
     await inAct(() => $($$(root, 'chat-message')[0], 'edit-message')!.click());
