@@ -229,6 +229,11 @@ pub async fn execute(
             })
             .await?,
         ),
+        Command::CheckWorkspace(a) => CommandOutput::CheckWorkspace(CheckedWorkspace {
+            path: crate::workspace::check_folder(&a.path)?
+                .display()
+                .to_string(),
+        }),
         Command::ListFiles(a) => CommandOutput::ListFiles(
             service
                 .list_files(&a.workspace, a.query.as_deref(), a.limit)

@@ -868,6 +868,21 @@ pub mod commands {
         pub last_activity: String,
     }
 
+    /// `check_workspace`: whether a typed or picked folder may be opened as a workspace,
+    /// before anything is opened or remembered (`~` is the home folder).
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct CheckWorkspace {
+        pub path: String,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct CheckedWorkspace {
+        /// Its real location (symlinks resolved), the path to open.
+        pub path: String,
+    }
+
     /// `list_folders`: a folder's sub-folders, for the web UI's folder dialog. `None`:
     /// the home folder.
     #[derive(Debug, Clone, Default, Serialize, Deserialize, TS)]
@@ -1079,6 +1094,7 @@ pub mod commands {
         list_files => ListFiles(ListFiles) -> FileList;
         list_workspaces => ListWorkspaces(Empty) -> Vec<WorkspaceInfo>;
         list_folders => ListFolders(ListFolders) -> FolderList;
+        check_workspace => CheckWorkspace(CheckWorkspace) -> CheckedWorkspace;
         set_model => SetModel(SetModel) -> SessionInfo;
         list_agents => ListAgents(ListAgents) -> Profiles;
         compact => Compact(SessionRef) -> Empty;

@@ -77,6 +77,50 @@ pub fn check_workspace(path: &Path) -> Result<PathBuf, RuntimeError> {
     Ok(real)
 }
 
+/// A folder a person typed or picked, checked as a workspace before it is opened
+/// (`check_workspace`): `~` is the home folder; a missing path, a file, a relative path
+/// and the folders [`check_workspace`] refuses (the home folder itself, `/`, system
+/// folders) are refused with a clear reason. Returns its real location.
+pub fn check_folder(path: &str) -> Result<PathBuf, RuntimeError> {
+    let trimmed = path.trim();
+    if trimmed.is_empty() {
+        return Err(RuntimeError::InvalidArgument("no folder given".into()));
+    }
+    let expanded = match (trimmed.strip_prefix('~'), dirs::home_dir()) {
+        (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with('/') => {
+            home.join(rest.trim_start_matches('/'))
+        }
+        _ => PathBuf::from(trimmed),
+    };
+    if !expanded.is_absolute() {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "{trimmed} is not an absolute path (start it with / or ~)"
+        )));
+    }
+    match expanded.metadata() {
+        Ok(meta) if !meta.is_dir() => {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "{} is a file, not a folder",
+                expanded.display()
+            )));
+        }
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "{} does not exist",
+                expanded.display()
+            )));
+        }
+        Err(err) => {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "cannot open {}: {err}",
+                expanded.display()
+            )));
+        }
+    }
+    check_workspace(&expanded)
+}
+
 /// The most directory entries one listing reads: a folder with more shows the first ones
 /// (sorted among themselves) and says it was cut.
 const MAX_ENTRIES_READ: usize = 20_000;
@@ -251,6 +295,31 @@ mod tests {
             let list = list_folders(None, false, None).unwrap();
             assert_eq!(list.path, home.display().to_string());
             assert_eq!(list.home, Some(home.display().to_string()));
+        }
+    }
+
+    #[test]
+    fn check_folder_says_why_a_typed_folder_cannot_be_a_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("proj");
+        std::fs::create_dir(&project).unwrap();
+        std::fs::write(dir.path().join("file.txt"), "x").unwrap();
+        let real = check_folder(&format!("  {}  ", project.display())).unwrap();
+        assert_eq!(real, project.canonicalize().unwrap());
+        let err = |path: &str| check_folder(path).unwrap_err().to_string();
+        assert!(err(&format!("{}/nope", dir.path().display())).contains("does not exist"));
+        assert!(err(&format!("{}/file.txt", dir.path().display())).contains("is a file"));
+        assert!(err("relative/dir").contains("not an absolute path"));
+        assert!(err(" ").contains("no folder given"));
+        assert!(err("/").contains("choose a project folder inside it"));
+        assert!(err("/etc").contains("a system folder"));
+        if dirs::home_dir().is_some_and(|h| h.is_dir()) {
+            // (`/root` is refused as a wide folder, another home as the home folder itself.)
+            assert!(
+                err("~").contains("choose a project folder inside it"),
+                "{}",
+                err("~")
+            );
         }
     }
 }

@@ -1111,4 +1111,30 @@ async fn server_lists_folders_for_the_folder_dialog_with_clear_errors() {
     assert_eq!(status, 400, "{body}");
     let (status, _) = server.post("list_folders", json!({"path": "rel"})).await;
     assert_eq!(status, 400);
+
+    // The chosen folder is checked as create_session would check it (D8), before use.
+    let checked = server
+        .ok("check_workspace", json!({"path": root.join("src")}))
+        .await;
+    assert_eq!(
+        checked["path"],
+        root.join("src")
+            .canonicalize()
+            .unwrap()
+            .display()
+            .to_string()
+    );
+    for (bad, says) in [
+        (root.join("missing").display().to_string(), "does not exist"),
+        (root.join("notes.txt").display().to_string(), "is a file"),
+        ("/".to_string(), "choose a project folder inside it"),
+        ("/etc".to_string(), "a system folder"),
+    ] {
+        let (status, body) = server.post("check_workspace", json!({"path": bad})).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(says),
+            "{bad}: {body}"
+        );
+    }
 }

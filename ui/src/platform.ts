@@ -291,6 +291,16 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
     },
     probeProviders: () => probeThroughBackend(invoke),
     async checkFolder(path) {
+      // The runtime's check (`check_workspace`: exists, a folder, and one that may be a
+      // workspace, so the home folder itself is refused here, not at the first send);
+      // a shell without it checks only that the folder exists.
+      try {
+        const checked = await invoke('check_workspace', { path });
+        if (checked && typeof checked.path === 'string') return checked.path;
+      } catch (err) {
+        const error = toCommandError(err);
+        if (error.code !== 'unknown_command') throw error;
+      }
       try {
         return String(await tauri.core.invoke('check_folder', { path }));
       } catch (err) {
@@ -475,8 +485,16 @@ export function createWebPlatform(options: WebOptions = {}): Platform {
       return { home_dir: null, provider_configured: typeof info?.provider_configured === 'boolean' ? info.provider_configured : null };
     },
     async checkFolder(path) {
-      // The server checks a workspace when it lists its files; without that command the
-      // first `create_session` checks it.
+      // The server's workspace check (the same rules as `create_session`, D8).
+      try {
+        const checked = await invoke('check_workspace', { path });
+        if (checked && typeof checked.path === 'string') return checked.path;
+      } catch (err) {
+        const error = toCommandError(err);
+        if (error.code !== 'unknown_command' && error.status !== 404) throw error;
+      }
+      // An older server: it checks a folder when it lists its files; without that command
+      // the first `create_session` checks it.
       try {
         await invoke('list_files', { workspace: path, limit: 1 });
       } catch (err) {
