@@ -101,11 +101,22 @@ function StreamingMarkdown({ text }: { text: string }) {
   );
 }
 
+/**
+ * What a message's status means to the person, in words (the runtime's names are jargon,
+ * D19). No tooltip: the chip goes away as the run moves on, possibly under the pointer.
+ */
+export const STATUS_WORDS: Record<MessageStatus | 'sending', string> = {
+  sending: 'sending…',
+  queued: 'waiting until the agent is free',
+  steered: 'read at its next step',
+  started: 'working on it',
+};
+
 export function StatusChip({ status }: { status: MessageStatus | 'sending' | undefined }) {
   if (!status) return null;
   return (
     <span class={`chip chip-${status}`} data-testid="message-status" data-status={status}>
-      {status}
+      {STATUS_WORDS[status] ?? status}
     </span>
   );
 }
