@@ -115,6 +115,28 @@ describe('message actions (D23)', () => {
   });
 });
 
+describe('copying a tool result (D23)', () => {
+  it('a tool card offers Copy for its result; the card does not fold on that click', async () => {
+    const writes: string[] = [];
+    Object.defineProperty(navigator, 'clipboard', { value: { writeText: (t: string) => (writes.push(t), Promise.resolve()) }, configurable: true });
+    const { root } = await openSession({
+      p: [
+        { role: 'user', content: 'read it', id: 'm1' },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'r1', name: 'read_file', arguments: { path: 'a.txt' } }] },
+        { role: 'tool', content: 'line one\nline two', tool_call_id: 'r1' },
+        { role: 'assistant', content: 'done' },
+      ],
+    });
+    const card = $(root, 'tool-card') as HTMLDetailsElement;
+    card.open = true;
+    const copy = $(card, 'copy-result')!;
+    expect(copy.getAttribute('aria-label')).toBe('Copy the result');
+    await inAct(() => copy.click());
+    expect(writes).toEqual(['line one\nline two']);
+    expect(card.open).toBe(true);
+  });
+});
+
 describe('images survive Retry and Edit (#17)', () => {
   const png = { media_type: 'image/png', data: 'iVBORw0KGgo=' };
   const gif = { media_type: 'image/gif', data: 'R0lGODlh' };
