@@ -473,6 +473,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             platform={platform}
             welcome={settings === 'welcome'}
             workspace={workspace}
+            configured={configured}
             onClose={closeSettings}
             onSaved={(cfg) => {
               setConfig(cfg);

@@ -41,7 +41,15 @@ export function formFromConfig(config: any): ProviderForm {
 type ProbeState = { status: 'idle' | 'running' } | { status: 'unsupported' } | { status: 'done'; results: ProbeResult[] } | { status: 'error'; message: string };
 
 /** Provider settings (`get_config` / `update_config`); on first start it offers to find a local server. */
-export function Settings(props: { platform: Platform; welcome?: boolean; workspace?: string | null; onClose: () => void; onSaved: (config: any) => void }) {
+export function Settings(props: {
+  platform: Platform;
+  welcome?: boolean;
+  workspace?: string | null;
+  /** Whether the config names a provider; `false`: the runtime's default is not shown as a choice. */
+  configured?: boolean | null;
+  onClose: () => void;
+  onSaved: (config: any) => void;
+}) {
   const { platform } = props;
   const [form, setForm] = useState<ProviderForm | null>(null);
   // The config as last read or saved, for the model servers list.
@@ -64,6 +72,12 @@ export function Settings(props: { platform: Platform; welcome?: boolean; workspa
     try {
       const read = await platform.invoke('get_config', {});
       const loaded = formFromConfig(read);
+      // Nothing configured: the runtime's built-in default (Ollama's address) is not the
+      // person's choice, so the form does not present it as one (D25).
+      if (props.configured === false) {
+        loaded.base_url = '';
+        loaded.model = '';
+      }
       setConfig(read);
       loadedPolicy.current = loaded.command_policy;
       setForm(loaded);
@@ -104,6 +118,11 @@ export function Settings(props: { platform: Platform; welcome?: boolean; workspa
 
   const save = async () => {
     if (!form) return;
+    if (!form.base_url.trim()) {
+      setSaved(false);
+      setError({ code: 'invalid_argument', message: 'choose a model server first: use one found above, or type its address.' });
+      return;
+    }
     setSaving(true);
     setError(null);
     setSaved(false);
@@ -161,6 +180,10 @@ export function Settings(props: { platform: Platform; welcome?: boolean; workspa
     setSaved(false);
     setForm((f) => ({ ...(f ?? { kind, base_url, model: '', api_key_env: '', command_policy: 'sandbox' as const }), kind, base_url, model: model ?? f?.model ?? '' }));
   };
+
+  const probed = probe.status === 'done' ? probe.results.filter((r) => r.ok) : [];
+  const sameServer = (r: ProbeResult) => form != null && r.base_url.replace(/\/+$/, '') === form.base_url.trim().replace(/\/+$/, '');
+  const modelOptions = [...new Set([...probed.filter(sameServer), ...probed.filter((r) => !sameServer(r))].flatMap((r) => r.models))];
 
   const onKeyDown = (e: KeyboardEvent) => {
     if (e.key === 'Escape') {
@@ -255,7 +278,13 @@ export function Settings(props: { platform: Platform; welcome?: boolean; workspa
             </label>
             <label>
               <span>Model</span>
-              <input type="text" value={form.model} data-testid="settings-model" onInput={field('model')} />
+              <input type="text" value={form.model} data-testid="settings-model" onInput={field('model')} list="settings-model-options" placeholder={modelOptions[0] ?? 'e.g. qwen2.5-coder'} />
+              {/* The models the probe found (this address's first): a choice, and still free text. */}
+              <datalist id="settings-model-options" data-testid="settings-model-options">
+                {modelOptions.map((m) => (
+                  <option key={m} value={m} />
+                ))}
+              </datalist>
             </label>
             <label>
               <span>API key environment variable</span>
