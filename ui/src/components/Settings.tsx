@@ -38,6 +38,23 @@ export function formFromConfig(config: any): ProviderForm {
   };
 }
 
+/**
+ * The busy refusal (SPEC §6: the config changes only while nothing runs) in words, with
+ * what the person can do: stop or wait, or choose a model for one session in its composer,
+ * which works at any time (D15).
+ */
+export function busyText(message: string): string {
+  const what = message
+    .replace(/^the runtime is busy:\s*/i, '')
+    .replace(/;?\s*stop them before changing the config\.?$/i, '')
+    .trim();
+  return (
+    `Settings cannot change while the agent works${what ? ` (${what})` : ''}. ` +
+    'Stop those runs (Esc in their session) or let them finish, then Retry. ' +
+    "To use another model for one session, choose it in that session's composer: that works while others run."
+  );
+}
+
 type ProbeState = { status: 'idle' | 'running' } | { status: 'unsupported' } | { status: 'done'; results: ProbeResult[] } | { status: 'error'; message: string };
 
 /** Provider settings (`get_config` / `update_config`); on first start it offers to find a local server. */
@@ -348,7 +365,7 @@ export function Settings(props: {
                 code={error.code}
                 message={
                   error.code === 'busy'
-                    ? `Settings cannot change while the agent works. ${error.message}`
+                    ? busyText(error.message)
                     : `Not saved: ${error.message}`
                 }
                 onRetry={() => void save()}

@@ -42,8 +42,11 @@ describe('settings', () => {
     await inAct(() => $(dialog, 'settings-save')!.click());
     const error = $(dialog, 'settings-error')!;
     expect(error.dataset.code).toBe('busy');
-    expect(error.textContent).toContain('cannot change while the agent works');
-    expect(error.textContent).toContain('1 run(s)');
+    expect(error.textContent).toContain('cannot change while the agent works (1 run(s) and 0 sub-agent task(s) are active).');
+    // What to do instead (D15): stop or wait, or a per-session model in the composer.
+    expect(error.textContent).toContain('then Retry');
+    expect(error.textContent).toContain("choose it in that session's composer");
+    expect(error.textContent).not.toContain('the runtime is busy');
 
     fake.handlers.update_config = ({ patch }) => ({ provider: { ...patch.provider } });
     await inAct(() => $(error, 'retry')!.click());
