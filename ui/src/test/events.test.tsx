@@ -74,6 +74,9 @@ describe('events rendered into the chat and the tabs', () => {
     expect(messages[4].dataset.streaming).toBe('true');
     expect(messages[4].textContent).toContain('The auth review');
     expect($(root, 'progress')).not.toBeNull();
+    // A rough live count while the answer streams (the provider's comes at its end, D20).
+    const streamed = messages[4].querySelector('.markdown, .plain')?.textContent ?? '';
+    expect($(root, 'progress-tokens')!.textContent).toBe(`~${Math.max(1, Math.round(streamed.length / 4))} tokens so far`);
     expect(($(root, 'stop-button') as HTMLButtonElement).disabled).toBe(false);
 
     // One tab per child, with title and state.
