@@ -167,3 +167,21 @@ describe('the in-app folder dialog (web UI, D27)', () => {
     expect($(root, 'folder-dialog')).toBeNull();
   });
 });
+
+describe('no tooltip is left behind by a view that goes away (D30)', () => {
+  /** The tooltip an element shows: its own `title` or the nearest ancestor's. */
+  const tooltipOf = (el: HTMLElement | null): string | null => {
+    for (let cur = el; cur; cur = cur.parentElement) if (cur.hasAttribute('title')) return cur.getAttribute('title');
+    return null;
+  };
+
+  it('Open folder… and the picker\'s entries carry no tooltip (own or inherited); the path line has its own', async () => {
+    const fake = workspacePlatform([]);
+    const root = await open(fake);
+    expect(tooltipOf($(root, 'open-folder'))).toBeNull();
+    expect($(root, 'workspace-path')!.getAttribute('title')).toBe('/ws');
+    await inAct(() => $(root, 'workspace-switch')!.click());
+    const picker = $(root, 'workspace-picker')!;
+    for (const el of Array.from(picker.querySelectorAll<HTMLElement>('button, input'))) expect(tooltipOf(el)).toBeNull();
+  });
+});
