@@ -47,14 +47,15 @@ export function FolderDialog(props: {
   const [listError, setListError] = useState<string | null>(null);
   const [chooseError, setChooseError] = useState<string | null>(null);
   const [checking, setChecking] = useState(false);
+  const [hidden, setHidden] = useState(false);
   const asked = useRef(0);
   const input = useRef<HTMLInputElement>(null);
 
   /** Lists `path` (null: home); `show` puts that folder in the field once it is listed. */
-  const load = async (path: string | null, show: boolean) => {
+  const load = async (path: string | null, show: boolean, withHidden = hidden) => {
     const ticket = ++asked.current;
     try {
-      const list = await platform.invoke('list_folders', { path });
+      const list = await platform.invoke('list_folders', withHidden ? { path, hidden: true } : { path });
       if (ticket !== asked.current) return;
       setListing(list);
       setListError(null);
@@ -163,6 +164,20 @@ export function FolderDialog(props: {
         </div>
         {listError && <ErrorBox message={listError} testid="folder-list-error" />}
         {chooseError && <ErrorBox message={chooseError} testid="folder-choose-error" />}
+        <label class="row muted">
+          <input
+            type="checkbox"
+            data-testid="folder-hidden"
+            checked={hidden}
+            onChange={(e) => {
+              const next = (e.target as HTMLInputElement).checked;
+              setHidden(next);
+              // Dot-folders come after the others (the server sorts them last).
+              if (listing) void load(listing.path, false, next);
+            }}
+          />
+          Show hidden folders
+        </label>
         <ul class="folder-list" data-testid="folder-list" aria-label="Sub-folders">
           {shown.map((name) => (
             <li key={name}>

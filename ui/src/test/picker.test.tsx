@@ -82,11 +82,13 @@ function webLike() {
     '/home/me/proj': ['src'],
     '/home/me/notes': [],
   };
-  fake.handlers.list_folders = ({ path }) => {
+  fake.handlers.list_folders = ({ path, hidden }) => {
     const at = path ?? '/home/me';
     if (!tree[at]) throw new CommandError('not_found', `folder ${at} does not exist`);
     const parent = at === '/' ? null : at.slice(0, at.lastIndexOf('/')) || '/';
-    return { path: at, parent, home: '/home/me', folders: tree[at], truncated: false };
+    // As the server does: dot-folders only when asked for, after the others.
+    const folders = hidden && at === '/home/me' ? [...tree[at], '.config'] : tree[at];
+    return { path: at, parent, home: '/home/me', folders, truncated: false };
   };
   return fake;
 }
@@ -112,6 +114,12 @@ describe('the in-app folder dialog (web UI, D27)', () => {
     expect(fake.callsOf('list_folders')[0]).toEqual({ path: '/home/me' });
     expect(field(root).value).toBe('/home/me/');
     expect(document.activeElement).toBe(field(root));
+    expect(entries(root)).toEqual(['notes', 'proj', 'projects2']);
+    // Hidden folders on demand, after the others.
+    await inAct(() => $(root, 'folder-hidden')!.click());
+    expect(fake.callsOf('list_folders').at(-1)).toEqual({ path: '/home/me', hidden: true });
+    expect(entries(root)).toEqual(['notes', 'proj', 'projects2', '.config']);
+    await inAct(() => $(root, 'folder-hidden')!.click());
     expect(entries(root)).toEqual(['notes', 'proj', 'projects2']);
     await inAct(() => $(root, 'folder-up')!.click());
     expect(field(root).value).toBe('/home/');
