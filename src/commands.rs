@@ -220,6 +220,20 @@ pub async fn execute(
             })
             .await?,
         ),
+        Command::ListWorkspaces(_) => {
+            CommandOutput::ListWorkspaces(blocking(service, |s| s.list_workspaces()).await?)
+        }
+        Command::ListFolders(a) => CommandOutput::ListFolders(
+            blocking(service, move |_| {
+                crate::workspace::list_folders(a.path.as_deref(), a.hidden, a.limit)
+            })
+            .await?,
+        ),
+        Command::CheckWorkspace(a) => CommandOutput::CheckWorkspace(CheckedWorkspace {
+            path: crate::workspace::check_folder(&a.path)?
+                .display()
+                .to_string(),
+        }),
         Command::ListFiles(a) => CommandOutput::ListFiles(
             service
                 .list_files(&a.workspace, a.query.as_deref(), a.limit)

@@ -42,9 +42,13 @@ enum Command {
         /// Address to listen on. Anything but loopback exposes your files: be sure.
         #[arg(long, default_value = "127.0.0.1")]
         host: std::net::IpAddr,
-        /// Use this token instead of a generated one.
+        /// Use this token instead of the kept or a generated one.
         #[arg(long)]
         token: Option<String>,
+        /// Make a fresh token instead of reusing the one in `<data dir>/server-token`
+        /// (open tabs then need the new address).
+        #[arg(long, conflicts_with = "token")]
+        new_token: bool,
         /// Also serve the built web UI from this folder.
         #[arg(long)]
         ui: Option<PathBuf>,
@@ -152,8 +156,12 @@ async fn async_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             port,
             host,
             token,
+            new_token,
             ui,
         } => {
+            // The kept token unless one is given or a fresh one asked for: a restarted
+            // server keeps its open tabs signed in (D27).
+            let token = token.or_else(|| (!new_token).then(|| kept_token(&data_dir)).flatten());
             serve(service, &data_dir, SocketAddr::new(host, port), token, ui).await?;
             Ok(std::process::ExitCode::SUCCESS)
         }
@@ -302,6 +310,54 @@ fn write_token_file(data_dir: &Path, token: &str) -> anyhow::Result<()> {
         return Err(err).with_context(|| format!("cannot write {}", path.display()));
     }
     Ok(())
+}
+
+/// The token a previous `serve` wrote to `<data dir>/server-token`, when it can be
+/// trusted: a regular file (opened with O_NOFOLLOW, so never through a symlink) owned by
+/// this user, mode 0600 (nobody else could have read or planted it), holding a token that
+/// `check_token` accepts. Anything else is ignored and a fresh token is made (finding 10).
+fn kept_token(data_dir: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let path = data_dir.join("server-token");
+    // O_NONBLOCK: a FIFO planted at the name cannot hang the start.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path);
+    let file = match file {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(err) => {
+            // ELOOP: a symlink at the name; never followed.
+            tracing::warn!("not reusing {}: {err}; making a new token", path.display());
+            return None;
+        }
+    };
+    // Checked on the open file, so what was checked is what is read.
+    let meta = file.metadata().ok()?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let trusted = meta.file_type().is_file()
+        && meta.uid() == me
+        && meta.mode() & 0o777 == 0o600
+        && meta.len() <= 4096;
+    if !trusted {
+        tracing::warn!(
+            "not reusing {}: not a private regular file of this user; making a new token",
+            path.display()
+        );
+        return None;
+    }
+    let mut token = String::new();
+    file.take(4096).read_to_string(&mut token).ok()?;
+    match check_token(&token) {
+        Ok(()) => Some(token),
+        Err(err) => {
+            tracing::warn!("not reusing {}: {err}; making a new token", path.display());
+            None
+        }
+    }
 }
 
 /// Text for the terminal with control characters (but line breaks and tabs) shown as

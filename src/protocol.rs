@@ -856,6 +856,66 @@ pub mod commands {
         pub files: Vec<String>,
     }
 
+    /// A workspace that has stored sessions (`list_workspaces`), so any browser or window
+    /// lists the server's workspaces, not only the ones it remembers itself.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct WorkspaceInfo {
+        pub path: String,
+        /// Its top-level sessions (a sub-agent's session counts with its parent).
+        pub sessions: u32,
+        /// The newest `updated_at` of its sessions (RFC 3339).
+        pub last_activity: String,
+    }
+
+    /// `check_workspace`: whether a typed or picked folder may be opened as a workspace,
+    /// before anything is opened or remembered (`~` is the home folder).
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct CheckWorkspace {
+        pub path: String,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct CheckedWorkspace {
+        /// Its real location (symlinks resolved), the path to open.
+        pub path: String,
+    }
+
+    /// `list_folders`: a folder's sub-folders, for the web UI's folder dialog. `None`:
+    /// the home folder.
+    #[derive(Debug, Clone, Default, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct ListFolders {
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub path: Option<String>,
+        /// Show folders whose name starts with a dot (after the others); default: hidden.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub hidden: bool,
+        /// At most this many names (default 500, at most 2000).
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub limit: Option<usize>,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct FolderList {
+        /// The folder listed, absolute and without `..` (symlinks are kept as named).
+        pub path: String,
+        /// Its parent; `None` at `/`.
+        pub parent: Option<String>,
+        /// The home folder, for the dialog's Home button.
+        pub home: Option<String>,
+        /// Sub-folders' names, sorted; names with a leading dot last (when asked for).
+        pub folders: Vec<String>,
+        /// More sub-folders exist than `folders` holds.
+        pub truncated: bool,
+    }
+
     /// `undo_turn`: restore the files the session's calls changed from the turn of the
     /// person's message at `message_index` on (see `checkpoints`).
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
@@ -895,6 +955,10 @@ pub mod commands {
         pub session: SessionInfo,
         /// The person's message the fork starts from, for the composer to offer again.
         pub draft: String,
+        /// That message's images, back in the composer with its text.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[ts(as = "Option<Vec<ImagePart>>", optional)]
+        pub draft_images: Vec<ImagePart>,
         /// With `rewind`: what the undo restored.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[ts(optional = nullable)]
@@ -1028,6 +1092,9 @@ pub mod commands {
         archive_session => ArchiveSession(ArchiveSession) -> SessionInfo;
         search_sessions => SearchSessions(SearchSessions) -> Vec<SessionInfo>;
         list_files => ListFiles(ListFiles) -> FileList;
+        list_workspaces => ListWorkspaces(Empty) -> Vec<WorkspaceInfo>;
+        list_folders => ListFolders(ListFolders) -> FolderList;
+        check_workspace => CheckWorkspace(CheckWorkspace) -> CheckedWorkspace;
         set_model => SetModel(SetModel) -> SessionInfo;
         list_agents => ListAgents(ListAgents) -> Profiles;
         compact => Compact(SessionRef) -> Empty;

@@ -757,6 +757,42 @@ impl RuntimeService {
         })
     }
 
+    /// The workspaces of the stored sessions, most recently active first (`list_workspaces`):
+    /// from the session list's index, with no scan of the disk beyond checking that each
+    /// folder still exists. Counts top-level sessions (archived ones too: they are still
+    /// the workspace's).
+    pub fn list_workspaces(&self) -> Result<Vec<commands::WorkspaceInfo>, RuntimeError> {
+        let mut found: Vec<commands::WorkspaceInfo> = Vec::new();
+        for meta in self.shared().store.list(None)? {
+            let top = meta.parent_session_id.is_none();
+            let activity = if meta.updated_at.is_empty() {
+                meta.created_at
+            } else {
+                meta.updated_at
+            };
+            match found
+                .iter_mut()
+                .find(|w| crate::store::same_workspace(&w.path, &meta.workspace))
+            {
+                Some(known) => {
+                    known.sessions += u32::from(top);
+                    if activity > known.last_activity {
+                        known.last_activity = activity;
+                    }
+                }
+                None => found.push(commands::WorkspaceInfo {
+                    path: meta.workspace,
+                    sessions: u32::from(top),
+                    last_activity: activity,
+                }),
+            }
+        }
+        found.retain(|w| Path::new(&w.path).is_dir());
+        // RFC 3339 times in UTC compare as strings.
+        found.sort_by(|a, b| b.last_activity.cmp(&a.last_activity));
+        Ok(found)
+    }
+
     pub fn list_sessions(&self, workspace: Option<&str>) -> Result<Vec<SessionInfo>, RuntimeError> {
         let metas = self.shared().store.list(workspace)?;
         Ok(self.infos(metas))
@@ -889,6 +925,7 @@ impl RuntimeService {
         args: commands::ForkSession,
     ) -> Result<commands::Forked, RuntimeError> {
         let (loaded, draft) = self.turn_message(&args.session_id, args.message_index)?;
+        let draft_images = loaded.messages[args.message_index].images.clone();
         let undo = if args.rewind {
             Some(
                 self.undo_turn(commands::UndoTurn {
@@ -926,6 +963,7 @@ impl RuntimeService {
         Ok(commands::Forked {
             session: meta.info(SessionState::Idle),
             draft,
+            draft_images,
             undo,
         })
     }

@@ -231,6 +231,16 @@ async fn commands_submit_with_an_image_reaches_each_provider_as_an_image_part() 
         let stored = fx.service.get_session(&id).unwrap().messages;
         assert_eq!(stored[0].images.len(), 1);
         assert_eq!(stored[0].images[0].data, PIXEL);
+        // Fork from that message: its text and its images come back for the composer.
+        let forked = dispatch(
+            &fx.service,
+            "fork_session",
+            json!({"session_id": id, "message_index": 0}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(forked["draft"], "what is this?", "{kind}");
+        assert_eq!(forked["draft_images"], json!([image]), "{kind}");
         fx.shutdown().await;
     }
 

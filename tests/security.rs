@@ -872,6 +872,11 @@ async fn serve(extra: &[&str], prepare: impl FnOnce(&std::path::Path)) -> Serve 
     )
     .unwrap();
     prepare(dir.path());
+    serve_in(dir, extra).await
+}
+
+/// `bumblehive serve` on the config and data dir in `dir` (a restart: the same `dir`).
+async fn serve_in(dir: tempfile::TempDir, extra: &[&str]) -> Serve {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
         .arg("--config")
         .arg(dir.path().join("config.json"))
@@ -1164,6 +1169,76 @@ async fn security_server_token_rules() {
     // Finding 14 (this side): the log folder is private.
     let logs = std::fs::metadata(server.dir.path().join("data/logs")).unwrap();
     assert_eq!(logs.permissions().mode() & 0o777, 0o700);
+}
+
+/// Finding 10 with a kept token (D27): a restart reuses the token in the data dir, so
+/// open tabs stay signed in, but only from a private regular file of ours: a 0644 file or
+/// a symlink there is not trusted (a fresh token replaces it), and `--new-token` rotates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_server_keeps_its_token_only_from_a_private_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut first = serve(&[], |_| {}).await;
+    first.sigterm_and_wait().await;
+    let token = first.token.clone();
+    let file = first.dir.path().join("data/server-token");
+    let again = serve_in(first.dir, &[]).await;
+    assert_eq!(again.token, token, "a restart made a new token");
+    let listed = reqwest::Client::new()
+        .post(format!("{}/api/list_sessions", again.url))
+        .bearer_auth(&token)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), 200, "the kept token is not accepted");
+
+    // A readable-by-others file: its token may be known, so it is not reused.
+    let mut again = again;
+    again.sigterm_and_wait().await;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let loose = serve_in(again.dir, &[]).await;
+    assert_ne!(loose.token, token, "a 0644 token file was trusted");
+    let meta = std::fs::symlink_metadata(&file).unwrap();
+    assert!(meta.is_file());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), loose.token);
+
+    // A symlink to a private file holding a valid token: not followed, not trusted.
+    let mut loose = loose;
+    loose.sigterm_and_wait().await;
+    let elsewhere = tempfile::tempdir().unwrap();
+    let planted = elsewhere.path().join("planted");
+    let planted_token = "p".repeat(40);
+    std::fs::write(&planted, &planted_token).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink(&planted, &file).unwrap();
+    let linked = serve_in(loose.dir, &[]).await;
+    assert_ne!(
+        linked.token, planted_token,
+        "the token was read through a symlink"
+    );
+    assert!(std::fs::symlink_metadata(&file).unwrap().is_file());
+    assert_eq!(std::fs::read_to_string(&planted).unwrap(), planted_token);
+
+    // `--new-token` rotates a kept, trusted token; the next plain start keeps the new one.
+    let mut linked = linked;
+    linked.sigterm_and_wait().await;
+    let kept = linked.token.clone();
+    let rotated = serve_in(linked.dir, &["--new-token"]).await;
+    assert_ne!(rotated.token, kept, "--new-token kept the old token");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), rotated.token);
+    let mut rotated = rotated;
+    rotated.sigterm_and_wait().await;
+    let next = rotated.token.clone();
+    let plain = serve_in(rotated.dir, &[]).await;
+    assert_eq!(plain.token, next);
+    // `--token` still wins over the kept one.
+    let mut plain = plain;
+    plain.sigterm_and_wait().await;
+    let given = "g".repeat(48);
+    let chosen = serve_in(plain.dir, &["--token", &given]).await;
+    assert_eq!(chosen.token, given);
 }
 
 /// Finding 9: a model server that redirects to another origin does not get the key sent

@@ -1030,3 +1030,111 @@ async fn server_the_session_list_feed_sends_the_list_then_each_change_of_its_wor
     let removed = list_event_about(&mut feed, &id, |e| e["type"] == "removed").await;
     assert_eq!(removed["session_id"], id.as_str());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_lists_the_workspaces_of_its_sessions_newest_first_and_only_existing_ones() {
+    let server = Server::start().await;
+    let folder = |name: &str| {
+        let path = server.dir.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        path.display().to_string()
+    };
+    let (a, b, gone) = (folder("ws-a"), folder("ws-b"), folder("ws-gone"));
+    for workspace in [&a, &gone, &b] {
+        server
+            .ok("create_session", json!({"workspace": workspace}))
+            .await;
+    }
+    // A run with a sub-agent in ws-a: the newest activity; the child is not a session of
+    // its own in the count.
+    server.model.open("parent:ws-a");
+    server.model.open("ws-a-0");
+    let (parent, mut events, children) = server.begin("ws-a", 1, false).await;
+    assert_eq!(children.len(), 1);
+    server.wait_tree_idle(&mut events, &parent).await;
+    std::fs::remove_dir_all(server.dir.path().join("ws-gone")).unwrap();
+
+    let listed = server.ok("list_workspaces", json!({})).await;
+    let listed = listed.as_array().unwrap();
+    let paths: Vec<&str> = listed.iter().map(|w| w["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, [a.as_str(), b.as_str()], "{listed:?}");
+    assert_eq!(listed[0]["sessions"], 2, "{listed:?}");
+    assert_eq!(listed[1]["sessions"], 1, "{listed:?}");
+    let times: Vec<&str> = listed
+        .iter()
+        .map(|w| w["last_activity"].as_str().unwrap())
+        .collect();
+    assert!(times[0] > times[1], "{times:?}");
+
+    // The same after a restart, from the stored index.
+    let server = server.restart().await;
+    let again = server.ok("list_workspaces", json!({})).await;
+    assert_eq!(again.as_array().unwrap(), listed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_lists_folders_for_the_folder_dialog_with_clear_errors() {
+    let server = Server::start().await;
+    let root = server.dir.path().join("browse");
+    for name in ["src", ".hidden", "Docs"] {
+        std::fs::create_dir_all(root.join(name)).unwrap();
+    }
+    std::fs::write(root.join("notes.txt"), "x").unwrap();
+    let path = root.display().to_string();
+    let list = server.ok("list_folders", json!({"path": path})).await;
+    assert_eq!(list["path"], path.as_str());
+    assert_eq!(list["parent"], server.dir.path().display().to_string());
+    assert_eq!(list["folders"], json!(["Docs", "src"]));
+    assert_eq!(list["truncated"], false);
+    let all = server
+        .ok(
+            "list_folders",
+            json!({"path": path, "hidden": true, "limit": 2}),
+        )
+        .await;
+    assert_eq!(all["folders"], json!(["Docs", "src"]));
+    assert_eq!(all["truncated"], true);
+    let (status, body) = server
+        .post("list_folders", json!({"path": root.join("missing")}))
+        .await;
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist"),
+        "{body}"
+    );
+    let (status, body) = server
+        .post("list_folders", json!({"path": root.join("notes.txt")}))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = server.post("list_folders", json!({"path": "rel"})).await;
+    assert_eq!(status, 400);
+
+    // The chosen folder is checked as create_session would check it (D8), before use.
+    let checked = server
+        .ok("check_workspace", json!({"path": root.join("src")}))
+        .await;
+    assert_eq!(
+        checked["path"],
+        root.join("src")
+            .canonicalize()
+            .unwrap()
+            .display()
+            .to_string()
+    );
+    for (bad, says) in [
+        (root.join("missing").display().to_string(), "does not exist"),
+        (root.join("notes.txt").display().to_string(), "is a file"),
+        ("/".to_string(), "choose a project folder inside it"),
+        ("/etc".to_string(), "a system folder"),
+    ] {
+        let (status, body) = server.post("check_workspace", json!({"path": bad})).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(says),
+            "{bad}: {body}"
+        );
+    }
+}

@@ -903,9 +903,14 @@ export class SessionModel {
         if (own) this.set({ running: false, paused: true });
         this.options.onSessionsChanged?.();
         return;
-      case 'message.discarded':
-        if (own) this.set({ pending: this.state.pending.filter((p) => p.message_id !== progress.data.message_id) });
+      case 'message.discarded': {
+        if (!own) return;
+        const id = progress.data.message_id;
+        const item = this.state.pending.find((p) => p.message_id === id);
+        this.set({ pending: this.state.pending.filter((p) => p.message_id !== id) });
+        if (item) this.noteDiscard(id);
         return;
+      }
       case 'subagent.state':
         this.set({
           children: this.state.children.map((c) =>
@@ -1131,6 +1136,23 @@ export class SessionModel {
     await this.platform.invoke('discard', args);
     if (this.disposed) return;
     this.set({ pending: this.state.pending.filter((p) => p.message_id !== messageId) });
+    this.noteDiscard(messageId);
+  }
+
+  /** Discards already marked in the chat (the answer and the event both say it). */
+  private discardsNoted = new Set<string>();
+
+  /**
+   * A mark in the chat where the discarded message would have gone, so a discard leaves a
+   * trace (D22). Live only: the runtime records the discard in its ledger, not the history.
+   */
+  private noteDiscard(messageId: string): void {
+    if (this.discardsNoted.has(messageId)) return;
+    this.discardsNoted.add(messageId);
+    const taskId = reportTaskId(messageId);
+    const title = taskId ? (this.state.children.find((c) => c.taskId === taskId)?.title ?? 'a sub-agent') : null;
+    const text = title ? `You discarded the report from “${title}”: the agent will not see it.` : 'You discarded a waiting message: the agent will not see it.';
+    this.patchTranscript(this.sessionId, (t) => ({ notes: [...t.notes, { kind: 'notice', text, at: t.first + t.messages.length }] }));
   }
 
   async decide(approval: ApprovalInfo, approved: boolean, remember = false, reason: string | null = null): Promise<void> {

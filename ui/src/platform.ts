@@ -33,8 +33,12 @@ export interface Platform {
    * for the list again when events hint at a change.
    */
   subscribeSessions?(workspace: string, onEvent: (event: SessionListEvent) => void): () => void;
-  /** Asks the person for a folder, starting in `defaultPath`; null when they cancel. */
-  pickFolder(defaultPath?: string | null): Promise<string | null>;
+  /**
+   * Asks the person for a folder with the OS's own dialog, starting in `defaultPath`; null
+   * when they cancel. Optional: without it (the web UI) the app shows its own folder
+   * dialog, which browses the backend's folders (`list_folders`).
+   */
+  pickFolder?(defaultPath?: string | null): Promise<string | null>;
   /** A workspace handed to the app at start (command line, environment, `?workspace=`). */
   initialWorkspace(): Promise<string | null>;
   /** Opens a link outside the app window (never navigates the app itself). */
@@ -287,6 +291,16 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
     },
     probeProviders: () => probeThroughBackend(invoke),
     async checkFolder(path) {
+      // The runtime's check (`check_workspace`: exists, a folder, and one that may be a
+      // workspace, so the home folder itself is refused here, not at the first send);
+      // a shell without it checks only that the folder exists.
+      try {
+        const checked = await invoke('check_workspace', { path });
+        if (checked && typeof checked.path === 'string') return checked.path;
+      } catch (err) {
+        const error = toCommandError(err);
+        if (error.code !== 'unknown_command') throw error;
+      }
       try {
         return String(await tauri.core.invoke('check_folder', { path }));
       } catch (err) {
@@ -348,7 +362,6 @@ export interface WebOptions {
   token?: string | null;
   fetch?: typeof fetch;
   EventSource?: typeof EventSource;
-  prompt?: (message: string) => string | null;
   location?: { search: string };
 }
 
@@ -457,11 +470,8 @@ export function createWebPlatform(options: WebOptions = {}): Platform {
       };
       return () => source.close();
     },
-    async pickFolder() {
-      const ask = options.prompt ?? ((m: string) => globalThis.prompt?.(m) ?? null);
-      const path = ask('Workspace folder (absolute path on the machine running bumblehive serve):');
-      return path && path.trim() ? path.trim() : null;
-    },
+    // No `pickFolder`: a page cannot browse the server's disk, so the app's own folder
+    // dialog does (list_folders).
     async initialWorkspace() {
       return new URLSearchParams(location.search).get('workspace');
     },
@@ -475,8 +485,16 @@ export function createWebPlatform(options: WebOptions = {}): Platform {
       return { home_dir: null, provider_configured: typeof info?.provider_configured === 'boolean' ? info.provider_configured : null };
     },
     async checkFolder(path) {
-      // The server checks a workspace when it lists its files; without that command the
-      // first `create_session` checks it.
+      // The server's workspace check (the same rules as `create_session`, D8).
+      try {
+        const checked = await invoke('check_workspace', { path });
+        if (checked && typeof checked.path === 'string') return checked.path;
+      } catch (err) {
+        const error = toCommandError(err);
+        if (error.code !== 'unknown_command' && error.status !== 404) throw error;
+      }
+      // An older server: it checks a folder when it lists its files; without that command
+      // the first `create_session` checks it.
       try {
         await invoke('list_files', { workspace: path, limit: 1 });
       } catch (err) {

@@ -2,12 +2,14 @@ import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import type { ListSessions } from '../bindings/ListSessions';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionRef } from '../bindings/SessionRef';
+import type { WorkspaceInfo } from '../bindings/WorkspaceInfo';
 import { useAttention } from '../attention';
 import { toCommandError, type HostInfo, type Platform } from '../platform';
 import { parseUiState, withSession, withWorkspace, withoutLast, withoutWorkspace, type UiState } from '../uistate';
 import { SANDBOX_KEY, SETUP_KEY, flag, forgetWorkspace, lastSession, readRecents, rememberSession, rememberWorkspace, setFlag } from '../util';
 import { ContextMenu } from './ContextMenu';
 import { PlatformContext } from './context';
+import { FolderDialog } from './FolderDialog';
 import { Inbox } from './Inbox';
 import { QuitConfirm } from './QuitConfirm';
 import { SessionPane, type PaneStats } from './SessionPane';
@@ -24,6 +26,10 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   const [workspace, setWorkspace] = useState<string | null>(null);
   const [recents, setRecents] = useState<string[]>(() => readRecents());
   const [pickError, setPickError] = useState<string | null>(null);
+  /** The backend's workspaces, for the picker (a new browser lists them too). */
+  const [knownWorkspaces, setKnownWorkspaces] = useState<WorkspaceInfo[]>([]);
+  /** The app's own folder dialog, open (for a platform without a native one). */
+  const [folderDialog, setFolderDialog] = useState<{ start: string | null } | null>(null);
   const [sessions, setSessions] = useState<SessionInfo[]>([]);
   const [listError, setListError] = useState<{ code: string; message: string } | null>(null);
   const [selected, setSelected] = useState<string | null>(null);
@@ -187,10 +193,31 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     };
   }, [platform]);
 
+  // Whenever the picker shows, ask the backend which workspaces have sessions (a backend
+  // without the command lists only the remembered ones).
+  const showingPicker = !booting && !workspace;
+  useEffect(() => {
+    if (!showingPicker) return;
+    let live = true;
+    platform
+      .invoke('list_workspaces', {})
+      .then((list) => {
+        if (live && Array.isArray(list)) setKnownWorkspaces(list);
+      })
+      .catch(() => undefined);
+    return () => {
+      live = false;
+    };
+  }, [showingPicker, platform]);
+
   const pick = async () => {
     try {
       // Start in the last workspace (or home): GTK's "Recent" view ignores a typed path.
       const start = workspaceRef.current ?? uiState.current.lastWorkspace ?? host.current?.home_dir ?? null;
+      if (!platform.pickFolder) {
+        setFolderDialog({ start });
+        return;
+      }
       const path = await platform.pickFolder(start);
       if (path) await openWorkspace(path);
     } catch (err) {
@@ -251,6 +278,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     body = (
       <WorkspacePicker
         recents={recents}
+        known={knownWorkspaces}
         error={pickError}
         onOpen={(p) => void openWorkspace(p)}
         onPick={() => void pick()}
@@ -417,6 +445,27 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             onClose={() => setInbox(false)}
           />
         )}
+        {folderDialog && (
+          <FolderDialog
+            platform={platform}
+            start={folderDialog.start}
+            onCancel={() => setFolderDialog(null)}
+            onChoose={async (path) => {
+              // Checked here, so a refused folder keeps the dialog open with the reason.
+              let real = path;
+              if (platform.checkFolder) {
+                try {
+                  real = await platform.checkFolder(path);
+                } catch (err) {
+                  return `Cannot open ${path}: ${toCommandError(err).message}`;
+                }
+              }
+              setFolderDialog(null);
+              await openWorkspace(real, false);
+              return null;
+            }}
+          />
+        )}
         <QuitConfirm platform={platform} running={attention.summary.running} />
         <ContextMenu platform={platform} />
         {settings && (
@@ -424,6 +473,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             platform={platform}
             welcome={settings === 'welcome'}
             workspace={workspace}
+            configured={configured}
             onClose={closeSettings}
             onSaved={(cfg) => {
               setConfig(cfg);

@@ -1,6 +1,6 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { copyText, streamingBlocks } from '../markdown';
+import { streamingBlocks } from '../markdown';
 import { imageSrc } from '../attachments';
 import type { ImagePart } from '../bindings/ImagePart';
 import type { Compaction } from '../bindings/Compaction';
@@ -9,6 +9,7 @@ import type { MessageStatus } from '../bindings/MessageStatus';
 import { reportBody, reportTaskId, type ChildTab, type Inflight, type Note, type Transcript } from '../model';
 import { Markdown } from './Markdown';
 import { ToolCard } from './ToolCard';
+import { CopyButton } from './CopyButton';
 import { Icon } from './Icon';
 import { formatTokens } from '../util';
 
@@ -32,30 +33,6 @@ const NO_STATUSES: Record<string, MessageStatus> = {};
 /** Network-ish failures of the model server: the person's way forward is the settings. */
 const PROVIDER_ERROR = /network error|cannot connect|connection refused|model server|provider|api key|unauthori[sz]ed|status 40[13]/i;
 
-function CopyButton({ text, label = 'Copy message' }: { text: string; label?: string }) {
-  const [done, setDone] = useState(false);
-  return (
-    <button
-      type="button"
-      class="quiet icon-button"
-      data-testid="copy-message"
-      title={label}
-      aria-label={label}
-      onClick={() => {
-        copyText(text);
-        setDone(true);
-        setTimeout(() => setDone(false), 1200);
-      }}
-    >
-      <Icon name={done ? 'done' : 'copy'} />
-      {done && (
-        <span class="copied" data-testid="copied" role="status">
-          Copied
-        </span>
-      )}
-    </button>
-  );
-}
 
 /** The images of a person's message: thumbnails; a click shows one larger (Esc or a click closes it). */
 function MessageImages({ images }: { images: ImagePart[] | undefined }) {
@@ -101,11 +78,22 @@ function StreamingMarkdown({ text }: { text: string }) {
   );
 }
 
+/**
+ * What a message's status means to the person, in words (the runtime's names are jargon,
+ * D19). No tooltip: the chip goes away as the run moves on, possibly under the pointer.
+ */
+export const STATUS_WORDS: Record<MessageStatus | 'sending', string> = {
+  sending: 'sending…',
+  queued: 'waiting until the agent is free',
+  steered: 'read at its next step',
+  started: 'working on it',
+};
+
 export function StatusChip({ status }: { status: MessageStatus | 'sending' | undefined }) {
   if (!status) return null;
   return (
     <span class={`chip chip-${status}`} data-testid="message-status" data-status={status}>
-      {status}
+      {STATUS_WORDS[status] ?? status}
     </span>
   );
 }

@@ -10,6 +10,7 @@ import type { JsonValue } from '../bindings/serde_json/JsonValue';
 import { toCommandError, type Platform } from '../platform';
 import { ConfirmButton } from './ConfirmButton';
 import { ErrorBox } from './ErrorBox';
+import { Icon } from './Icon';
 
 /** The name of the lone `provider` block (Rust: `config::DEFAULT_PROVIDER`). */
 export const DEFAULT_PROVIDER = 'default';
@@ -253,17 +254,18 @@ export function ModelServers(props: { platform: Platform; config: any; onChanged
                     )}
                     {t?.status === 'done' && t.result.ok && (
                       <span class="ok" data-testid="server-test-result" data-ok="true">
-                        ✓ {t.result.model} · {t.result.latency_ms} ms
+                        {/* SVG, not a ✓ glyph: glyphs are empty boxes on a plain font set (D13). */}
+                        <Icon name="done" /> {t.result.model} · {t.result.latency_ms} ms
                       </span>
                     )}
                     {t?.status === 'done' && !t.result.ok && (
                       <span class="server-test-error" data-testid="server-test-result" data-ok="false">
-                        ✗ {t.result.message}
+                        <Icon name="failed" /> {t.result.message}
                       </span>
                     )}
                     {t?.status === 'error' && (
                       <span class="server-test-error" data-testid="server-test-result" data-ok="false">
-                        ✗ Cannot test: {t.message}
+                        <Icon name="failed" /> Cannot test: {t.message}
                       </span>
                     )}
                   </div>

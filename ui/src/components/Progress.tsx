@@ -1,4 +1,5 @@
 import type { Transcript } from '../model';
+import { formatTokens } from '../util';
 
 /** What the model is doing now, while it works. */
 export function Progress({ transcript, approvals }: { transcript: Transcript; approvals: number }) {
@@ -10,10 +11,22 @@ export function Progress({ transcript, approvals }: { transcript: Transcript; ap
     text = `The provider did not answer (${transcript.retry.reason}); retrying in ${seconds}s (attempt ${transcript.retry.attempt})…`;
   } else if (runningTools > 0) text = runningTools === 1 ? 'Running a tool…' : `Running ${runningTools} tools…`;
   else if (transcript.streaming) text = 'Writing…';
+  // The provider counts tokens only when the answer ends: meanwhile a rough live count
+  // (about 4 characters a token), so the answer's size is not "0 tokens" (D20). Kept out
+  // of the live region, which would otherwise announce every change.
+  const writing = approvals === 0 && !transcript.retry && runningTools === 0 && transcript.streaming;
+  const estimate = writing ? Math.max(1, Math.round(transcript.streaming.length / 4)) : 0;
   return (
-    <div class="progress" data-testid="progress" role="status" aria-live="polite">
+    <div class="progress" data-testid="progress">
       <span class="spinner" aria-hidden="true" />
-      <span>{text}</span>
+      <span role="status" aria-live="polite">
+        {text}
+      </span>
+      {writing && (
+        <span class="muted" data-testid="progress-tokens" aria-hidden="true">
+          ~{formatTokens(estimate)} tokens so far
+        </span>
+      )}
       <span class="progress-bar" aria-hidden="true" />
     </div>
   );

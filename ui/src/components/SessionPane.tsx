@@ -573,7 +573,7 @@ export function SessionPane(props: {
           sessionId={model.sessionId}
           messageText={(i) => main.messages?.[i - (main.first ?? 0)]?.content ?? undefined}
           onForked={(forked) => {
-            setDraft({ text: forked.draft });
+            setDraft({ text: forked.draft, images: forked.draft_images ?? [] });
             callbacks.current.onCreated(forked.session.session_id);
           }}
         />
@@ -623,7 +623,8 @@ export function SessionPane(props: {
               void platform
                 .invoke('fork_session', { session_id: model.sessionId, message_index: index, rewind: false })
                 .then((forked) => {
-                  setDraft({ text: forked.draft });
+                  // The message's images come back too (removable), as Edit does.
+                  setDraft({ text: forked.draft, images: forked.draft_images ?? [] });
                   callbacks.current.onCreated(forked.session.session_id);
                 })
                 .catch((err) => setForkError(`Cannot fork: ${toCommandError(err).message}`))

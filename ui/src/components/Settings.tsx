@@ -38,10 +38,35 @@ export function formFromConfig(config: any): ProviderForm {
   };
 }
 
+/**
+ * The busy refusal (SPEC §6: the config changes only while nothing runs) in words, with
+ * what the person can do: stop or wait, or choose a model for one session in its composer,
+ * which works at any time (D15).
+ */
+export function busyText(message: string): string {
+  const what = message
+    .replace(/^the runtime is busy:\s*/i, '')
+    .replace(/;?\s*stop them before changing the config\.?$/i, '')
+    .trim();
+  return (
+    `Settings cannot change while the agent works${what ? ` (${what})` : ''}. ` +
+    'Stop those runs (Esc in their session) or let them finish, then Retry. ' +
+    "To use another model for one session, choose it in that session's composer: that works while others run."
+  );
+}
+
 type ProbeState = { status: 'idle' | 'running' } | { status: 'unsupported' } | { status: 'done'; results: ProbeResult[] } | { status: 'error'; message: string };
 
 /** Provider settings (`get_config` / `update_config`); on first start it offers to find a local server. */
-export function Settings(props: { platform: Platform; welcome?: boolean; workspace?: string | null; onClose: () => void; onSaved: (config: any) => void }) {
+export function Settings(props: {
+  platform: Platform;
+  welcome?: boolean;
+  workspace?: string | null;
+  /** Whether the config names a provider; `false`: the runtime's default is not shown as a choice. */
+  configured?: boolean | null;
+  onClose: () => void;
+  onSaved: (config: any) => void;
+}) {
   const { platform } = props;
   const [form, setForm] = useState<ProviderForm | null>(null);
   // The config as last read or saved, for the model servers list.
@@ -64,6 +89,12 @@ export function Settings(props: { platform: Platform; welcome?: boolean; workspa
     try {
       const read = await platform.invoke('get_config', {});
       const loaded = formFromConfig(read);
+      // Nothing configured: the runtime's built-in default (Ollama's address) is not the
+      // person's choice, so the form does not present it as one (D25).
+      if (props.configured === false) {
+        loaded.base_url = '';
+        loaded.model = '';
+      }
       setConfig(read);
       loadedPolicy.current = loaded.command_policy;
       setForm(loaded);
@@ -104,6 +135,11 @@ export function Settings(props: { platform: Platform; welcome?: boolean; workspa
 
   const save = async () => {
     if (!form) return;
+    if (!form.base_url.trim()) {
+      setSaved(false);
+      setError({ code: 'invalid_argument', message: 'choose a model server first: use one found above, or type its address.' });
+      return;
+    }
     setSaving(true);
     setError(null);
     setSaved(false);
@@ -161,6 +197,10 @@ export function Settings(props: { platform: Platform; welcome?: boolean; workspa
     setSaved(false);
     setForm((f) => ({ ...(f ?? { kind, base_url, model: '', api_key_env: '', command_policy: 'sandbox' as const }), kind, base_url, model: model ?? f?.model ?? '' }));
   };
+
+  const probed = probe.status === 'done' ? probe.results.filter((r) => r.ok) : [];
+  const sameServer = (r: ProbeResult) => form != null && r.base_url.replace(/\/+$/, '') === form.base_url.trim().replace(/\/+$/, '');
+  const modelOptions = [...new Set([...probed.filter(sameServer), ...probed.filter((r) => !sameServer(r))].flatMap((r) => r.models))];
 
   const onKeyDown = (e: KeyboardEvent) => {
     if (e.key === 'Escape') {
@@ -255,7 +295,13 @@ export function Settings(props: { platform: Platform; welcome?: boolean; workspa
             </label>
             <label>
               <span>Model</span>
-              <input type="text" value={form.model} data-testid="settings-model" onInput={field('model')} />
+              <input type="text" value={form.model} data-testid="settings-model" onInput={field('model')} list="settings-model-options" placeholder={modelOptions[0] ?? 'e.g. qwen2.5-coder'} />
+              {/* The models the probe found (this address's first): a choice, and still free text. */}
+              <datalist id="settings-model-options" data-testid="settings-model-options">
+                {modelOptions.map((m) => (
+                  <option key={m} value={m} />
+                ))}
+              </datalist>
             </label>
             <label>
               <span>API key environment variable</span>
@@ -319,7 +365,7 @@ export function Settings(props: { platform: Platform; welcome?: boolean; workspa
                 code={error.code}
                 message={
                   error.code === 'busy'
-                    ? `Settings cannot change while the agent works. ${error.message}`
+                    ? busyText(error.message)
                     : `Not saved: ${error.message}`
                 }
                 onRetry={() => void save()}

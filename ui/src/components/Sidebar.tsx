@@ -246,11 +246,16 @@ export function Sidebar(props: {
 
   return (
     <nav class="sidebar" data-testid="sidebar">
-      <div class="workspace" title={props.workspace}>
+      {/* The full path is the path line's own tooltip, not the block's: a tooltip inherited
+          by "Open folder…" (which opens the OS dialog and then replaces the workspace) is
+          one the webview may leave on screen (D30). */}
+      <div class="workspace">
         <button type="button" class="quiet workspace-name" onClick={props.onSwitchWorkspace} data-testid="workspace-switch" title="Choose another workspace">
           <Icon name="chevron" /> {basename(props.workspace)}
         </button>
-        <div class="workspace-path muted">{props.workspace}</div>
+        <div class="workspace-path muted" data-testid="workspace-path" title={props.workspace}>
+          {props.workspace}
+        </div>
         <button type="button" class="link" onClick={props.onOpenFolder} data-testid="open-folder">
           Open folder…
         </button>

@@ -4,6 +4,7 @@ import type { ChildTab, ToolLive } from '../model';
 import type { SubagentState } from '../bindings/SubagentState';
 import { argumentHint, pretty } from '../util';
 import { mcpServerOf } from './McpServers';
+import { CopyButton } from './CopyButton';
 
 const FOLD_LINES = 24;
 const FOLD_CHARS = 3000;
@@ -144,7 +145,10 @@ export function ToolCard(props: {
         <Folded text={pretty(call.arguments)} testid="tool-arguments" />
         {resultText !== undefined && (
           <>
-            <div class="tool-label">{stopped ? 'Stopped' : denied ? 'Denied' : isError ? 'Error' : 'Result'}</div>
+            <div class="tool-label">
+              {stopped ? 'Stopped' : denied ? 'Denied' : isError ? 'Error' : 'Result'}
+              {resultText && <CopyButton text={resultText} label="Copy the result" testid="copy-result" />}
+            </div>
             <Folded text={resultText} testid="tool-result" />
           </>
         )}

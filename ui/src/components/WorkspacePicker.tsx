@@ -1,10 +1,48 @@
 import { useState } from 'preact/hooks';
+import type { WorkspaceInfo } from '../bindings/WorkspaceInfo';
 import { basename } from '../util';
 import { ErrorBox } from './ErrorBox';
+
+/** A workspace the picker lists: remembered here, known to the backend, or both. */
+export interface PickerEntry {
+  path: string;
+  /** Remembered by this window or browser (it can be forgotten). */
+  remembered: boolean;
+  /** The backend's facts, when it has sessions there. */
+  sessions?: number;
+  lastActivity?: string;
+}
+
+const same = (a: string, b: string) => a.replace(/\/+$/, '') === b.replace(/\/+$/, '');
+
+/**
+ * The remembered recents (in their order) and then the backend's workspaces (most recent
+ * first), each folder once: a new browser still lists the server's workspaces (D27).
+ */
+export function mergeWorkspaces(recents: string[], known: WorkspaceInfo[]): PickerEntry[] {
+  const facts = (path: string) => known.find((k) => same(k.path, path));
+  const entries: PickerEntry[] = recents.map((path) => {
+    const k = facts(path);
+    return { path, remembered: true, sessions: k?.sessions, lastActivity: k?.last_activity };
+  });
+  for (const k of known) {
+    if (!entries.some((e) => same(e.path, k.path))) entries.push({ path: k.path, remembered: false, sessions: k.sessions, lastActivity: k.last_activity });
+  }
+  return entries;
+}
+
+function sessionsLabel(entry: PickerEntry): string | null {
+  if (entry.sessions == null) return null;
+  const count = `${entry.sessions} session${entry.sessions === 1 ? '' : 's'}`;
+  const when = entry.lastActivity ? new Date(entry.lastActivity) : null;
+  return when && !Number.isNaN(when.getTime()) ? `${count}, last ${when.toLocaleString()}` : count;
+}
 
 /** The first screen: recent workspaces, a folder picker, or a typed path. */
 export function WorkspacePicker(props: {
   recents: string[];
+  /** The backend's workspaces (`list_workspaces`); empty when it has none or cannot say. */
+  known?: WorkspaceInfo[];
   error: string | null;
   onOpen: (path: string) => void;
   onPick: () => void;
@@ -15,6 +53,7 @@ export function WorkspacePicker(props: {
   needsSetup?: boolean;
 }) {
   const [path, setPath] = useState('');
+  const entries = mergeWorkspaces(props.recents, props.known ?? []);
   return (
     <div class="workspace-picker" data-testid="workspace-picker">
       <h1>Bumblehive</h1>
@@ -50,19 +89,33 @@ export function WorkspacePicker(props: {
           Open
         </button>
       </form>
-      {props.recents.length > 0 && (
+      {entries.length > 0 && (
         <>
           <h2>Recent</h2>
           <ul class="recents">
-            {props.recents.map((r) => (
-              <li key={r}>
-                <button type="button" class="recent" data-testid="workspace-recent" data-path={r} onClick={() => props.onOpen(r)}>
-                  <strong>{basename(r)}</strong>
-                  <span class="muted">{r}</span>
+            {entries.map((r) => (
+              <li key={r.path}>
+                <button
+                  type="button"
+                  class="recent"
+                  data-testid="workspace-recent"
+                  data-path={r.path}
+                  data-remembered={r.remembered ? 'true' : 'false'}
+                  onClick={() => props.onOpen(r.path)}
+                >
+                  <strong>{basename(r.path)}</strong>
+                  <span class="muted">{r.path}</span>
+                  {sessionsLabel(r) && (
+                    <span class="muted" data-testid="workspace-sessions">
+                      {sessionsLabel(r)}
+                    </span>
+                  )}
                 </button>
-                <button type="button" class="quiet" aria-label={`Forget ${r}`} onClick={() => props.onForget(r)}>
-                  ×
-                </button>
+                {r.remembered && (
+                  <button type="button" class="quiet" aria-label={`Forget ${r.path}`} onClick={() => props.onForget(r.path)}>
+                    ×
+                  </button>
+                )}
               </li>
             ))}
           </ul>

@@ -115,6 +115,28 @@ describe('message actions (D23)', () => {
   });
 });
 
+describe('copying a tool result (D23)', () => {
+  it('a tool card offers Copy for its result; the card does not fold on that click', async () => {
+    const writes: string[] = [];
+    Object.defineProperty(navigator, 'clipboard', { value: { writeText: (t: string) => (writes.push(t), Promise.resolve()) }, configurable: true });
+    const { root } = await openSession({
+      p: [
+        { role: 'user', content: 'read it', id: 'm1' },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'r1', name: 'read_file', arguments: { path: 'a.txt' } }] },
+        { role: 'tool', content: 'line one\nline two', tool_call_id: 'r1' },
+        { role: 'assistant', content: 'done' },
+      ],
+    });
+    const card = $(root, 'tool-card') as HTMLDetailsElement;
+    card.open = true;
+    const copy = $(card, 'copy-result')!;
+    expect(copy.getAttribute('aria-label')).toBe('Copy the result');
+    await inAct(() => copy.click());
+    expect(writes).toEqual(['line one\nline two']);
+    expect(card.open).toBe(true);
+  });
+});
+
 describe('images survive Retry and Edit (#17)', () => {
   const png = { media_type: 'image/png', data: 'iVBORw0KGgo=' };
   const gif = { media_type: 'image/gif', data: 'R0lGODlh' };
@@ -128,6 +150,25 @@ describe('images survive Retry and Edit (#17)', () => {
     await inAct(() => fake.emit('p', snapshot('p', { running: true }), kind('p', 'content.delta', { text: '' }), { type: 'error', session_id: 'p', message: 'network error: connection refused' }));
     await inAct(() => $(root, 'error-retry')!.click());
     expect(fake.callsOf('submit')).toEqual([{ session_id: 'p', content: 'describe this', config: null, images: [png] }]);
+  });
+
+  it('Fork from here puts the message back into the new session\'s composer with its images, removable, as Edit does', async () => {
+    const { fake, root } = await openSession({ p: history });
+    // As the runtime answers: the fork's draft is the message's text and its images.
+    fake.handlers.fork_session = ({ session_id, message_index }) => {
+      const message = history[message_index] as { content: string; images?: unknown[] };
+      return { session: info('f', { forked_from: session_id, forked_at: message_index }), draft: message.content, draft_images: message.images };
+    };
+    await inAct(() => $($$(root, 'chat-message')[0], 'fork-message')!.click());
+    expect(fake.callsOf('fork_session')).toEqual([{ session_id: 'p', message_index: 0, rewind: false }]);
+    await inAct(() => fake.emit('f', snapshot('f')));
+    const input = $(root, 'prompt-input') as HTMLTextAreaElement;
+    expect(input.value).toBe('what is on these?');
+    const thumbs = $$(root, 'attachment-thumb') as HTMLImageElement[];
+    expect(thumbs.map((i) => i.getAttribute('src'))).toEqual([`data:image/png;base64,${png.data}`, `data:image/gif;base64,${gif.data}`]);
+    await inAct(() => $$(root, 'attachment-remove')[0].click());
+    await inAct(() => key(input, 'Enter'));
+    expect(fake.callsOf('submit').at(-1)).toEqual({ session_id: 'f', content: 'what is on these?', config: null, images: [gif] });
   });
 
   it('Edit puts the images back into the composer, removable, and sends what is left', async () => {

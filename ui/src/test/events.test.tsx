@@ -63,7 +63,10 @@ describe('events rendered into the chat and the tabs', () => {
     // The report is a card naming the child, with its status chip; markdown rendered.
     const report = messages[3];
     expect(report.textContent).toContain('Report from “Review auth”');
-    expect(report.querySelector('[data-testid="message-status"]')?.textContent).toBe('steered');
+    const chip = report.querySelector<HTMLElement>('[data-testid="message-status"]')!;
+    // In words, not the runtime's name for it (D19).
+    expect(chip.dataset.status).toBe('steered');
+    expect(chip.textContent).toBe('read at its next step');
     expect(report.querySelector('strong')?.textContent).toBe('fine');
     expect(report.textContent).not.toContain('[Background tool result]');
 
@@ -71,6 +74,9 @@ describe('events rendered into the chat and the tabs', () => {
     expect(messages[4].dataset.streaming).toBe('true');
     expect(messages[4].textContent).toContain('The auth review');
     expect($(root, 'progress')).not.toBeNull();
+    // A rough live count while the answer streams (the provider's comes at its end, D20).
+    const streamed = messages[4].querySelector('.markdown, .plain')?.textContent ?? '';
+    expect($(root, 'progress-tokens')!.textContent).toBe(`~${Math.max(1, Math.round(streamed.length / 4))} tokens so far`);
     expect(($(root, 'stop-button') as HTMLButtonElement).disabled).toBe(false);
 
     // One tab per child, with title and state.
@@ -181,7 +187,7 @@ describe('events rendered into the chat and the tabs', () => {
     // Shown at once with its status until the run appends it.
     const inflight = $$(root, 'chat-message').at(-1)!;
     expect(inflight.textContent).toContain('line one');
-    expect(inflight.querySelector('[data-testid="message-status"]')!.textContent).toBe('started');
+    expect(inflight.querySelector('[data-testid="message-status"]')!.textContent).toBe('working on it');
     await inAct(() => fake.emit(P, appended(P, { role: 'user', content: 'line one', id: 'msg-1' })));
     expect($$(root, 'chat-message').length).toBe(1);
 

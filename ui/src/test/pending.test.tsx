@@ -52,7 +52,8 @@ describe('the pending tray', () => {
     // It shows in the chat with its status until the run reads it.
     const card = $$(root, 'chat-message').at(-1)!;
     expect(card.dataset.role).toBe('report');
-    expect($(card, 'message-status')!.textContent).toBe('started');
+    expect($(card, 'message-status')!.dataset.status).toBe('started');
+    expect($(card, 'message-status')!.textContent).toBe('working on it');
   });
 
   it('a report the runtime steers in by itself shows its text, read from the snapshot (D19)', async () => {
@@ -82,6 +83,9 @@ describe('the pending tray', () => {
     await inAct(() => $(root, 'pending-discard-now')!.click());
     expect(fake.callsOf('discard')).toEqual([{ session_id: P, message_id: 'subagent:call-1' }]);
     expect($(root, 'pending-tray')).toBeNull();
+    // As the runtime says it: a mark in the chat names the child whose report was dropped.
+    await inAct(() => fake.emit(P, kind(P, 'message.discarded', { message_id: 'subagent:call-1' })));
+    expect($$(root, 'run-notice').map((n) => n.textContent)).toEqual(['You discarded the report from “Review db”: the agent will not see it.']);
   });
 
   it('follows queued and discarded events; Resume all steers in order', async () => {
@@ -102,6 +106,8 @@ describe('the pending tray', () => {
     expect($(root, 'pending-item')!.textContent).toContain('my own words');
     await inAct(() => fake.emit(P, kind(P, 'message.discarded', { message_id: 'msg-9' })));
     expect($(root, 'pending-tray')).toBeNull();
+    // The discard leaves a mark in the chat (D22).
+    expect($$(root, 'run-notice').map((n) => n.textContent)).toContain('You discarded a waiting message: the agent will not see it.');
   });
 
   it('shows a failed Resume in the tray with Retry', async () => {

@@ -76,20 +76,34 @@ describe('web platform', () => {
     expect(readToken({ search: '' }, localStorage)).toBe('abc');
     const web = createWebPlatform({ location: { search: '?workspace=%2Fhome%2Fme%2Fproj' } });
     expect(await web.initialWorkspace()).toBe('/home/me/proj');
-    const asked = createWebPlatform({ prompt: () => '  /tmp/x  ', location: { search: '' } });
-    expect(await asked.pickFolder()).toBe('/tmp/x');
+    // The web adapter has no native folder dialog (never a window.prompt): the app's own one browses.
+    expect(createWebPlatform({ location: { search: '' } }).pickFolder).toBeUndefined();
   });
 
-  it('checks a folder with list_files when the server has it, accepts it when it has not; keeps UI state in localStorage', async () => {
-    let known = true;
-    const fetch = vi.fn(async (url: string) => {
-      if (!known) return response(404, { error: { code: 'unknown_command', message: 'unknown command "list_files"' } });
-      return url.endsWith('/list_files') ? response(400, { error: { code: 'invalid_argument', message: 'workspace /x is not a folder' } }) : response(200, {});
+  it("checks a folder with the server's check_workspace (the home folder is refused at once, D8); an older server's list_files; none: accepted. UI state in localStorage", async () => {
+    let server: 'new' | 'old' | 'oldest' = 'new';
+    const unknown = (name: string) => response(404, { error: { code: 'unknown_command', message: `unknown command "${name}"` } });
+    const fetch = vi.fn(async (url: string, init: any) => {
+      const body = JSON.parse(init.body);
+      if (url.endsWith('/check_workspace')) {
+        if (server !== 'new') return unknown('check_workspace');
+        return body.path === '~'
+          ? response(400, { error: { code: 'invalid_argument', message: 'workspace ~ (/home/me) is your home folder itself' } })
+          : response(200, { path: `/real${body.path}` });
+      }
+      if (url.endsWith('/list_files')) {
+        if (server === 'oldest') return unknown('list_files');
+        return response(400, { error: { code: 'invalid_argument', message: 'workspace /x is not a folder' } });
+      }
+      return response(200, {});
     });
     const web = createWebPlatform({ token: 't', fetch: fetch as any, location: { search: '' } });
+    expect((await web.checkFolder!('~').catch((e) => e)).message).toContain('your home folder itself');
+    expect(await web.checkFolder!('/p')).toBe('/real/p');
+    server = 'old';
     const err = await web.checkFolder!('/x').catch((e) => e);
     expect(err.message).toBe('workspace /x is not a folder');
-    known = false;
+    server = 'oldest';
     expect(await web.checkFolder!('/y')).toBe('/y');
     localStorage.clear();
     expect(await web.loadUiState!()).toEqual({});
@@ -144,7 +158,7 @@ describe('tauri platform', () => {
     const err = await platform.invoke('get_session', { session_id: 'x' }).catch((e) => e);
     expect(err).toBeInstanceOf(CommandError);
     expect(err.code).toBe('not_found');
-    expect(await platform.pickFolder()).toBe('/picked');
+    expect(await platform.pickFolder!()).toBe('/picked');
     expect(tauri.dialog.open).toHaveBeenCalledWith({ directory: true, multiple: false });
     expect(await platform.initialWorkspace()).toBe('/from/cli');
   });
@@ -158,12 +172,14 @@ describe('tauri platform', () => {
       }
       if (cmd === 'load_ui_state') return { lastWorkspace: '/w' };
       if (cmd === 'app_info') return { home_dir: '/home/me', provider_configured: false };
+      // A shell whose runtime has no check_workspace: its own check_folder is used.
+      if (cmd === 'command' && args.name === 'check_workspace') throw { error: { code: 'unknown_command', message: 'unknown command' } };
       return null;
     });
     const platform = createTauriPlatform(tauri);
     platform.openExternal('https://example.com/x');
     expect(invoke).toHaveBeenCalledWith('open_url', { url: 'https://example.com/x' });
-    await platform.pickFolder('/last');
+    await platform.pickFolder!('/last');
     expect(tauri.dialog.open).toHaveBeenCalledWith({ directory: true, multiple: false, defaultPath: '/last' });
     expect(await platform.checkFolder!('~/x')).toBe('/real');
     const err = await platform.checkFolder!('/nope').catch((e) => e);
@@ -181,6 +197,22 @@ describe('tauri platform', () => {
     expect(invoke).toHaveBeenCalledWith('notify', { title: 't', body: 'b' });
     platform.quit!();
     expect(invoke).toHaveBeenCalledWith('quit', {});
+  });
+
+  it("checks a folder with the runtime's check_workspace through the command table (refusals said at once, D8)", async () => {
+    const { tauri, invoke } = fakeTauri();
+    invoke.mockImplementation(async (cmd: string, args: any) => {
+      if (cmd !== 'command' || args.name !== 'check_workspace') return null;
+      if (args.args.path === '~') throw { error: { code: 'invalid_argument', message: 'workspace ~ (/home/me) is your home folder itself; choose a project folder inside it' } };
+      return { path: '/home/me/proj' };
+    });
+    const platform = createTauriPlatform(tauri);
+    expect(await platform.checkFolder!('~/proj')).toBe('/home/me/proj');
+    const err = await platform.checkFolder!('~').catch((e) => e);
+    expect(err).toBeInstanceOf(CommandError);
+    expect(err.code).toBe('invalid_argument');
+    expect(err.message).toContain('your home folder itself');
+    expect(invoke).not.toHaveBeenCalledWith('check_folder', expect.anything());
   });
 
   it('subscribes, routes `bumblehive://event` payloads by subscription, and unsubscribes', async () => {

@@ -60,7 +60,7 @@ describe('settings: model servers', () => {
     expect($(rows[1], 'server-remove')).not.toBeNull();
   });
 
-  it('tests a server: ✓ model · latency, or the error in words', async () => {
+  it('tests a server: a done mark, model · latency, or the error in words', async () => {
     const fake = serversPlatform();
     fake.handlers.test_provider = ({ name }) =>
       name === 'local'
@@ -71,7 +71,9 @@ describe('settings: model servers', () => {
     expect(fake.callsOf('test_provider')).toEqual([{ name: 'local' }]);
     const ok = $(rowOf(servers, 'local'), 'server-test-result')!;
     expect(ok.dataset.ok).toBe('true');
-    expect(ok.textContent).toBe('✓ small · 120 ms');
+    expect(ok.textContent).toBe(' small · 120 ms');
+    // Its mark is an SVG icon, not a font glyph (D13).
+    expect(ok.querySelector('svg')).not.toBeNull();
     await inAct(() => $(rowOf(servers, 'claude'), 'server-test')!.click());
     const bad = $(rowOf(servers, 'claude'), 'server-test-result')!;
     expect(bad.dataset.ok).toBe('false');

@@ -42,8 +42,11 @@ describe('settings', () => {
     await inAct(() => $(dialog, 'settings-save')!.click());
     const error = $(dialog, 'settings-error')!;
     expect(error.dataset.code).toBe('busy');
-    expect(error.textContent).toContain('cannot change while the agent works');
-    expect(error.textContent).toContain('1 run(s)');
+    expect(error.textContent).toContain('cannot change while the agent works (1 run(s) and 0 sub-agent task(s) are active).');
+    // What to do instead (D15): stop or wait, or a per-session model in the composer.
+    expect(error.textContent).toContain('then Retry');
+    expect(error.textContent).toContain("choose it in that session's composer");
+    expect(error.textContent).not.toContain('the runtime is busy');
 
     fake.handlers.update_config = ({ patch }) => ({ provider: { ...patch.provider } });
     await inAct(() => $(error, 'retry')!.click());
@@ -112,6 +115,43 @@ describe('settings', () => {
     expect(use.map((b) => b.textContent)).toEqual(['Use qwen2.5-coder:7b', 'Use llama3']);
     await inAct(() => use[1].click());
     expect(($(dialog, 'settings-model') as HTMLInputElement).value).toBe('llama3');
+  });
+});
+
+describe('the set-up form tells the truth (D25)', () => {
+  it("with nothing configured the form is empty, not the runtime's default; the probed models are offered for the model field; Save without a server says why", async () => {
+    const fake = workspacePlatform([info('p')]);
+    fake.probe = [
+      { name: 'LM Studio', kind: 'openai', base_url: 'http://127.0.0.1:1234/v1', ok: true, models: ['qwen2.5-coder-0.5b'] },
+      { name: 'Ollama', kind: 'openai', base_url: 'http://127.0.0.1:11434/v1', ok: true, models: ['llama3', 'qwen2.5-coder-0.5b'] },
+    ];
+    fake.handlers.update_config = ({ patch }) => ({ provider: { ...patch.provider } });
+    const mounted = await mountApp(fake, null, { welcome: true });
+    unmount = mounted.unmount;
+    const dialog = $(mounted.root, 'settings-dialog')!;
+    expect(($(dialog, 'settings-base-url') as HTMLInputElement).value).toBe('');
+    expect(($(dialog, 'settings-model') as HTMLInputElement).value).toBe('');
+    await inAct(() => $(dialog, 'settings-save')!.click());
+    expect(fake.callsOf('update_config')).toEqual([]);
+    expect($(dialog, 'settings-error')!.textContent).toContain('choose a model server first');
+    // The model field lists what the probe found, the typed server's models first.
+    await inAct(() => typeInto($(dialog, 'settings-base-url')!, 'http://127.0.0.1:11434/v1'));
+    const options = () => Array.from($(dialog, 'settings-model-options')!.querySelectorAll('option')).map((o) => o.value);
+    expect(options()).toEqual(['llama3', 'qwen2.5-coder-0.5b']);
+    expect(($(dialog, 'settings-model') as HTMLInputElement).getAttribute('list')).toBe('settings-model-options');
+    await inAct(() => typeInto($(dialog, 'settings-model')!, 'llama3'));
+    await inAct(() => $(dialog, 'settings-save')!.click());
+    expect(fake.callsOf('update_config')).toEqual([{ patch: { provider: { kind: 'openai', base_url: 'http://127.0.0.1:11434/v1', model: 'llama3', api_key_env: null } } }]);
+    // Saved: the button no longer says "Later".
+    expect($(dialog, 'settings-close')!.textContent).toBe('Close');
+  });
+
+  it('a configured provider is shown as it is', async () => {
+    const fake = workspacePlatform([info('p')]);
+    const mounted = await mountApp(fake, 'p');
+    unmount = mounted.unmount;
+    await inAct(() => $(mounted.root, 'settings-button')!.click());
+    expect(($(mounted.root, 'settings-base-url') as HTMLInputElement).value).toBe('http://127.0.0.1:11434/v1');
   });
 });
 
