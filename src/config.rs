@@ -27,6 +27,29 @@ pub struct Config {
     /// MCP servers (issue #15), each as an entry of `.mcp.json`'s `mcpServers`.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub mcp_servers: std::collections::BTreeMap<String, crate::mcp::McpServerConfig>,
+    /// Bounds of every run (a profile's `max_turns` overrides `max_steps` for its children).
+    pub limits: LimitsConfig,
+}
+
+/// `limits` in the config: how far one run may go on its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Model calls one run may make before it stops with an error: the step budget that
+    /// ends a model going round in circles when nobody watches.
+    pub max_steps: usize,
+}
+
+impl LimitsConfig {
+    pub const DEFAULT_MAX_STEPS: usize = 500;
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_steps: Self::DEFAULT_MAX_STEPS,
+        }
+    }
 }
 
 /// When a history is compacted: at `compact_at` of the model's window (a fraction, at
@@ -212,6 +235,11 @@ impl Config {
         if self.subagents.max_concurrent == 0 {
             return Err(ConfigError::Invalid(
                 "subagents.max_concurrent must be at least 1".into(),
+            ));
+        }
+        if self.limits.max_steps == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.max_steps must be at least 1 (model calls per run)".into(),
             ));
         }
         let compact_at = self.context.compact_at;

@@ -72,7 +72,9 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_steps: 500 }
+        Limits {
+            max_steps: crate::config::LimitsConfig::DEFAULT_MAX_STEPS,
+        }
     }
 }
 
@@ -446,7 +448,9 @@ impl Shared {
                 spec
             })
             .collect();
-        let mut limits = Limits::default();
+        let mut limits = Limits {
+            max_steps: config.limits.max_steps,
+        };
         if let Some(turns) = profile.as_ref().and_then(|p| p.max_turns) {
             limits.max_steps = turns;
         }

@@ -1028,3 +1028,56 @@ async fn the_same_call_again_and_again_gets_a_note_and_a_notice() {
     assert_eq!(noted, [false, false, true, true, true]);
     service.shutdown().await;
 }
+
+/// The step budget per run is in the config (`limits.max_steps`): a model that never
+/// stops calling tools is stopped after that many model calls, with an error that says
+/// so, and the session pauses (nothing lost, the person decides). 0 is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_step_budget_per_run_is_configurable_and_ends_a_run_that_never_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    for n in 0..3 {
+        std::fs::write(dir.path().join(format!("{n}.txt")), "x").unwrap();
+    }
+    // A different call every time, so only the budget can end it.
+    let provider = Scripted::new(|request| {
+        let calls = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .count();
+        ModelResponse::tool_calls(vec![call(
+            &format!("r{calls}"),
+            "list_dir",
+            json!({"path": ".", "depth": 1 + calls % 3}),
+        )])
+    });
+    let config: Config = serde_json::from_value(json!({"limits": {"max_steps": 3}})).unwrap();
+    assert!(config.validate().is_ok());
+    let zero: Config = serde_json::from_value(json!({"limits": {"max_steps": 0}})).unwrap();
+    assert!(
+        zero.validate()
+            .unwrap_err()
+            .to_string()
+            .contains("limits.max_steps")
+    );
+    let service = service(dir.path(), provider.clone(), config, None);
+    let info = service
+        .create_session(dir.path().to_str().unwrap(), None)
+        .unwrap();
+    let ctl = service.controller(&info.session_id).unwrap();
+    let (mut events, _) = ctl.subscribe();
+    ctl.submit("look around".into(), None).unwrap();
+    let error = receive(&mut events, "error", Some(&info.session_id), None).await;
+    assert!(
+        error
+            .to_string()
+            .contains("after 3 model calls (the step limit)"),
+        "{error}"
+    );
+    wait_idle(&service).await;
+    assert_eq!(provider.requests().len(), 3);
+    assert!(ctl.is_paused());
+    let history = service.store().load(&info.session_id).unwrap().messages;
+    assert_eq!(history.iter().filter(|m| m.role == Role::Tool).count(), 3);
+    service.shutdown().await;
+}
