@@ -25,7 +25,9 @@ pub struct RecoveryStats {
 /// The final answer, if the history ends with one.
 fn final_answer(messages: &[crate::protocol::Message]) -> Option<String> {
     let last = messages.last()?;
-    (last.role == crate::protocol::Role::Assistant && last.tool_calls.is_empty())
+    // A stopped answer (what had streamed when Stop or a quit cut it off) is not an
+    // answer: the child did not finish, it was interrupted.
+    (last.role == crate::protocol::Role::Assistant && last.tool_calls.is_empty() && !last.stopped)
         .then(|| last.text().to_string())
 }
 

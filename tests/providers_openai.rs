@@ -1349,3 +1349,111 @@ async fn stop_mid_stream_keeps_the_partial_answer_for_the_next_request() {
     drop(stream);
     fx.shutdown().await;
 }
+
+/// A child cut off by the app quitting keeps what it had streamed (D12): after the quit
+/// and a restart its history ends with the stopped partial answer, and it is marked
+/// interrupted, to be resumed (from that answer) or cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_cut_off_by_a_quit_keeps_its_streamed_output_across_the_restart() {
+    let mock = MockLlm::start().await;
+    let fx = Fixture::new(openai_config(&mock));
+    let (child_answer, stream) = MockResponse::live();
+    let child_answer = std::sync::Mutex::new(Some(child_answer));
+    mock.respond_with(move |request| {
+        let messages = request.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let is_child = messages
+            .iter()
+            .any(|m| m["content"].as_str().is_some_and(|c| c.contains("Task:\n")));
+        if is_child {
+            if let Some(live) = child_answer.lock().unwrap().take() {
+                return live;
+            }
+        }
+        if messages.iter().any(|m| m["role"] == "tool") {
+            return MockResponse::sse(openai::text_answer(&["waiting for it"], (3, 2)));
+        }
+        MockResponse::sse(openai::tool_answer(
+            &[(
+                "d",
+                "sub_agent",
+                json!({"title": "Writer", "task": "write a poem"}),
+            )],
+            (3, 2),
+        ))
+    });
+    let (controller, mut events) = fx.session();
+    controller.submit("delegate".into(), None).unwrap();
+    // The child's answer streams halfway.
+    let child = loop {
+        let event = receive(&mut events, "session_created", None, None).await;
+        if event["parent_session_id"] == controller.session_id() {
+            break event["session_id"].as_str().unwrap().to_string();
+        }
+    };
+    let child_controller = fx.service.controller(&child).unwrap();
+    let (mut child_events, _) = child_controller.subscribe();
+    stream.send(openai::data(&openai::role()));
+    stream.send(openai::data(&openai::text("Roses are ")));
+    stream.send(openai::data(&openai::text("red")));
+    loop {
+        let event = tokio::time::timeout(WAIT, child_events.next_event())
+            .await
+            .expect("no delta")
+            .unwrap();
+        if let Event::Event { kind, data, .. } = &event {
+            if kind == "content.delta" && data["text"] == "red" {
+                break;
+            }
+        }
+    }
+    // The app quits while the child streams.
+    let data_dir = fx.dir.path().join("data");
+    let dir = fx.dir;
+    tokio::time::timeout(WAIT, fx.service.shutdown())
+        .await
+        .expect("shutdown hung");
+    drop(stream);
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir,
+        config_path: None,
+        config: Some(Config {
+            provider: openai_config(&mock),
+            ..Config::default()
+        }),
+        provider_factory: Arc::new(provider_from_config),
+        tools: None,
+    })
+    .unwrap();
+    let history = service.store().load(&child).unwrap().messages;
+    let last = history.last().unwrap();
+    assert_eq!(last.role, Role::Assistant, "{history:#?}");
+    assert_eq!(last.text(), "Roses are red");
+    assert!(last.stopped);
+    assert_message_order(&history);
+    let info = service
+        .list_sessions(None)
+        .unwrap()
+        .into_iter()
+        .find(|s| s.session_id == child)
+        .unwrap();
+    assert!(info.interrupted, "{info:?}");
+    // Its partial answer is no report: the parent got none, and none waits for it.
+    let parent = controller.session_id().to_string();
+    let reports: Vec<_> = service
+        .store()
+        .load(&parent)
+        .unwrap()
+        .messages
+        .into_iter()
+        .filter(crate::support::is_report)
+        .collect();
+    assert!(reports.is_empty(), "{reports:#?}");
+    assert!(service.controller(&parent).unwrap().pending().is_empty());
+    tokio::time::timeout(WAIT, service.shutdown())
+        .await
+        .unwrap();
+    drop(dir);
+}
