@@ -275,6 +275,10 @@ pub struct SessionInfo {
     /// A child whose work was cut off by a crash: resume it (`resume_subagent`) or cancel it.
     #[serde(default)]
     pub interrupted: bool,
+    /// Paused because its last run failed (not stopped by the person): said after a
+    /// restart too, and a parent's follow-up runs it again.
+    #[serde(default)]
+    pub failed: bool,
     /// Hidden from the usual list (`archive_session`); nothing else changes.
     #[serde(default)]
     pub archived: bool,

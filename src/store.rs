@@ -149,6 +149,7 @@ impl SessionMeta {
             state,
             usage: self.usage,
             interrupted: self.interrupted,
+            failed: self.failed && state == SessionState::Paused,
             archived: self.archived,
             agent: self.agent.clone(),
             provider: self.provider.clone(),

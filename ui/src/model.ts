@@ -218,8 +218,16 @@ export function mergeHistory(fetched: Message[], live: Message[]): Message[] {
   return fetched.concat(live);
 }
 
+// A paused child failed, or the person stopped it: the stored `failed` says which (an
+// older backend without it: failed, as before).
 const childStateFromInfo = (info: SessionInfo): SubagentState =>
-  info.state === 'running' ? 'running' : info.state === 'paused' ? 'failed' : 'done';
+  info.state === 'running'
+    ? 'running'
+    : info.state === 'paused'
+      ? info.failed === false
+        ? 'cancelled'
+        : 'failed'
+      : 'done';
 
 /**
  * Joins consecutive `content.delta` events of the same session into one (their texts in

@@ -17,6 +17,11 @@ task_id?: string | null, created_at: string, updated_at: string, state: SessionS
  */
 interrupted: boolean, 
 /**
+ * Paused because its last run failed (not stopped by the person): said after a
+ * restart too, and a parent's follow-up runs it again.
+ */
+failed: boolean, 
+/**
  * Hidden from the usual list (`archive_session`); nothing else changes.
  */
 archived: boolean, 

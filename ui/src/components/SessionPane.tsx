@@ -175,7 +175,9 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
   const resume = () => act(() => model.resumeChild(tab.sessionId));
   const retry = () => act(() => model.submitToChild(tab.sessionId, FAILED_RETRY));
   // A finished or failed child takes a message typed into its tab: it runs again and reports again.
-  const canMessage = (tab.state === 'done' || tab.state === 'failed') && !tab.interrupted;
+  // Done, failed, or stopped by the person: writing to it runs it again (the person's
+  // message starts even a child the person stopped).
+  const canMessage = (tab.state === 'done' || tab.state === 'failed' || tab.state === 'cancelled') && !tab.interrupted;
   const remove = () =>
     void act(async () => {
       const args: SessionRef = { session_id: tab.sessionId };
@@ -599,7 +601,11 @@ export function SessionPane(props: {
           )}
           {state.paused && !state.running && main.status === 'loaded' && main.notes.length === 0 && state.pending.length === 0 && (
             <div class="notice" data-testid="paused-notice">
-              This session is paused: its last run was stopped or failed. Send a message to go on.
+              {sessionInfo?.failed
+                ? 'This session is paused: its last run failed. Send a message to try again.'
+                : sessionInfo?.state === 'paused'
+                  ? 'This session is paused: its last run was stopped. Send a message to go on.'
+                  : 'This session is paused: its last run was stopped or failed. Send a message to go on.'}
             </div>
           )}
           {forkError && <ErrorBox message={forkError} onDismiss={() => setForkError(null)} testid="fork-error" />}

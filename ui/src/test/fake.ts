@@ -139,6 +139,7 @@ export function info(id: string, extra: Partial<SessionInfo> = {}): SessionInfo 
     workspace: '/ws',
     title: `Session ${id}`,
     archived: false,
+    failed: false,
     models: [],
     parent_session_id: null,
     created_at: '2025-01-01T00:00:00Z',

@@ -104,7 +104,7 @@ describe('interrupted and failed children (D12, D14)', () => {
   });
 
   it('a refused Retry says why and the tab stays failed', async () => {
-    const fake = workspacePlatform([info(P), info('c1', { parent_session_id: P, task_id: 't1', title: 'Breaker', state: 'paused' })]);
+    const fake = workspacePlatform([info(P), info('c1', { parent_session_id: P, task_id: 't1', title: 'Breaker', state: 'paused', failed: true })]);
     fake.handlers.submit = () => {
       throw new CommandError('invalid_argument', 'the session was deleted');
     };
@@ -172,6 +172,38 @@ describe('Stop keeps what was streamed (D2, on screen)', () => {
     const stopped = $(mounted.root, 'run-stopped')!;
     expect($(stopped, 'stopped-partial')!.textContent).toContain('Ninety-two sentences, the first one.');
     expect(stopped.textContent).toContain('Stopped here.');
+  });
+});
+
+describe('why a session paused, after a restart (D13: the saved reason)', () => {
+  it('a failed run says it failed; a stopped one says it was stopped', async () => {
+    for (const [failed, words] of [
+      [true, 'its last run failed'],
+      [false, 'its last run was stopped'],
+    ] as const) {
+      const fake = workspacePlatform([info(P, { state: 'paused', failed })], { [P]: [{ role: 'user', content: 'go', id: 'm1' }] });
+      const mounted = await mountApp(fake, P);
+      await inAct(() => fake.emit(P, snapshot(P, { paused: true })));
+      expect($(mounted.root, 'paused-notice')!.textContent).toContain(words);
+      mounted.unmount();
+    }
+  });
+
+  it("a child's tab shows failed or stopped from the stored reason", async () => {
+    const fake = workspacePlatform([
+      info(P),
+      info('c1', { parent_session_id: P, task_id: 't1', title: 'Broke', state: 'paused', failed: true }),
+      info('c2', { parent_session_id: P, task_id: 't2', title: 'Halted', state: 'paused', failed: false }),
+    ]);
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    const state = (title: string) => $$(mounted.root, 'child-tab').find((t) => t.dataset.title === title)!.dataset.state;
+    expect(state('Broke')).toBe('failed');
+    expect(state('Halted')).toBe('cancelled');
+    // The stopped one can be written to, to go on.
+    await inAct(() => $$(mounted.root, 'child-tab').find((t) => t.dataset.title === 'Halted')!.click());
+    expect($(mounted.root, 'child-view')!.querySelector('textarea')).not.toBeNull();
+    expect($(mounted.root, 'child-retry')).toBeNull();
   });
 });
 
