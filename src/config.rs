@@ -294,7 +294,20 @@ impl Config {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(io)?;
         }
-        crate::store::write_atomic(path, text.as_bytes(), true).map_err(io)
+        // A config kept elsewhere through a symlink (dotfiles) is written where it really
+        // is: replacing the link with a file would leave the dotfile stale.
+        let target = match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                std::fs::canonicalize(path).or_else(|_| {
+                    // Dangling: its target is about to be made.
+                    std::fs::read_link(path)
+                        .map(|link| path.parent().unwrap_or(Path::new("/")).join(link))
+                })
+            }
+            _ => Ok(path.to_path_buf()),
+        }
+        .map_err(io)?;
+        crate::store::write_atomic(&target, text.as_bytes(), true).map_err(io)
     }
 
     /// The config as `get_config` shows it. Keys never live in the config, so there is
@@ -462,6 +475,30 @@ pub fn default_data_dir() -> PathBuf {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Security review, informational: a config that is a symlink (dotfiles) stays one
+    /// when saved; its target gets the new text.
+    #[test]
+    fn a_symlinked_config_is_written_through_its_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let dotfiles = dir.path().join("dotfiles");
+        std::fs::create_dir_all(&dotfiles).unwrap();
+        std::fs::write(dotfiles.join("bumblehive.json"), "{}").unwrap();
+        let path = dir.path().join("config.json");
+        std::os::unix::fs::symlink(dotfiles.join("bumblehive.json"), &path).unwrap();
+        let mut config = Config::default();
+        config.limits.max_steps = 7;
+        config.save(&path).unwrap();
+        assert!(
+            std::fs::symlink_metadata(&path)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        let saved = std::fs::read_to_string(dotfiles.join("bumblehive.json")).unwrap();
+        assert!(saved.contains("\"max_steps\": 7"), "{saved}");
+        assert_eq!(Config::load(&path).unwrap().limits.max_steps, 7);
+    }
 
     #[test]
     fn broken_file_names_file_and_line_and_is_not_overwritten() {

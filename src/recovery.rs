@@ -123,7 +123,10 @@ pub(crate) fn recover(
             .into_iter()
             .filter_map(|m| m.id)
             .collect();
-        let mut pending = store.read_pending(&id).unwrap_or_default();
+        let mut pending = store.read_pending(&id).unwrap_or_else(|err| {
+            tracing::warn!(session = %id, "pending queue unreadable, starting empty: {err}");
+            Vec::new()
+        });
         let mut added = false;
         for record in ledger.undelivered() {
             if history_ids.contains(&record.message_id)

@@ -19,6 +19,8 @@ const META: &str = "meta.json";
 const MESSAGES: &str = "messages.jsonl";
 /// The pending queue of SPEC §4 (atomic replace on every change).
 const PENDING: &str = "pending.json";
+/// Longest session id taken from a caller (ours are 36-character UUIDs).
+const MAX_ID: usize = 128;
 /// The report ledger: each finished child's report, recorded before delivery.
 const REPORTS: &str = "reports.jsonl";
 
@@ -273,8 +275,12 @@ impl SessionStore {
     }
 
     fn dir(&self, id: &str) -> Result<PathBuf, StoreError> {
-        // Ids come from callers (HTTP); refuse anything that could walk out of the store.
-        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        // Ids come from callers (HTTP); refuse anything that could walk out of the store,
+        // and names no file system takes (a 5,000-character id is "not found", not a 500).
+        if id.is_empty()
+            || id.len() > MAX_ID
+            || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
             return Err(StoreError::NotFound(id.to_string()));
         }
         Ok(self.root.join(id))
@@ -571,9 +577,16 @@ impl SessionStore {
     ) -> Result<Vec<crate::protocol::PendingMessage>, StoreError> {
         let path = self.dir(id)?.join(PENDING);
         match fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|err| StoreError::BadMeta {
-                path: path.display().to_string(),
-                message: err.to_string(),
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|err| {
+                // The next change of the queue would replace it: what it held is kept
+                // beside it for the person (reports come back from the ledger anyway).
+                let kept =
+                    path.with_file_name(format!("{PENDING}.damaged-{}", now().replace(':', "-")));
+                let _ = fs::rename(&path, &kept);
+                StoreError::BadMeta {
+                    path: path.display().to_string(),
+                    message: format!("{err}; the file was kept as {}", kept.display()),
+                }
             }),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(err) => Err(StoreError::io(&path, err)),
@@ -805,6 +818,48 @@ mod tests {
             workspace: workspace.into(),
             ..NewSession::default()
         }
+    }
+
+    /// Security review, informational: a very long id is "not found" (404), not a storage
+    /// error (500).
+    #[test]
+    fn a_very_long_session_id_is_not_found() {
+        let (_dir, store) = store();
+        let id = "a".repeat(5000);
+        assert!(matches!(store.load(&id), Err(StoreError::NotFound(_))));
+        assert!(matches!(
+            store.read_pending(&id),
+            Err(StoreError::NotFound(_))
+        ));
+    }
+
+    /// Security review, informational: a damaged `pending.json` is not silently replaced
+    /// by the next queue change: what it held is kept beside it, and the error says where.
+    #[test]
+    fn a_damaged_pending_queue_is_kept_aside_not_overwritten() {
+        let (_dir, store) = store();
+        let meta = store.create(new("/w")).unwrap();
+        let folder = store.dir(&meta.session_id).unwrap();
+        std::fs::write(
+            folder.join(PENDING),
+            "[{\"message_id\": \"m1\", \"content\": \"keep me",
+        )
+        .unwrap();
+        let err = store
+            .read_pending(&meta.session_id)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("kept as"), "{err}");
+        store.write_pending(&meta.session_id, &[]).unwrap();
+        let kept: Vec<_> = std::fs::read_dir(&folder)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("pending.json.damaged-"))
+            .collect();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        let text = std::fs::read_to_string(folder.join(&kept[0])).unwrap();
+        assert!(text.contains("keep me"));
+        assert_eq!(store.read_pending(&meta.session_id).unwrap(), Vec::new());
     }
 
     #[test]

@@ -41,6 +41,12 @@ export interface Platform {
   pickFolder?(defaultPath?: string | null): Promise<string | null>;
   /** A workspace handed to the app at start (command line, environment, `?workspace=`). */
   initialWorkspace(): Promise<string | null>;
+  /**
+   * The initial workspace came from a link anyone could have made (the web UI's
+   * `?workspace=`), not from the person's own command line: a folder not opened here
+   * before is asked about first.
+   */
+  readonly initialWorkspaceIsLink?: boolean;
   /** Opens a link outside the app window (never navigates the app itself). */
   openExternal(url: string): void;
   /**
@@ -475,6 +481,7 @@ export function createWebPlatform(options: WebOptions = {}): Platform {
     async initialWorkspace() {
       return new URLSearchParams(location.search).get('workspace');
     },
+    initialWorkspaceIsLink: true,
     openExternal(url) {
       globalThis.open?.(url, '_blank', 'noopener,noreferrer');
     },

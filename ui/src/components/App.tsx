@@ -30,6 +30,9 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   const [knownWorkspaces, setKnownWorkspaces] = useState<WorkspaceInfo[]>([]);
   /** The app's own folder dialog, open (for a platform without a native one). */
   const [folderDialog, setFolderDialog] = useState<{ start: string | null } | null>(null);
+  // A `?workspace=` link of the web UI naming a folder the person never opened here: asked
+  // first (a link from anywhere must not open a folder of the machine by itself).
+  const [linked, setLinked] = useState<string | null>(null);
   const [sessions, setSessions] = useState<SessionInfo[]>([]);
   const [listError, setListError] = useState<{ code: string; message: string } | null>(null);
   const [selected, setSelected] = useState<string | null>(null);
@@ -183,7 +186,9 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
       }
       // The command line wins; else the last workspace (a start from the menu goes on
       // where the person was). A last workspace that is gone shows the picker and says so.
-      if (initial) await openWorkspace(initial, false);
+      const known = initial != null && uiState.current.recents.includes(initial);
+      if (initial && platform.initialWorkspaceIsLink && !known) setLinked(initial);
+      else if (initial) await openWorkspace(initial, false);
       else if (uiState.current.lastWorkspace) await openWorkspace(uiState.current.lastWorkspace);
       if (!live) return;
       setBooting(false);
@@ -444,6 +449,33 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             }}
             onClose={() => setInbox(false)}
           />
+        )}
+        {linked && (
+          <div class="overlay">
+            <div class="dialog" role="alertdialog" aria-labelledby="linked-title" data-testid="linked-workspace">
+              <h2 id="linked-title">Open this folder?</h2>
+              <p>
+                A link asks to open <code>{linked}</code> as the workspace. The agent can read and change what is in it.
+              </p>
+              <div class="dialog-buttons">
+                <button type="button" data-testid="linked-cancel" autoFocus onClick={() => setLinked(null)}>
+                  Cancel
+                </button>
+                <button
+                  type="button"
+                  class="primary"
+                  data-testid="linked-open"
+                  onClick={() => {
+                    const path = linked;
+                    setLinked(null);
+                    void openWorkspace(path, false);
+                  }}
+                >
+                  Open it
+                </button>
+              </div>
+            </div>
+          </div>
         )}
         {folderDialog && (
           <FolderDialog

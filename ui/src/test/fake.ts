@@ -25,6 +25,7 @@ type Handler = (args: Record<string, any>) => unknown;
 
 export class FakePlatform implements Platform {
   readonly kind = 'fake' as const;
+  initialWorkspaceIsLink = false;
   calls: Call[] = [];
   handlers: Record<string, Handler> = {};
   streams = new Map<string, { onEvent: (e: WireEvent) => void; onStatus?: (s: StreamStatus) => void }>();

@@ -193,3 +193,35 @@ describe('no tooltip is left behind by a view that goes away (D30)', () => {
     for (const el of Array.from(picker.querySelectorAll<HTMLElement>('button, input'))) expect(tooltipOf(el)).toBeNull();
   });
 });
+
+describe('a ?workspace= link (web UI)', () => {
+  it('asks before it opens a folder not opened here before; Cancel leaves the picker', async () => {
+    const fake = workspacePlatform([]);
+    fake.initialWorkspaceIsLink = true;
+    const mounted = await mountApp(fake, null);
+    unmount = mounted.unmount;
+    const ask = $(mounted.root, 'linked-workspace')!;
+    expect(ask.textContent).toContain('/ws');
+    expect(fake.callsOf('list_sessions')).toEqual([]);
+    await inAct(() => $(ask, 'linked-cancel')!.click());
+    expect($(mounted.root, 'linked-workspace')).toBeNull();
+    expect($(mounted.root, 'workspace-picker')).not.toBeNull();
+    expect(fake.callsOf('list_sessions')).toEqual([]);
+  });
+
+  it('Open it opens the folder; the command line (not a link) opens it at once', async () => {
+    const fake = workspacePlatform([]);
+    fake.initialWorkspaceIsLink = true;
+    const mounted = await mountApp(fake, null);
+    await inAct(() => $(mounted.root, 'linked-open')!.click());
+    await settle();
+    expect($(mounted.root, 'linked-workspace')).toBeNull();
+    expect(fake.callsOf('list_sessions').length).toBeGreaterThan(0);
+    mounted.unmount();
+    const direct = workspacePlatform([]);
+    const again = await mountApp(direct, null);
+    unmount = again.unmount;
+    expect($(again.root, 'linked-workspace')).toBeNull();
+    expect(direct.callsOf('list_sessions').length).toBeGreaterThan(0);
+  });
+});
