@@ -200,7 +200,18 @@ impl Server {
 
     /// Starts the binary on `dir` (config and data inside it).
     pub async fn spawn(dir: tempfile::TempDir, model: Model, mock: MockLlm) -> Server {
+        Self::spawn_with_env(dir, model, mock, &[]).await
+    }
+
+    /// [`Self::spawn`] with variables set for the server process.
+    pub async fn spawn_with_env(
+        dir: tempfile::TempDir,
+        model: Model,
+        mock: MockLlm,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Server {
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+            .envs(env.iter().copied())
             .arg("--config")
             .arg(dir.path().join("config.json"))
             .arg("--data-dir")
@@ -933,6 +944,35 @@ async fn run_command_prints_events_and_exits_when_the_tree_is_idle() {
     assert_eq!(
         std::fs::read_to_string(workspace.join("out.txt")).unwrap(),
         "approved"
+    );
+}
+
+/// Issue 12's fallback, for real: a server whose PATH has no bubblewrap says in
+/// `app_info` that commands cannot be sandboxed and why (the UI's banner shows that
+/// reason, `firstrun.test.tsx`), and its policy then asks for every command
+/// (`security::security_without_bubblewrap_every_command_asks`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_without_bubblewrap_on_path_says_so_in_app_info() {
+    let mock = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = json!({"provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()), "model": "scripted"}});
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let empty = dir.path().join("no-tools");
+    std::fs::create_dir_all(&empty).unwrap();
+    let server =
+        Server::spawn_with_env(dir, Model::default(), mock, &[("PATH", empty.as_os_str())]).await;
+    let info = server.ok("app_info", json!({})).await;
+    assert_eq!(info["sandbox"]["available"], false, "{info}");
+    let reason = info["sandbox"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("bubblewrap (bwrap) is not installed or not on PATH"),
+        "{info}"
+    );
+    // The normal server, with bwrap on PATH, has it.
+    let normal = Server::start().await;
+    assert_eq!(
+        normal.ok("app_info", json!({})).await["sandbox"]["available"],
+        true
     );
 }
 
