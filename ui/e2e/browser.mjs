@@ -27,6 +27,35 @@ let browser;
 let page;
 let server;
 
+/** Starts `bumblehive serve` on `port` (0: any) with the scratch config and data dir. */
+async function startServer(port) {
+  const args = ['serve', '--port', String(port), '--ui', join(UI_DIR, 'dist'), '--config', space.config, '--data-dir', space.data];
+  const child = start(BINARY, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const log = join(out, 'server.log');
+  child.stderr.on('data', (d) => process.env.E2E_VERBOSE && process.stderr.write(d));
+  child.stderr.pipe(createWriteStream(log, { flags: 'a' }));
+  const line = await firstLine(child, { log });
+  const { url, token } = JSON.parse(line);
+  check(url && token, `unexpected first line: ${line}`);
+  child.url = url;
+  child.token = token;
+  return child;
+}
+
+/** The flow's driver on a Playwright page; `press` (a key in a field) is for the browser-only steps. */
+function driverFor(p) {
+  return {
+    query: (body) => p.evaluate(`(() => {${body}\n})()`),
+    click: (css) => p.click(css, { timeout: 10000 }),
+    type: (css, text) => p.fill(css, text, { timeout: 10000 }),
+    press: (css, key) => p.press(css, key, { timeout: 10000 }),
+    shot: (name) => p.screenshot({ path: join(out, `${name}.png`) }),
+    resize: (width, height) => p.setViewportSize({ width, height }),
+    reload: () => p.reload(),
+    clipboard: () => p.evaluate('navigator.clipboard.readText()'),
+  };
+}
+
 try {
   await runner.step('the UI and the bumblehive binary are built', async () => {
     if (!process.env.E2E_NO_BUILD) {
@@ -40,16 +69,7 @@ try {
   await runner.step('the mock model and `bumblehive serve` start', async () => {
     mock = await startMockModel({ log: join(out, 'model-requests.jsonl') });
     space = scratch('browser', mock.baseUrl);
-    const args = ['serve', '--port', '0', '--ui', join(UI_DIR, 'dist'), '--config', space.config, '--data-dir', space.data];
-    server = start(BINARY, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    const log = join(out, 'server.log');
-    server.stderr.on('data', (d) => process.env.E2E_VERBOSE && process.stderr.write(d));
-    server.stderr.pipe(createWriteStream(log, { flags: 'a' }));
-    const line = await firstLine(server, { log });
-    const { url, token } = JSON.parse(line);
-    check(url && token, `unexpected first line: ${line}`);
-    server.url = url;
-    server.token = token;
+    server = await startServer(0);
   });
 
   await runner.step('headless Chromium opens the page with the token and the workspace', async () => {
@@ -66,7 +86,8 @@ try {
         '--disable-sync',
       ],
     });
-    const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    // The clipboard is read back after a Copy button (navigator.clipboard.readText).
+    const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, permissions: ['clipboard-read', 'clipboard-write'] });
     // A link opens in a new tab: record where it goes instead of going out to the network.
     await context.route(/^https?:\/\/example\.com\//, (route) => {
       opened.push(route.request().url());
@@ -92,16 +113,36 @@ try {
     await page.goto(`${server.url}/?${query}`);
   });
 
-  const driver = {
-    query: (body) => page.evaluate(`(() => {${body}\n})()`),
-    click: (css) => page.click(css, { timeout: 10000 }),
-    type: (css, text) => page.fill(css, text, { timeout: 10000 }),
-    shot: (name) => page.screenshot({ path: join(out, `${name}.png`) }),
-    resize: (width, height) => page.setViewportSize({ width, height }),
-    reload: () => page.reload(),
+  const driver = driverFor(page);
+  // Step 25: a second browser (its own localStorage) at the address without a workspace.
+  const freshPage = async () => {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const fresh = await context.newPage();
+    fresh.on('pageerror', (e) => page.consoleLog.push(`[fresh page: pageerror] ${e.message}`));
+    await fresh.goto(`${server.url}/?${new URLSearchParams({ token: server.token })}`);
+    return { driver: driverFor(fresh), close: () => context.close() };
+  };
+  // Step 26: `serve` stopped and started again on its port with the same data dir (no --token).
+  const restartServer = async () => {
+    const before = server;
+    process.kill(-before.pid, 'SIGTERM');
+    const { code, signal } = await before.exited;
+    check(code === 0, `serve exited with ${code ?? signal} on SIGTERM`);
+    server = await startServer(Number(new URL(before.url).port));
+    check(server.url === before.url, `the restarted server is at ${server.url}, not ${before.url}`);
+    return { before: before.token, after: server.token };
   };
   const notifications = () => page.evaluate('window.__e2eNotifications ?? []');
-  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', mock: mock ?? { requests: [] }, opened: () => opened, notifications })) {
+  const ctx = {
+    workspace: space?.workspace ?? '',
+    scratch: space?.dir ?? '',
+    mock: mock ?? { requests: [] },
+    opened: () => opened,
+    notifications,
+    freshPage,
+    restartServer,
+  };
+  for (const [title, fn] of flowSteps(driver, ctx)) {
     await runner.step(title, fn);
   }
 } finally {

@@ -97,6 +97,19 @@ try {
     click: (css) => wd.click(css),
     type: (css, text) => wd.type(css, text),
     reload: () => wd.call('POST', '/session/:session/refresh', {}),
+    // What the clipboard holds, as a person would see it: Ctrl+V into the (emptied) composer
+    // goes through GTK's clipboard; the composer is emptied again afterwards.
+    async clipboard() {
+      const empty = `const el = document.querySelector('[data-testid=prompt-input]');
+        el.value = ''; el.dispatchEvent(new Event('input', { bubbles: true })); el.focus(); return true;`;
+      await wd.execute(empty);
+      const id = await wd.element('[data-testid=prompt-input]');
+      // Control (U+E009) stays down for the "v"; the null key (U+E000) lets it go.
+      await wd.call('POST', `/session/:session/element/${id}/value`, { text: '\uE009v\uE000' });
+      const text = await until('the pasted text', () => wd.execute("return document.querySelector('[data-testid=prompt-input]').value;"), Boolean, { timeout: 5000 }).catch(() => '');
+      await wd.execute(empty);
+      return text;
+    },
     async shot(name) {
       // The DOM is ahead of the pixels: let the window paint what the test just saw.
       await wd.painted();

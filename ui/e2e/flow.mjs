@@ -4,7 +4,7 @@
 // A driver has: query(body) → runs a JS function body in the page, returns its value;
 // click(css); type(css, text); shot(name) → saves a screenshot.
 
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { check, until } from './lib.mjs';
 import { LINK_URL, NOTES_CONTENT, textOf } from './mock-model.mjs';
@@ -77,6 +77,28 @@ return {
   attachments: all('[data-testid=attachment]').map((e) => e.getAttribute('title')),
   messageImages: chat ? all('[data-testid=message-image]', chat).length : 0,
   retry: !!document.querySelector('[data-testid=child-retry]'),
+  tokenBanner: !!document.querySelector('[data-testid=token-input]'),
+};`;
+
+/** The first screen and the web UI's folder dialog (step 25, in a fresh browser). */
+const PICKER = String.raw`
+const all = (css) => Array.from(document.querySelectorAll(css));
+const text = (e) => (e ? e.textContent.replace(/\s+/g, ' ').trim() : null);
+const field = document.querySelector('[data-testid=folder-path]');
+return {
+  picker: !!document.querySelector('[data-testid=workspace-picker]'),
+  prompt: !!document.querySelector('[data-testid=prompt-input]'),
+  recents: all('[data-testid=workspace-recent]').map((e) => ({
+    path: e.getAttribute('data-path'),
+    remembered: e.getAttribute('data-remembered'),
+    sessions: text(e.querySelector('[data-testid=workspace-sessions]')),
+  })),
+  dialog: !!document.querySelector('[data-testid=folder-dialog]'),
+  typed: field ? field.value : null,
+  entries: all('[data-testid=folder-entry]').map((e) => e.getAttribute('data-name')),
+  chooseError: text(document.querySelector('[data-testid=folder-choose-error]')),
+  listError: text(document.querySelector('[data-testid=folder-list-error]')),
+  workspacePath: text(document.querySelector('[data-testid=workspace-path]')),
 };`;
 
 const tab = (s, title) => s.tabs.find((t) => t.title === title);
@@ -104,7 +126,7 @@ export function flowSteps(driver, ctx) {
     check(s.errors.length === 0, `the run failed: ${s.errors.join(' | ')}`);
   };
 
-  return [
+  const steps = [
     [
       'the workspace opens with the composer',
       async () => {
@@ -521,6 +543,119 @@ export function flowSteps(driver, ctx) {
       },
     ],
   ];
+  // 25 and 26 need what only the browser has: a second, fresh browser profile (the desktop
+  // keeps GTK's folder dialog) and a server to restart (the desktop has no `serve`).
+  if (ctx.freshPage) steps.push(['a fresh browser lists the server\'s workspaces; "Open folder…" opens the in-app folder dialog', () => pickerStep(ctx, state)]);
+  if (ctx.restartServer) {
+    steps.push([
+      '`serve` restarted with the same data dir keeps its token: the open tab goes on working',
+      async () => {
+        const { before, after } = await ctx.restartServer();
+        check(after === before, 'the restarted server made a new token');
+        // The tab was not reloaded: its remembered token must still be taken.
+        await driver.type('[data-testid=prompt-input]', 'Restart check');
+        await driver.click('[data-testid=send-button]');
+        const s = await waitFor('the answer through the restarted server', (x) => says(x, 'assistant', 'Restart check answered.') && x.running === 'false');
+        check(!s.tokenBanner, 'the tab asks for the access token after the restart');
+        await driver.shot('26-after-server-restart');
+      },
+    ]);
+  }
+  steps.push(
+    [
+      'Fork from here on the message with the pasted image brings the image back into the composer',
+      async () => {
+        const from = (await state()).session;
+        const marked = await driver.query(String.raw`
+          const withImage = Array.from(document.querySelectorAll('[data-testid=chat] [data-testid=chat-message][data-role=user]'))
+            .filter((e) => e.querySelector('[data-testid=message-image]'));
+          const button = withImage.at(-1)?.querySelector('[data-testid=fork-message]');
+          if (!button) return false;
+          button.setAttribute('data-e2e', 'fork-image');
+          return true;`);
+        check(marked, 'no Fork button on the message with the image (step 23)');
+        await driver.click('[data-e2e=fork-image]');
+        const s = await waitFor(
+          'the fork open with the message and its image in the composer',
+          (x) => x.session && x.session !== from && x.promptText === 'Image check' && x.attachments.length === 1,
+        );
+        // The fork's history stops before the message: its image is in the draft only.
+        check(s.messageImages === 0, `the fork's chat shows ${s.messageImages} image(s)`);
+        await driver.shot('27-fork-with-image');
+        await driver.click('[data-testid=attachment-remove]');
+        await waitFor('the image removed from the draft, its text kept', (x) => x.attachments.length === 0 && x.promptText === 'Image check');
+      },
+    ],
+    [
+      "a tool result's Copy button puts the result on the clipboard and leaves the card open",
+      async () => {
+        // (SPEC's discard mark is not driven here: the flow has no discard step.)
+        const result = await driver.query(String.raw`
+          const cards = Array.from(document.querySelectorAll('[data-testid=chat] [data-testid=tool-card]'))
+            .filter((c) => c.querySelector('[data-testid=copy-result]'));
+          const card = cards.filter((c) => c.getAttribute('data-state') === 'done').at(-1) ?? cards.at(-1);
+          if (!card) return null;
+          card.setAttribute('data-e2e', 'copy-card');
+          // Scrolled to, as a person would (WebKit's WebDriver does not scroll the chat's box).
+          card.scrollIntoView({ block: 'center' });
+          return card.querySelector('[data-testid=tool-result]').textContent;`);
+        check(result, 'no tool card with a result to copy');
+        const open = () => driver.query("return document.querySelector('[data-e2e=copy-card]').open;");
+        await driver.click('[data-e2e=copy-card] > summary .tool-name');
+        await until('the tool card to open', open, Boolean, { timeout: 10000 });
+        await driver.click('[data-e2e=copy-card] [data-testid=copy-result]');
+        await until('"Copied" on the button', () => driver.query("return !!document.querySelector('[data-e2e=copy-card] [data-testid=copied]');"), Boolean, { timeout: 5000 });
+        await driver.shot('28-copy-tool-result');
+        check(await open(), 'the Copy click folded the card');
+        await until('the result on the clipboard', () => driver.clipboard(), (t) => t === result, { timeout: 10000 });
+      },
+    ],
+  );
+  return steps;
+}
+
+/** Step 25 (browser): the picker of a fresh profile, and the folder dialog's path, Tab, click, Enter, error and Escape. */
+async function pickerStep(ctx, state) {
+  const tops = (await state()).sidebar.filter((i) => !i.parent).length;
+  const base = join(ctx.scratch, 'folders');
+  mkdirSync(join(base, 'alpha-project', 'src'), { recursive: true });
+  mkdirSync(join(base, 'beta'), { recursive: true });
+  const fresh = await ctx.freshPage();
+  try {
+    const d = fresh.driver;
+    const view = (what, test) => until(what, () => d.query(PICKER), test, { timeout: 20000 });
+    // Nothing is remembered in this profile: the entry is the server's (list_workspaces).
+    await view(`the e2e workspace with its ${tops} session(s) in the picker`, (v) =>
+      v.picker && v.recents.some((r) => r.path === ctx.workspace && r.remembered === 'false' && (r.sessions ?? '').startsWith(`${tops} session${tops === 1 ? '' : 's'}`)),
+    );
+    await d.shot('25-picker-server-workspaces');
+    // The dialog first shows the server's home: typing waits until it is there.
+    const openDialog = async () => {
+      await d.click('[data-testid=workspace-open]');
+      await view('the folder dialog in the home folder', (v) => v.dialog && (v.typed ?? '').length > 1);
+    };
+    await openDialog();
+    const missing = join(base, 'missing-folder');
+    await d.type('[data-testid=folder-path]', missing);
+    await d.press('[data-testid=folder-path]', 'Enter');
+    await view('the error of the missing folder', (v) => v.dialog && (v.chooseError ?? '').includes(missing));
+    await d.shot('25-folder-dialog-error');
+    await d.press('[data-testid=folder-path]', 'Escape');
+    await view('the dialog closed on Escape, the picker left', (v) => !v.dialog && v.picker);
+    await openDialog();
+    await d.type('[data-testid=folder-path]', join(base, 'alp'));
+    await view('the one sub-folder that starts so', (v) => v.entries.length === 1 && v.entries[0] === 'alpha-project');
+    await d.press('[data-testid=folder-path]', 'Tab');
+    await view('Tab to complete the name and list its folder', (v) => v.typed === `${join(base, 'alpha-project')}/` && v.entries.includes('src'));
+    await d.click('[data-testid=folder-entry][data-name=src]');
+    const inner = join(base, 'alpha-project', 'src');
+    await view('the click to go into src', (v) => v.typed === `${inner}/` && v.entries.length === 0);
+    await d.shot('25-folder-dialog');
+    await d.press('[data-testid=folder-path]', 'Enter');
+    await view('Enter to open it as the workspace', (v) => !v.dialog && !v.picker && v.prompt && v.workspacePath === inner);
+  } finally {
+    await fresh.close();
+  }
 }
 
 /** The second half of the Retry step: Retry runs the failed child again, and its report reaches the parent. */

@@ -29,6 +29,7 @@
 //   user containing "Flaky child"      → sub_agent {title: "Flaky", task: "FLAKY"}
 //   user containing "Held writer"      → sub_agent {title: "Writer", task: "WRITE notes HELD"}
 //   user containing "Profile check"    → a short text answer (the test reads the request's tools)
+//   user containing "Restart check"    → "Restart check answered." (after `serve` restarted)
 //   any other user message             → sub_agent {title: "Writer", task: "WRITE notes"}
 //   tool results                       → a short text answer
 // Every request body is appended to the log file as one JSON line ({at, path, body}).
@@ -106,6 +107,7 @@ export function decide(messages) {
     return { text: `Image seen: ${image ? 'yes' : 'no'}.` };
   }
   if (last.role === 'user' && lastText.includes('Profile check')) return { text: 'Profile check answered.' };
+  if (last.role === 'user' && lastText.includes('Restart check')) return { text: 'Restart check answered.' };
   if (last.role === 'user' && lastText.includes('Flaky child')) {
     return { text: 'A flaky sub-agent starts.', calls: [{ name: 'sub_agent', arguments: { title: 'Flaky', task: 'FLAKY' } }] };
   }
