@@ -813,6 +813,42 @@ async fn openai_a_refused_local_server_is_reported_at_once_with_a_way_forward() 
     assert!(retries(&events).is_empty());
 }
 
+/// D7 for remote servers: a name that does not resolve and a TLS handshake that fails
+/// are said in words first (what to check), the details after; neither is a local
+/// "start your server" case.
+#[tokio::test]
+async fn openai_dns_and_tls_failures_say_what_happened_in_words() {
+    let mut dns = provider_config("openai", "http://model-server.invalid/v1".into(), "m");
+    dns.extra.insert("max_retries".into(), json!(0));
+    let (result, _) = generate(&provider_from_config(&dns).unwrap(), simple_request("hi")).await;
+    let message = result.unwrap_err().to_string();
+    assert!(
+        message.starts_with("network error: cannot find the model server model-server.invalid: the name does not resolve"),
+        "{message}"
+    );
+    // A plain-HTTP server behind an https:// address: the handshake fails.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            use tokio::io::AsyncWriteExt;
+            let _ = socket
+                .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    let mut tls = provider_config("openai", format!("https://127.0.0.1:{port}/v1"), "m");
+    tls.extra.insert("max_retries".into(), json!(0));
+    let (result, _) = generate(&provider_from_config(&tls).unwrap(), simple_request("hi")).await;
+    let message = result.unwrap_err().to_string();
+    assert!(
+        message.starts_with(&format!(
+            "network error: the secure connection (TLS) to 127.0.0.1:{port} failed"
+        )),
+        "{message}"
+    );
+}
+
 #[tokio::test]
 async fn openai_max_tokens_param_can_be_renamed_for_reasoning_models() {
     let mock = MockLlm::start().await;

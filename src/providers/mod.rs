@@ -371,6 +371,46 @@ fn network_error(err: &reqwest::Error) -> ProviderError {
             "no model server is running at {at} (connection refused). Start it (Ollama: `ollama serve`; llama.cpp: `llama-server`), or choose another provider in Settings."
         ));
     }
+    // A remote server's usual failures in words first, what to check, then the detail
+    // (UX review D7: the raw chain alone says little to a person).
+    let mut chain = Vec::new();
+    let mut source: Option<&dyn std::error::Error> = Some(err);
+    while let Some(cause) = source {
+        chain.push(cause);
+        source = cause.source();
+    }
+    let detail = chain.last().map(|c| c.to_string()).unwrap_or_default();
+    let host = err
+        .url()
+        .and_then(|u| u.host_str())
+        .unwrap_or("?")
+        .to_string();
+    let at = err
+        .url()
+        .map(|u| format!("{host}:{}", u.port_or_known_default().unwrap_or(0)))
+        .unwrap_or_default();
+    if err.is_connect() && chain.iter().any(|c| c.to_string().starts_with("dns error")) {
+        return ProviderError::Network(format!(
+            "cannot find the model server {host}: the name does not resolve; check the provider's base_url and this machine's network ({detail})"
+        ));
+    }
+    // The TCP connection's own failures carry an I/O error of their kind (refused, reset,
+    // unreachable, timed out); a failed handshake over https carries none of those.
+    let io_kind = chain
+        .iter()
+        .find_map(|c| c.downcast_ref::<std::io::Error>().map(std::io::Error::kind));
+    let tls = err.is_connect()
+        && !err.is_timeout()
+        && err.url().is_some_and(|u| u.scheme() == "https")
+        && matches!(
+            io_kind,
+            None | Some(std::io::ErrorKind::InvalidData | std::io::ErrorKind::Other)
+        );
+    if tls {
+        return ProviderError::Network(format!(
+            "the secure connection (TLS) to {at} failed: {detail}; check that the server speaks https on that port and that its certificate is trusted"
+        ));
+    }
     ProviderError::Network(message)
 }
 
