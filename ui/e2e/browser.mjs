@@ -111,6 +111,12 @@ try {
     page.consoleLog = consoleLog;
     const query = new URLSearchParams({ token: server.token, workspace: space.workspace });
     await page.goto(`${server.url}/?${query}`);
+    // A ?workspace= link names a folder this browser never opened: the app asks first.
+    const ask = page.locator('[data-testid=linked-workspace]');
+    await ask.waitFor({ timeout: 30000 });
+    if (!(await ask.textContent()).includes(space.workspace)) throw new Error('the question does not name the folder');
+    await page.screenshot({ path: join(out, '00-linked-workspace-asks.png') });
+    await page.click('[data-testid=linked-open]');
   });
 
   const driver = driverFor(page);
