@@ -193,6 +193,14 @@ async fn notify(app: tauri::AppHandle, title: String, body: String) -> Result<()
     // Logged too: a desktop without a notification daemon shows nothing, and the log is
     // then the only trace that the person was asked.
     tracing::info!(%title, %body, "notification requested");
+    // The taskbar entry asks for attention too (an urgency hint): a notification daemon
+    // may be missing, and a notification is gone once dismissed.
+    if let Some(window) = app
+        .get_webview_window("main")
+        .filter(|w| !w.is_focused().unwrap_or(false))
+    {
+        let _ = window.request_user_attention(Some(tauri::UserAttentionType::Informational));
+    }
     app.notification()
         .builder()
         .title(title)
