@@ -237,7 +237,21 @@ fn pipe() -> std::io::Result<(std::fs::File, std::os::fd::OwnedFd)> {
     use std::os::fd::FromRawFd;
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two descriptors into the array given.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    #[cfg(target_os = "linux")]
+    let made = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    // Elsewhere (macOS has no pipe2) the flag follows at once; spares are only made where
+    // bubblewrap runs, so this only has to build.
+    // SAFETY: pipe writes two descriptors into the array given; fcntl only sets flags.
+    #[cfg(not(target_os = "linux"))]
+    let made = unsafe {
+        let made = libc::pipe(fds.as_mut_ptr());
+        if made == 0 {
+            libc::fcntl(fds[0], libc::F_SETFD, libc::FD_CLOEXEC);
+            libc::fcntl(fds[1], libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+        made
+    };
+    if made != 0 {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: both descriptors were just made by the kernel and are owned by nothing else.

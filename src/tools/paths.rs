@@ -283,7 +283,7 @@ pub fn write_regular(resolved: &Resolved, content: &[u8]) -> Result<(), ToolErro
     let mut guard = Temp(&dir, &temp, false);
     if let Some(meta) = &existing {
         // The umask applied at creation; the original's mode (and owner, where allowed) stay.
-        let _ = file.set_permissions(std::fs::Permissions::from_mode(mode));
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(libc::c_uint::from(mode)));
         let _ = std::os::unix::fs::fchown(&file, Some(meta.st_uid), Some(meta.st_gid));
     }
     let unchanged = if existing.is_some() {
