@@ -910,6 +910,21 @@ mod runtime {
     use super::*;
     use crate::providers_openai::{of_kind, run_events, run_events_within};
 
+    /// The next `context.compacted` event of session `id` (within the seed's wait).
+    async fn compacted(events: &mut Subscription, id: &str) -> Value {
+        tokio::time::timeout(WAIT, async {
+            loop {
+                let event = events.next_event().await.unwrap();
+                let value = serde_json::to_value(&event).unwrap();
+                if value["kind"] == kinds::CONTEXT_COMPACTED && value["session_id"] == id {
+                    return value;
+                }
+            }
+        })
+        .await
+        .expect("compacted")
+    }
+
     /// A whole run of 200 turns can take a while on a loaded machine.
     const TURN_WAIT: Duration = Duration::from_secs(30);
 
@@ -1412,17 +1427,7 @@ mod runtime {
         let id = controller.session_id().to_string();
         mock.push_sse(openai::text_answer(&["## Goal\nnotes"], (100, 10)));
         controller.compact().unwrap();
-        tokio::time::timeout(WAIT, async {
-            loop {
-                let event = events.next_event().await.unwrap();
-                let value = serde_json::to_value(&event).unwrap();
-                if value["kind"] == kinds::CONTEXT_COMPACTED && value["session_id"] == id.as_str() {
-                    return value;
-                }
-            }
-        })
-        .await
-        .expect("compacted");
+        compacted(&mut events, &id).await;
         let page = |args: Value| {
             let service = fx.service.clone();
             async move {
@@ -1490,17 +1495,7 @@ mod runtime {
         assert!(controller.is_paused());
         mock.push_sse(openai::text_answer(&["## Goal\nnotes"], (100, 10)));
         controller.compact().unwrap();
-        let compacted = tokio::time::timeout(WAIT, async {
-            loop {
-                let event = events.next_event().await.unwrap();
-                let value = serde_json::to_value(&event).unwrap();
-                if value["kind"] == kinds::CONTEXT_COMPACTED && value["session_id"] == id.as_str() {
-                    return value;
-                }
-            }
-        })
-        .await
-        .expect("compacted");
+        let compacted = compacted(&mut events, &id).await;
         assert_eq!(compacted["data"]["compaction"]["kind"], "summary");
         tokio::time::timeout(WAIT, async {
             while !controller.is_paused() {
