@@ -730,6 +730,19 @@ pub mod commands {
         /// Set when the stored history was damaged and had to be repaired on load.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub notice: Option<String>,
+        /// Reports the person discarded from the pending queue, each with where the chat
+        /// shows its mark.
+        #[serde(default)]
+        pub discarded: Vec<DiscardMark>,
+    }
+
+    /// A discarded report's mark: the report's message id and the history length when it
+    /// was discarded (a whole-history index, like `first_index`).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct DiscardMark {
+        pub message_id: String,
+        pub at: u32,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]

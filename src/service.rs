@@ -722,6 +722,25 @@ impl RuntimeService {
         let start = last.map_or(0, |n| end.saturating_sub(n as usize));
         messages.truncate(end);
         messages.drain(..start);
+        // The person's discards of reports, for the marks in the chat (UX review D22).
+        let store = &self.shared().store;
+        let discarded = if store.has_ledger(session_id) {
+            store
+                .ledger(session_id)
+                .map(|ledger| {
+                    ledger
+                        .discards
+                        .into_iter()
+                        .map(|(key, at)| commands::DiscardMark {
+                            message_id: format!("subagent:{key}"),
+                            at,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         Ok(commands::SessionWithMessages {
             info: loaded.meta.info(state),
             messages,
@@ -729,6 +748,7 @@ impl RuntimeService {
             total: total as u32,
             compactions: loaded.compactions,
             notice: loaded.notice,
+            discarded,
         })
     }
 
@@ -859,7 +879,7 @@ impl RuntimeService {
                 .undelivered()
                 .filter(|r| r.child_session_id == session_id)
             {
-                if let Err(err) = shared.store.mark_discarded(parent, record.key()) {
+                if let Err(err) = shared.store.mark_discarded(parent, record.key(), None) {
                     tracing::warn!(session = %session_id, "cannot note a deleted child's report: {err}");
                 }
             }

@@ -95,6 +95,10 @@ pub enum LedgerLine {
     /// The person discarded the report from the pending queue: it is never requeued.
     Discarded {
         discarded: String,
+        /// How long the history was when the person discarded it: where the chat shows
+        /// the mark. None for reports dropped with their deleted child (no mark).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at: Option<u32>,
     },
 }
 
@@ -105,6 +109,8 @@ pub struct Ledger {
     pub records: Vec<ReportRecord>,
     pub delivered: std::collections::HashSet<String>,
     pub discarded: std::collections::HashSet<String>,
+    /// The person's discards, in order: (the report's key, the history length then).
+    pub discards: Vec<(String, u32)>,
 }
 
 impl Ledger {
@@ -601,9 +607,15 @@ impl SessionStore {
 
     /// Notes that the person discarded a report (flushed: a discard must outlast a
     /// restart, or recovery would bring the report back; runtime review C1).
-    pub fn mark_discarded(&self, parent: &str, task_id: &str) -> Result<(), StoreError> {
+    pub fn mark_discarded(
+        &self,
+        parent: &str,
+        task_id: &str,
+        at: Option<u32>,
+    ) -> Result<(), StoreError> {
         let line = LedgerLine::Discarded {
             discarded: task_id.to_string(),
+            at,
         };
         self.append_ledger(parent, &line, true)
     }
@@ -661,7 +673,10 @@ impl SessionStore {
                 Ok(LedgerLine::Delivered { delivered }) => {
                     ledger.delivered.insert(delivered);
                 }
-                Ok(LedgerLine::Discarded { discarded }) => {
+                Ok(LedgerLine::Discarded { discarded, at }) => {
+                    if let Some(at) = at {
+                        ledger.discards.push((discarded.clone(), at));
+                    }
                     ledger.discarded.insert(discarded);
                 }
                 Err(_) => {}

@@ -145,6 +145,7 @@ async fn c1_a_discarded_report_stays_discarded_after_a_restart() {
     let parent = begun.session_id.clone();
     let pending = begun.controller.pending();
     assert_eq!(pending.len(), 1);
+    let length = fx.service.get_session(&parent).unwrap().total;
     begun.controller.discard(&pending[0].message_id).unwrap();
     fx.wait_idle().await;
     drop(begun);
@@ -152,6 +153,12 @@ async fn c1_a_discarded_report_stays_discarded_after_a_restart() {
     assert_eq!(fx.service.recovery().requeued_reports, 0);
     let ctl = fx.service.controller(&parent).unwrap();
     assert!(ctl.pending().is_empty());
+    // The chat's mark of the discard (D22) outlasts the restart too: which report, and
+    // where in the history the person discarded it.
+    let marks = fx.service.get_session(&parent).unwrap().discarded;
+    assert_eq!(marks.len(), 1, "{marks:?}");
+    assert_eq!(marks[0].message_id, pending[0].message_id);
+    assert_eq!(marks[0].at, length);
     // Stopped by the person before the discard: still paused, but nothing waits.
     fx.restart().await;
     assert_eq!(fx.service.recovery().requeued_reports, 0);

@@ -585,9 +585,19 @@ impl SessionController {
         let mut state = self.lock();
         let index = self.pending_index(&state, message_id)?;
         if let Some(task_id) = report_task_id(message_id) {
+            // Where the chat shows the mark: the end of the history as it is now.
+            let at = match &state.history {
+                Some(history) => history.len(),
+                None => self
+                    .shared
+                    .store
+                    .load(&self.meta.session_id)
+                    .map(|loaded| loaded.messages.len())
+                    .unwrap_or(0),
+            };
             self.shared
                 .store
-                .mark_discarded(&self.meta.session_id, task_id)?;
+                .mark_discarded(&self.meta.session_id, task_id, Some(at as u32))?;
         }
         state.pending.remove(index);
         state.message_ids.insert(message_id.to_string());

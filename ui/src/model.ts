@@ -540,6 +540,8 @@ export class SessionModel {
           info: loaded.info,
           inflight: this.state.inflight.filter((m) => !this.appended.has(m.messageId)),
         });
+        // Reports discarded earlier, after a reload too: their marks where they were.
+        for (const mark of loaded.discarded ?? []) this.noteDiscard(mark.message_id, mark.at);
       } else {
         const child = this.state.children.find((c) => c.sessionId === sessionId);
         if (!child) this.addChildFromInfo(loaded.info);
@@ -1152,15 +1154,16 @@ export class SessionModel {
 
   /**
    * A mark in the chat where the discarded message would have gone, so a discard leaves a
-   * trace (D22). Live only: the runtime records the discard in its ledger, not the history.
+   * trace (D22): at once when it happens, and from `get_session`'s `discarded` (the
+   * runtime's ledger keeps each report's discard and where it was) after a reload.
    */
-  private noteDiscard(messageId: string): void {
+  private noteDiscard(messageId: string, at?: number): void {
     if (this.discardsNoted.has(messageId)) return;
     this.discardsNoted.add(messageId);
     const taskId = reportTaskId(messageId);
     const title = taskId ? (this.state.children.find((c) => c.taskId === taskId)?.title ?? 'a sub-agent') : null;
     const text = title ? `You discarded the report from “${title}”: the agent will not see it.` : 'You discarded a waiting message: the agent will not see it.';
-    this.patchTranscript(this.sessionId, (t) => ({ notes: [...t.notes, { kind: 'notice', text, at: t.first + t.messages.length }] }));
+    this.patchTranscript(this.sessionId, (t) => ({ notes: [...t.notes, { kind: 'notice', text, at: at ?? t.first + t.messages.length }] }));
   }
 
   async decide(approval: ApprovalInfo, approved: boolean, remember = false, reason: string | null = null): Promise<void> {

@@ -88,6 +88,23 @@ describe('the pending tray', () => {
     expect($$(root, 'run-notice').map((n) => n.textContent)).toEqual(['You discarded the report from “Review db”: the agent will not see it.']);
   });
 
+  it("a discarded report's mark is back after a reload, where it was (D22)", async () => {
+    const fake = workspacePlatform(
+      [info(P), info('c1', { parent_session_id: P, task_id: 'call-1', title: 'Review db', state: 'idle' })],
+      { [P]: [{ role: 'user', content: 'go', id: 'm1' }, { role: 'assistant', content: 'waiting' }, { role: 'user', content: 'later', id: 'm2' }] },
+    );
+    const plain = fake.handlers.get_session!;
+    fake.handlers.get_session = (args: any) => ({ ...(plain(args) as any), discarded: [{ message_id: 'subagent:call-1', at: 2 }] });
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    await inAct(() => fake.emit(P, snapshot(P)));
+    const notice = $$(mounted.root, 'run-notice');
+    expect(notice.map((n) => n.textContent)).toEqual(['You discarded the report from “Review db”: the agent will not see it.']);
+    // Between the second and the third message, where the person discarded it.
+    const rows = [...mounted.root.querySelectorAll('[data-testid=chat-message], [data-testid=run-notice]')].map((e) => (e as HTMLElement).dataset.testid);
+    expect(rows).toEqual(['chat-message', 'chat-message', 'run-notice', 'chat-message']);
+  });
+
   it('follows queued and discarded events; Resume all steers in order', async () => {
     const { fake, root } = await withPending();
     fake.handlers.snapshot = () => ({
