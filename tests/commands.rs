@@ -404,3 +404,41 @@ async fn test_provider_sends_one_tiny_request_and_says_what_failed() {
     assert_eq!(err.code(), "invalid_argument");
     service.shutdown().await;
 }
+
+/// Security finding 11 through the command table: `/`, the home folder itself and system
+/// folders are refused as a new session's workspace, and `submit`'s workspace override
+/// gets the same checks (it was not checked at all); nothing is created or run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_refuse_root_home_and_system_folders_as_workspaces_and_overrides() {
+    let fx = Delegation::new();
+    let home = std::env::var("HOME").unwrap();
+    let before = fx.service.list_sessions(None).unwrap().len();
+    for bad in ["/", home.as_str(), "/etc", "/usr"] {
+        let err = dispatch(&fx.service, "create_session", json!({"workspace": bad}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "invalid_argument", "{bad}: {err}");
+    }
+    assert_eq!(fx.service.list_sessions(None).unwrap().len(), before);
+    let dir = tempfile::tempdir().unwrap();
+    let info = dispatch(
+        &fx.service,
+        "create_session",
+        json!({"workspace": dir.path().display().to_string()}),
+    )
+    .await
+    .unwrap();
+    let id = info["session_id"].as_str().unwrap().to_string();
+    for bad in ["/", home.as_str(), "/etc"] {
+        let err = dispatch(
+            &fx.service,
+            "submit",
+            json!({"session_id": id, "content": "hi", "config": {"runtime": {"workspace": bad}}}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.code(), "invalid_argument", "{bad}: {err}");
+    }
+    assert!(fx.service.store().load(&id).unwrap().messages.is_empty());
+    fx.shutdown().await;
+}
