@@ -178,19 +178,34 @@ pub struct Fixture {
 impl Fixture {
     pub fn new(provider: ProviderConfig) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let config = Config {
-            provider,
-            ..Config::default()
-        };
-        let service = RuntimeService::new(ServiceOptions {
+        let service = Self::service_on(&dir, provider);
+        Fixture { service, dir }
+    }
+
+    fn service_on(dir: &tempfile::TempDir, provider: ProviderConfig) -> RuntimeService {
+        RuntimeService::new(ServiceOptions {
             data_dir: dir.path().join("data"),
             config_path: None,
-            config: Some(config),
+            config: Some(Config {
+                provider,
+                ..Config::default()
+            }),
             provider_factory: Arc::new(provider_from_config),
             tools: None,
         })
-        .unwrap();
-        Fixture { service, dir }
+        .unwrap()
+    }
+
+    /// The app quits (a graceful shutdown) and starts again on the same data.
+    pub async fn restart(self, provider: ProviderConfig) -> Self {
+        tokio::time::timeout(WAIT, self.service.shutdown())
+            .await
+            .expect("shutdown hung");
+        let service = Self::service_on(&self.dir, provider);
+        Fixture {
+            service,
+            dir: self.dir,
+        }
     }
 
     pub fn workspace(&self) -> PathBuf {
@@ -219,6 +234,21 @@ impl Fixture {
             .await
             .expect("shutdown hung");
         assert_eq!(self.service.active_runs(), 0);
+    }
+}
+
+/// Waits (bounded) for the `content.delta` carrying `text`.
+async fn wait_for_delta(events: &mut Subscription, text: &str) {
+    loop {
+        let event = tokio::time::timeout(WAIT, events.next_event())
+            .await
+            .expect("no delta")
+            .unwrap();
+        if let Event::Event { kind, data, .. } = &event {
+            if kind == "content.delta" && data["text"] == text {
+                return;
+            }
+        }
     }
 }
 
@@ -1346,17 +1376,7 @@ async fn stop_mid_stream_keeps_the_partial_answer_for_the_next_request() {
     stream.send(openai::data(&openai::role()));
     stream.send(openai::data(&openai::text("Half an ")));
     stream.send(openai::data(&openai::text("answer")));
-    loop {
-        let event = tokio::time::timeout(WAIT, events.next_event())
-            .await
-            .expect("no delta")
-            .unwrap();
-        if let Event::Event { kind, data, .. } = &event {
-            if kind == "content.delta" && data["text"] == "answer" {
-                break;
-            }
-        }
-    }
+    wait_for_delta(&mut events, "answer").await;
     controller.cancel().await;
     let history = fx.history(&id);
     let last = history.last().unwrap();
@@ -1434,35 +1454,11 @@ async fn a_child_cut_off_by_a_quit_keeps_its_streamed_output_across_the_restart(
     stream.send(openai::data(&openai::role()));
     stream.send(openai::data(&openai::text("Roses are ")));
     stream.send(openai::data(&openai::text("red")));
-    loop {
-        let event = tokio::time::timeout(WAIT, child_events.next_event())
-            .await
-            .expect("no delta")
-            .unwrap();
-        if let Event::Event { kind, data, .. } = &event {
-            if kind == "content.delta" && data["text"] == "red" {
-                break;
-            }
-        }
-    }
+    wait_for_delta(&mut child_events, "red").await;
     // The app quits while the child streams.
-    let data_dir = fx.dir.path().join("data");
-    let dir = fx.dir;
-    tokio::time::timeout(WAIT, fx.service.shutdown())
-        .await
-        .expect("shutdown hung");
+    let fx = fx.restart(openai_config(&mock)).await;
     drop(stream);
-    let service = RuntimeService::new(ServiceOptions {
-        data_dir,
-        config_path: None,
-        config: Some(Config {
-            provider: openai_config(&mock),
-            ..Config::default()
-        }),
-        provider_factory: Arc::new(provider_from_config),
-        tools: None,
-    })
-    .unwrap();
+    let service = &fx.service;
     let history = service.store().load(&child).unwrap().messages;
     let last = history.last().unwrap();
     assert_eq!(last.role, Role::Assistant, "{history:#?}");
@@ -1488,8 +1484,5 @@ async fn a_child_cut_off_by_a_quit_keeps_its_streamed_output_across_the_restart(
         .collect();
     assert!(reports.is_empty(), "{reports:#?}");
     assert!(service.controller(&parent).unwrap().pending().is_empty());
-    tokio::time::timeout(WAIT, service.shutdown())
-        .await
-        .unwrap();
-    drop(dir);
+    fx.shutdown().await;
 }

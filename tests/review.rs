@@ -678,48 +678,103 @@ async fn c17_a_panic_in_a_run_fails_that_run_and_nothing_else() {
     service.shutdown().await;
 }
 
+/// When the parent follows a report up: which reports, and the message it sends.
+type FollowUp = Option<(fn(&str) -> bool, &'static str)>;
+
+/// A scripted parent that delegates `task` to one child (call `d`), and on a report that
+/// `follow_up` accepts sends that child `message_subagent` (call `m`) with its text; the
+/// child answers the text of its last user message with `child`.
+fn one_child_provider(
+    task: &'static str,
+    child: fn(&str) -> ModelResponse,
+    follow_up: FollowUp,
+) -> Arc<Scripted> {
+    Scripted::new(move |request| {
+        let last = request.messages.last().unwrap();
+        if first_user(request).contains(&format!("Task:\n{task}")) {
+            return match last.role {
+                Role::User => child(last.text()),
+                _ => ModelResponse::text("unexpected"),
+            };
+        }
+        match (last.role, is_report(last), follow_up) {
+            (Role::User, false, _) => ModelResponse::tool_calls(vec![call(
+                "d",
+                "sub_agent",
+                json!({"title": task, "task": task}),
+            )]),
+            (Role::User, true, Some((wanted, message))) if wanted(last.text()) => {
+                ModelResponse::tool_calls(vec![call(
+                    "m",
+                    "message_subagent",
+                    json!({"task_id": "d", "message": message}),
+                )])
+            }
+            _ => ModelResponse::text("parent done"),
+        }
+    })
+}
+
+/// A service with the standard tools and `tool`, and the parent session made in it.
+fn one_child_service(
+    dir: &Path,
+    provider: Arc<Scripted>,
+    tool: Arc<dyn Tool>,
+) -> (
+    RuntimeService,
+    Arc<bumblehive::controller::SessionController>,
+) {
+    let mut tools = ToolRegistry::standard();
+    tools.register(tool);
+    let service = service(dir, provider, Config::default(), Some(tools));
+    let parent = service.create_session(dir.to_str().unwrap(), None).unwrap();
+    let pctl = service.controller(&parent.session_id).unwrap();
+    (service, pctl)
+}
+
+/// The parent's only child, as listed.
+fn only_child(service: &RuntimeService, parent: &str) -> bumblehive::protocol::SessionInfo {
+    service
+        .list_sessions(None)
+        .unwrap()
+        .into_iter()
+        .find(|s| s.parent_session_id.as_deref() == Some(parent))
+        .expect("the child")
+}
+
+/// What the parent's `message_subagent` call (`m`) answered.
+fn follow_up_answer(history: &[Message]) -> String {
+    history
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("m"))
+        .expect("the parent's follow-up")
+        .text()
+        .to_string()
+}
+
+/// A child that fails (its tool panics) until it is asked to try again.
+fn flaky_child(text: &str) -> ModelResponse {
+    match text {
+        "Try the task again." => ModelResponse::text("flaky done"),
+        _ => ModelResponse::tool_calls(vec![call("p", "panics", json!({}))]),
+    }
+}
+
 /// Issue 17 (found by the e2e flow): a failed child offers Retry, which sends it a
 /// message; a failed run leaves the child paused, and the person's message must start
 /// it again (it was queued as a delivery and never ran), ending in a second report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_child_runs_again_when_the_person_writes_to_it() {
     let dir = tempfile::tempdir().unwrap();
-    let provider = Scripted::new(|request| {
-        let first = first_user(request);
-        let last = request.messages.last().unwrap();
-        if first.contains("Task:\nFLAKY") {
-            return match (last.role, last.text()) {
-                (Role::User, "Try the task again.") => ModelResponse::text("flaky done"),
-                (Role::User, _) => ModelResponse::tool_calls(vec![call("p", "panics", json!({}))]),
-                _ => ModelResponse::text("unexpected"),
-            };
-        }
-        match (last.role, is_report(last)) {
-            (Role::User, false) => ModelResponse::tool_calls(vec![call(
-                "d",
-                "sub_agent",
-                json!({"title": "F", "task": "FLAKY"}),
-            )]),
-            _ => ModelResponse::text("parent done"),
-        }
-    });
-    let mut tools = ToolRegistry::standard();
-    tools.register(Arc::new(Panics));
-    let service = service(dir.path(), provider, Config::default(), Some(tools));
-    let workspace = dir.path().to_str().unwrap().to_string();
-    let parent = service.create_session(&workspace, None).unwrap();
-    let pctl = service.controller(&parent.session_id).unwrap();
+    let provider = one_child_provider("FLAKY", flaky_child, None);
+    let (service, pctl) = one_child_service(dir.path(), provider, Arc::new(Panics));
+    let parent = pctl.session_id().to_string();
     pctl.submit("delegate".into(), None).unwrap();
     wait_idle(&service).await;
-    let history = service.store().load(&parent.session_id).unwrap().messages;
+    let history = service.store().load(&parent).unwrap().messages;
     assert_eq!(reports(&history).len(), 1);
     assert!(reports(&history)[0].text().contains("Error:"));
-    let child = service
-        .list_sessions(None)
-        .unwrap()
-        .into_iter()
-        .find(|s| s.parent_session_id.as_deref() == Some(parent.session_id.as_str()))
-        .expect("the child");
+    let child = only_child(&service, &parent);
     assert_eq!(child.state, bumblehive::protocol::SessionState::Paused);
     let (_, status) = service
         .submit_message(&child.session_id, "Try the task again.".into(), None)
@@ -727,7 +782,7 @@ async fn a_failed_child_runs_again_when_the_person_writes_to_it() {
         .unwrap();
     assert_eq!(status, MessageStatus::Started);
     wait_idle(&service).await;
-    let history = service.store().load(&parent.session_id).unwrap().messages;
+    let history = service.store().load(&parent).unwrap().messages;
     let got = reports(&history);
     assert_eq!(got.len(), 2, "{history:#?}");
     assert!(got[1].text().contains("flaky done"), "{}", got[1].text());
@@ -740,60 +795,24 @@ async fn a_failed_child_runs_again_when_the_person_writes_to_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_paused_by_a_failure_runs_again_on_its_parents_follow_up() {
     let dir = tempfile::tempdir().unwrap();
-    let provider = Scripted::new(|request| {
-        let first = first_user(request);
-        let last = request.messages.last().unwrap();
-        if first.contains("Task:\nFLAKY") {
-            return match (last.role, last.text()) {
-                (Role::User, "Try the task again.") => ModelResponse::text("flaky done"),
-                (Role::User, _) => ModelResponse::tool_calls(vec![call("p", "panics", json!({}))]),
-                _ => ModelResponse::text("unexpected"),
-            };
-        }
-        match (last.role, is_report(last)) {
-            (Role::User, false) => ModelResponse::tool_calls(vec![call(
-                "d",
-                "sub_agent",
-                json!({"title": "F", "task": "FLAKY"}),
-            )]),
-            (Role::User, true) if last.text().contains("Error:") => {
-                ModelResponse::tool_calls(vec![call(
-                    "m",
-                    "message_subagent",
-                    json!({"task_id": "d", "message": "Try the task again."}),
-                )])
-            }
-            _ => ModelResponse::text("parent done"),
-        }
-    });
-    let mut tools = ToolRegistry::standard();
-    tools.register(Arc::new(Panics));
-    let service = service(dir.path(), provider, Config::default(), Some(tools));
-    let workspace = dir.path().to_str().unwrap().to_string();
-    let parent = service.create_session(&workspace, None).unwrap();
-    let pctl = service.controller(&parent.session_id).unwrap();
+    let follow_up: fn(&str) -> bool = |report| report.contains("Error:");
+    let provider = one_child_provider(
+        "FLAKY",
+        flaky_child,
+        Some((follow_up, "Try the task again.")),
+    );
+    let (service, pctl) = one_child_service(dir.path(), provider, Arc::new(Panics));
+    let parent = pctl.session_id().to_string();
     pctl.submit("delegate".into(), None).unwrap();
     wait_idle(&service).await;
-    let history = service.store().load(&parent.session_id).unwrap().messages;
-    let sent = history
-        .iter()
-        .find(|m| m.tool_call_id.as_deref() == Some("m"))
-        .expect("the parent's follow-up");
-    assert!(
-        sent.text().contains("\"status\":\"started\""),
-        "{}",
-        sent.text()
-    );
+    let history = service.store().load(&parent).unwrap().messages;
+    let sent = follow_up_answer(&history);
+    assert!(sent.contains("\"status\":\"started\""), "{sent}");
     let got = reports(&history);
     assert_eq!(got.len(), 2, "{history:#?}");
     assert!(got[0].text().contains("Error:"), "{}", got[0].text());
     assert!(got[1].text().contains("flaky done"), "{}", got[1].text());
-    let child = service
-        .list_sessions(None)
-        .unwrap()
-        .into_iter()
-        .find(|s| s.parent_session_id.as_deref() == Some(parent.session_id.as_str()))
-        .expect("the child");
+    let child = only_child(&service, &parent);
     assert_eq!(child.state, bumblehive::protocol::SessionState::Idle);
     assert!(
         service
@@ -831,40 +850,17 @@ impl Tool for Hangs {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follow_up_to_a_child_the_person_stopped_waits_for_the_person() {
     let dir = tempfile::tempdir().unwrap();
-    let provider = Scripted::new(|request| {
-        let first = first_user(request);
-        let last = request.messages.last().unwrap();
-        if first.contains("Task:\nSLOW") {
-            return match (last.role, last.text()) {
-                (Role::User, text) if text.contains("Go on now.") => {
-                    ModelResponse::text("slow done")
-                }
-                (Role::User, _) => ModelResponse::tool_calls(vec![call("h", "hangs", json!({}))]),
-                _ => ModelResponse::text("unexpected"),
-            };
+    let slow_child: fn(&str) -> ModelResponse = |text| {
+        if text.contains("Go on now.") {
+            ModelResponse::text("slow done")
+        } else {
+            ModelResponse::tool_calls(vec![call("h", "hangs", json!({}))])
         }
-        match (last.role, is_report(last)) {
-            (Role::User, false) => ModelResponse::tool_calls(vec![call(
-                "d",
-                "sub_agent",
-                json!({"title": "S", "task": "SLOW"}),
-            )]),
-            (Role::User, true) if !last.text().contains("slow done") => {
-                ModelResponse::tool_calls(vec![call(
-                    "m",
-                    "message_subagent",
-                    json!({"task_id": "d", "message": "Try once more."}),
-                )])
-            }
-            _ => ModelResponse::text("parent done"),
-        }
-    });
-    let mut tools = ToolRegistry::standard();
-    tools.register(Arc::new(Hangs));
-    let service = service(dir.path(), provider, Config::default(), Some(tools));
-    let workspace = dir.path().to_str().unwrap().to_string();
-    let parent = service.create_session(&workspace, None).unwrap();
-    let pctl = service.controller(&parent.session_id).unwrap();
+    };
+    let follow_up: fn(&str) -> bool = |report| !report.contains("slow done");
+    let provider = one_child_provider("SLOW", slow_child, Some((follow_up, "Try once more.")));
+    let (service, pctl) = one_child_service(dir.path(), provider, Arc::new(Hangs));
+    let parent = pctl.session_id().to_string();
     let (mut events, _) = pctl.subscribe();
     pctl.submit("delegate".into(), None).unwrap();
     // The child is in its hanging tool: the person stops it.
@@ -876,16 +872,9 @@ async fn a_follow_up_to_a_child_the_person_stopped_waits_for_the_person() {
     };
     service.cancel_session(&child_id).await.unwrap();
     wait_idle(&service).await;
-    let history = service.store().load(&parent.session_id).unwrap().messages;
-    let sent = history
-        .iter()
-        .find(|m| m.tool_call_id.as_deref() == Some("m"))
-        .expect("the parent's follow-up");
-    assert!(
-        sent.text().contains("\"status\":\"queued\""),
-        "{}",
-        sent.text()
-    );
+    let history = service.store().load(&parent).unwrap().messages;
+    let sent = follow_up_answer(&history);
+    assert!(sent.contains("\"status\":\"queued\""), "{sent}");
     let child = service.controller(&child_id).unwrap();
     assert!(child.is_paused());
     let pending = child.pending();
@@ -896,7 +885,7 @@ async fn a_follow_up_to_a_child_the_person_stopped_waits_for_the_person() {
         .await
         .unwrap();
     wait_idle(&service).await;
-    let history = service.store().load(&parent.session_id).unwrap().messages;
+    let history = service.store().load(&parent).unwrap().messages;
     let got = reports(&history);
     assert!(
         got.last().unwrap().text().contains("slow done"),
