@@ -81,7 +81,7 @@ pub(crate) fn runner_fn(registry: Weak<Registry>) -> RunnerFn {
                 config,
                 images: Vec::new(),
             };
-            child.run_child(message, start.by_person, token).await
+            child.run_child(message, start.starts_paused, token).await
         }
         .boxed()
     })
@@ -213,9 +213,12 @@ pub(crate) async fn follow_up(
             "sub-agent {child_id} is waiting for a slot; send it the message once it runs"
         )));
     }
-    // The person's Stop holds the child: its parent's message waits with it, for the
-    // person, and nothing runs (a pause by a failure holds nothing: it runs again).
-    if !by_person && child.is_paused() && !meta.failed {
+    // Whether this follow-up may start a paused child: the person's own message may; a
+    // parent's may only when the pause was a failure's, which the person did not choose.
+    // Where the person's Stop holds the child, the parent's message waits with it, for
+    // the person, and nothing runs.
+    let starts_paused = by_person || meta.failed;
+    if !starts_paused && child.is_paused() {
         let message_id = format!("msg-{}", uuid::Uuid::now_v7().simple());
         let status = child
             .deliver(QueuedMessage {
@@ -240,7 +243,7 @@ pub(crate) async fn follow_up(
         resume: false,
         depth: child.depth(),
         message_id: Some(message_id.clone()),
-        by_person,
+        starts_paused,
         server: Some(
             registry
                 .shared
@@ -400,7 +403,7 @@ impl Delegator for ServiceDelegator {
             depth: child.depth(),
             message_id: None,
             server: Some(server),
-            by_person: false,
+            starts_paused: false,
         };
         let observer = Arc::new(EventObserver {
             child: child.clone(),

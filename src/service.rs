@@ -592,7 +592,7 @@ impl RuntimeService {
                     .provider_of(Path::new(&meta.workspace), meta.agent.as_deref()),
             ),
             // The person's resume: it starts the child even though it is paused.
-            by_person: true,
+            starts_paused: true,
         };
         let observer = Arc::new(EventObserver {
             child: child.clone(),

@@ -43,11 +43,12 @@ pub struct ChildStart {
     /// The provider (model server) the child runs on, found once from its profile: its
     /// slots are waited for, and the UI says "waiting for a slot on <server>".
     pub server: Option<String>,
-    /// The person asked for this run (a message typed in the child's tab, Retry): it
-    /// starts a child the person's Stop or a failure left paused, as the person's own
-    /// message does in any session. A parent's `message_subagent` does not (SPEC §4:
-    /// what the person paused stays paused).
-    pub by_person: bool,
+    /// The run may start a paused child: the person asked for it (a message typed in the
+    /// child's tab, Retry, Resume), as the person's own message does in any session, or
+    /// the pause was a failure's, which the person did not choose. A parent's
+    /// `message_subagent` to a child the person stopped does not (SPEC §4: what the
+    /// person paused stays paused).
+    pub starts_paused: bool,
 }
 
 /// How a child's run ended.

@@ -379,7 +379,7 @@ fn child_start(task_id: &str, title: &str) -> ChildStart {
         depth: 1,
         message_id: None,
         server: None,
-        by_person: false,
+        starts_paused: false,
     }
 }
 

@@ -643,15 +643,13 @@ impl SessionController {
     pub(crate) fn start_watched(
         &self,
         message: QueuedMessage,
-        by_person: bool,
+        starts_paused: bool,
     ) -> oneshot::Receiver<RunOutcome> {
         let (tx, rx) = oneshot::channel();
         let mut state = self.lock();
         let id = message.message_id.clone();
-        // A parent's follow-up is a delivery, and waits while the person's Stop holds the
-        // child; a pause the person did not choose (a failed run) is no reason to wait.
-        let failed = matches!(state.phase, Phase::Paused) && state.meta.failed;
-        let origin = if by_person || failed {
+        // Otherwise a delivery, which a paused child keeps (`delegation::follow_up` decides).
+        let origin = if starts_paused {
             Origin::Person
         } else {
             Origin::Delivery
@@ -1134,10 +1132,10 @@ impl SessionController {
     pub(crate) async fn run_child(
         &self,
         message: QueuedMessage,
-        by_person: bool,
+        starts_paused: bool,
         token: CancellationToken,
     ) -> ChildOutcome {
-        let outcome = self.start_watched(message, by_person);
+        let outcome = self.start_watched(message, starts_paused);
         self.child_outcome(outcome, token).await
     }
 

@@ -381,7 +381,8 @@ pub fn start_shell(
         return spawn(&argv, &env, Some(cwd), None, None);
     }
     let argv = platform::sandbox_argv(settings, workspace, cwd, command.as_ref(), grant)?;
-    if !(grant.network || !grant.writable.is_empty() || cwd != workspace) {
+    let plain = !grant.network && grant.writable.is_empty() && cwd == workspace;
+    if plain {
         let key = spare::Key::new(workspace, settings, &argv, env);
         if let Some(shell) = spare::take(&key, command) {
             spare::refill(key, settings);
