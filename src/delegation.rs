@@ -5,7 +5,7 @@ use std::sync::{Arc, Weak};
 use async_trait::async_trait;
 use futures::FutureExt;
 
-use crate::controller::{QueuedMessage, SessionController};
+use crate::controller::{Origin, QueuedMessage, SessionController};
 use crate::error::RuntimeError;
 use crate::protocol::{
     Event, MessageStatus, Progress, RunConfig, SessionState, SubagentState, nth_report_message_id,
@@ -14,48 +14,60 @@ use crate::protocol::{
 use crate::registry::Registry;
 use crate::store::{NewSession, ReportRecord};
 use crate::subagents::{
-    ChildOutcome, ChildStart, LeaseFn, LeaseGuard, NotifyFn, Report, RunnerFn, SubagentObserver,
+    ChildOutcome, ChildStart, LeaseFn, LeaseGuard, NotifyFn, Report, RunnerFn, SlotFn,
+    SubagentObserver,
 };
 use crate::tools::{Delegation, Delegator, ToolContext};
 
-/// A slot of the child's depth (one pool per depth: a child waiting for its own child
-/// never holds the slot that child needs; runtime review C6).
-/// Then, when the child's model server says how many requests it takes, a slot of that
-/// server too: children wait for their own server, not behind another's.
+/// The seed's lease: the runtime's word that it can take the child (it is running and
+/// the child's session is on disk). It never waits for a slot: slots are waited for
+/// inside the child's task (`slot_fn`) and per model call (`Shared::request_slot`).
 pub(crate) fn lease_fn(registry: Weak<Registry>) -> LeaseFn {
     Arc::new(move |start: &ChildStart| {
-        let registry = registry.clone();
-        let depth = start.depth;
-        let session_id = start.session_id.clone();
-        let workspace = start.workspace.clone();
-        let server = start.server.clone();
+        let alive = registry
+            .upgrade()
+            .is_some_and(|registry| !registry.shared.root.is_cancelled());
+        let exists = alive
+            && registry
+                .upgrade()
+                .is_some_and(|registry| registry.shared.store.exists(&start.session_id));
         async move {
-            let unavailable = || "runtime unavailable".to_string();
-            let registry = registry.upgrade().ok_or_else(unavailable)?;
-            let shared = &registry.shared;
-            let depth_slot = shared
-                .slots(depth)
-                .acquire_owned()
-                .await
-                .map_err(|_| unavailable())?;
-            // Found once when the child was started; a start without it (a test's) asks now.
-            let provider = match server {
-                Some(server) => server,
-                None => {
-                    let agent = shared.store.meta(&session_id).ok().and_then(|m| m.agent);
-                    shared.provider_of(std::path::Path::new(&workspace), agent.as_deref())
-                }
-            };
-            let server_slot = match shared.provider_slots(&provider).await {
-                Some(pool) => Some(pool.acquire_owned().await.map_err(|_| unavailable())?),
-                None => None,
-            };
-            Ok(Box::new((depth_slot, server_slot)) as LeaseGuard)
+            if exists {
+                Ok(Box::new(()) as LeaseGuard)
+            } else {
+                Err("runtime unavailable".to_string())
+            }
         }
         .boxed()
     })
 }
 
+/// A run slot of the child's depth (`subagents.max_concurrent`, one pool per depth: a
+/// child waiting for its own child never holds the slot that child needs; runtime review
+/// C6), waited for inside the child's task. The person's Stop ends the wait.
+pub(crate) fn slot_fn(registry: Weak<Registry>) -> SlotFn {
+    Arc::new(move |start: &ChildStart| {
+        let registry = registry.clone();
+        let session_id = start.session_id.clone();
+        let depth = start.depth;
+        async move {
+            let registry = registry.upgrade()?;
+            let child = registry.controller(&session_id).ok()?;
+            let stop = child.starting_stop()?;
+            let pool = registry.shared.slots(depth);
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => None,
+                permit = pool.acquire_owned() => {
+                    permit.ok().map(|permit| Box::new(permit) as LeaseGuard)
+                }
+            }
+        }
+        .boxed()
+    })
+}
+
+/// Begins the child's run that waited in its `Starting` phase and waits for its end.
 pub(crate) fn runner_fn(registry: Weak<Registry>) -> RunnerFn {
     Arc::new(move |start: ChildStart, token| {
         let registry = registry.clone();
@@ -67,24 +79,63 @@ pub(crate) fn runner_fn(registry: Weak<Registry>) -> RunnerFn {
                 Ok(child) => child,
                 Err(err) => return ChildOutcome::Failed(err.to_string()),
             };
-            if start.resume {
-                return child.resume_child(token).await;
+            match child.begin_child_run() {
+                Some(outcome) => child.child_outcome(outcome, token).await,
+                // Stopped by the person (or deleted) between its slot and its start.
+                None => ChildOutcome::Stopped,
             }
-            let mut config = start.config.clone();
-            config.runtime.workspace = Some(start.workspace.clone());
-            let message = QueuedMessage {
-                message_id: start
-                    .message_id
-                    .clone()
-                    .unwrap_or_else(|| format!("task:{}", start.task_id)),
-                content: start.content,
-                config,
-                images: Vec::new(),
-            };
-            child.run_child(message, start.starts_paused, token).await
         }
         .boxed()
     })
+}
+
+/// Registers a child run's task for the controller (`ChildTasks`): what the task needs is
+/// read from the child's meta, under the child's lock, with no lock of its own taken.
+pub(crate) struct ServiceChildTasks {
+    pub(crate) registry: Weak<Registry>,
+}
+
+impl crate::controller::ChildTasks for ServiceChildTasks {
+    fn spawn(
+        &self,
+        child: Arc<SessionController>,
+        meta: &crate::store::SessionMeta,
+        config: RunConfig,
+    ) -> Result<tokio::sync::oneshot::Receiver<Result<(), crate::subagents::StartError>>, String>
+    {
+        let registry = self
+            .registry
+            .upgrade()
+            .ok_or_else(|| "runtime unavailable".to_string())?;
+        let (Some(task_id), Some(parent)) = (meta.task_id.clone(), meta.parent_session_id.clone())
+        else {
+            return Err(format!("session {} is not a sub-agent", meta.session_id));
+        };
+        let start = ChildStart {
+            task_id: task_id.clone(),
+            session_id: meta.session_id.clone(),
+            parent_session_id: parent,
+            title: meta.title.clone(),
+            workspace: meta.workspace.clone(),
+            content: String::new(),
+            config,
+            resume: false,
+            depth: child.depth(),
+            message_id: None,
+            server: Some(
+                registry
+                    .shared
+                    .provider_of(std::path::Path::new(&meta.workspace), meta.agent.as_deref()),
+            ),
+            starts_paused: false,
+        };
+        let observer = Arc::new(EventObserver { child, task_id });
+        registry
+            .shared
+            .subagents
+            .spawn(start, observer)
+            .map_err(|err| err.to_string())
+    }
 }
 
 pub(crate) fn notify_fn(registry: Weak<Registry>) -> NotifyFn {
@@ -182,86 +233,41 @@ pub(crate) async fn deliver_report(registry: &Registry, report: Report) {
 }
 
 /// A follow-up to a child (the person typing in its tab, or its parent's
-/// `message_subagent`): a working child gets it at its next safe point (its current run's
-/// report covers it); a finished one runs again as a task of its own, ending in one more
-/// report (`subagent:<task_id>:<n>`), durable like the first.
-pub(crate) async fn follow_up(
+/// `message_subagent`), decided in one step by the child's controller: a working child
+/// (or one waiting for its slot) gets it at its next safe point, and its current run's
+/// report covers it; a finished one runs again through its task, ending in one more
+/// report (`subagent:<task_id>:<n>`). Never waits for a slot: the answer comes at once.
+pub(crate) fn follow_up(
     registry: &Registry,
     child_id: &str,
     content: String,
     config: RunConfig,
+    images: Vec<crate::protocol::ImagePart>,
     by_person: bool,
 ) -> Result<(String, MessageStatus), RuntimeError> {
     let child = registry.controller(child_id)?;
-    let meta = child.current_meta();
-    let (Some(task_id), Some(parent)) = (meta.task_id.clone(), meta.parent_session_id.clone())
-    else {
+    let meta = child.meta();
+    if meta.task_id.is_none() || meta.parent_session_id.is_none() {
         return Err(RuntimeError::InvalidArgument(format!(
             "session {child_id} is not a sub-agent"
         )));
-    };
-    if child.is_running() {
-        return child.submit(content, Some(config));
     }
-    if meta.interrupted {
-        return Err(RuntimeError::InvalidArgument(format!(
-            "sub-agent {child_id} was interrupted: resume or cancel it first"
-        )));
-    }
-    if registry.shared.subagents.state_of(child_id).is_some() {
-        return Err(RuntimeError::Busy(format!(
-            "sub-agent {child_id} is waiting for a slot; send it the message once it runs"
-        )));
-    }
-    // Whether this follow-up may start a paused child: the person's own message may; a
-    // parent's may only when the pause was a failure's, which the person did not choose.
-    // Where the person's Stop holds the child, the parent's message waits with it, for
-    // the person, and nothing runs.
-    let starts_paused = by_person || meta.failed;
-    if !starts_paused && child.is_paused() {
-        let message_id = format!("msg-{}", uuid::Uuid::now_v7().simple());
-        let status = child
-            .deliver(QueuedMessage {
-                message_id: message_id.clone(),
-                content,
-                config,
-                images: Vec::new(),
-            })
-            .unwrap_or(MessageStatus::Queued);
-        return Ok((message_id, status));
-    }
-    child.owe_report();
     let message_id = format!("msg-{}", uuid::Uuid::now_v7().simple());
-    let start = ChildStart {
-        task_id: task_id.clone(),
-        session_id: child_id.to_string(),
-        parent_session_id: parent,
-        title: meta.title.clone(),
-        workspace: meta.workspace.clone(),
-        content,
-        config,
-        resume: false,
-        depth: child.depth(),
-        message_id: Some(message_id.clone()),
-        starts_paused,
-        server: Some(
-            registry
-                .shared
-                .provider_of(std::path::Path::new(&meta.workspace), meta.agent.as_deref()),
-        ),
+    let origin = if by_person {
+        Origin::Person
+    } else {
+        Origin::Parent
     };
-    let observer = Arc::new(EventObserver {
-        child: child.clone(),
-        task_id,
-    });
-    match registry.shared.subagents.start(start, observer).await {
-        Ok(()) => Ok((message_id, MessageStatus::Started)),
-        Err(err) => {
-            // It did not run: nothing is owed.
-            child.mark_settled();
-            Err(RuntimeError::InvalidArgument(err.to_string()))
-        }
-    }
+    let (status, _) = child.deliver_to_child(
+        QueuedMessage {
+            message_id: message_id.clone(),
+            content,
+            config,
+            images,
+        },
+        origin,
+    )?;
+    Ok((message_id, status))
 }
 
 /// Tells the parent's subscribers how each child is doing. It holds the child's
@@ -273,6 +279,10 @@ pub(crate) struct EventObserver {
 }
 
 impl SubagentObserver for EventObserver {
+    fn unstarted(&self, _session_id: &str) {
+        self.child.settle_unstarted();
+    }
+
     fn state(&self, _session_id: &str, state: SubagentState) {
         self.child.emit_progress(Progress::SubagentState {
             task_id: self.task_id.clone(),
@@ -374,11 +384,10 @@ impl Delegator for ServiceDelegator {
                 agent: request.agent.clone(),
             })
             .map_err(|err| err.to_string())?;
-        let workspace = if request.worktree {
-            isolate(&registry, meta.clone(), &ctx.workspace).await?
-        } else {
-            workspace
-        };
+        if request.worktree {
+            // The child's meta now names its worktree as its workspace.
+            isolate(&registry, meta.clone(), &ctx.workspace).await?;
+        }
         let child = registry
             .controller(&meta.session_id)
             .map_err(|err| err.to_string())?;
@@ -388,44 +397,41 @@ impl Delegator for ServiceDelegator {
             task_id: Some(task_id.clone()),
             title: title.clone(),
         });
-        let server = registry
-            .shared
-            .provider_of(std::path::Path::new(&workspace), meta.agent.as_deref());
-        let start = ChildStart {
-            task_id: task_id.clone(),
-            session_id: meta.session_id.clone(),
-            parent_session_id: parent.session_id().to_string(),
-            title: title.clone(),
-            workspace,
+        // The parent's run config: what its report keeps (SPEC §4); the child itself always
+        // runs in its own workspace (its worktree when isolated; `controller::run`).
+        let message = QueuedMessage {
+            message_id: format!("task:{task_id}"),
             content,
             config: ctx.run_config.clone(),
-            resume: false,
-            depth: child.depth(),
-            message_id: None,
-            server: Some(server),
-            starts_paused: false,
+            images: Vec::new(),
         };
-        let observer = Arc::new(EventObserver {
-            child: child.clone(),
-            task_id: task_id.clone(),
-        });
+        // The child's run goes through its task like every later one; the call answers
+        // once the task holds the seed's lease, never after a slot (SPEC §3).
+        let delivered = child.deliver_to_child(message, Origin::Parent);
+        let lease = match delivered {
+            Ok((_, Some(lease))) => lease,
+            Ok((status, None)) => {
+                return Err(format!("the sub-agent did not start ({status:?})"));
+            }
+            Err(err) => {
+                child.settle_unstarted();
+                return Err(err.to_string());
+            }
+        };
         let subagents = registry.shared.subagents.clone();
         let started = tokio::select! {
             biased;
-            started = subagents.start(start, observer) => started.map_err(|err| err.to_string()),
+            started = lease => match started {
+                Ok(started) => started.map_err(|err| err.to_string()),
+                Err(_) => Err(format!("sub-agent task {task_id} was stopped before startup")),
+            },
             _ = ctx.cancel.cancelled() => {
+                // The task settles the child as never started (`unstarted`).
                 subagents.cancel(&meta.session_id).await;
                 Err("the parent's run was stopped before the sub-agent started".into())
             }
         };
-        match started {
-            Ok(()) => Ok(task_id),
-            Err(err) => {
-                // It never ran and owes no report (runtime review C2).
-                child.settle_unstarted();
-                Err(err)
-            }
-        }
+        started.map(|()| task_id)
     }
 
     async fn follow_up(
@@ -457,9 +463,9 @@ impl Delegator for ServiceDelegator {
             &child.session_id,
             message,
             ctx.run_config.clone(),
+            Vec::new(),
             false,
         )
-        .await
         .map(|(_, status)| status)
         .map_err(|err| err.to_string())
     }

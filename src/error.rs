@@ -20,6 +20,9 @@ pub enum RuntimeError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// Another process owns the data folder (SPEC §12.7).
+    #[error(transparent)]
+    InUse(#[from] crate::owner::OwnerError),
 }
 
 impl RuntimeError {
@@ -35,6 +38,7 @@ impl RuntimeError {
             RuntimeError::Store(_) => "storage",
             RuntimeError::Config(ConfigError::Invalid(_)) => "invalid_argument",
             RuntimeError::Config(_) => "config",
+            RuntimeError::InUse(_) => "in_use",
         }
     }
 

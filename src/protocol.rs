@@ -544,6 +544,10 @@ pub enum Progress {
         workspace: String,
         servers: Vec<String>,
     },
+    /// The next model call waits for a request slot of its server (a server that takes
+    /// a few requests at once): `ahead` calls are before it.
+    #[serde(rename = "slot.waiting")]
+    WaitingForSlot { server: String, ahead: u32 },
     #[serde(rename = "provider.retry")]
     ProviderRetry {
         attempt: u32,
@@ -580,6 +584,7 @@ pub mod kinds {
     pub const MESSAGE_DISCARDED: &str = "message.discarded";
     pub const SUBAGENT_STATE: &str = "subagent.state";
     pub const PROVIDER_RETRY: &str = "provider.retry";
+    pub const SLOT_WAITING: &str = "slot.waiting";
     pub const CONTEXT_COMPACTED: &str = "context.compacted";
     pub const CONTEXT_USAGE: &str = "context.usage";
 }
@@ -1327,6 +1332,23 @@ pub fn nth_report_message_id(task_id: &str, n: u32) -> String {
     } else {
         format!("subagent:{task_id}:{n}")
     }
+}
+
+/// Whether `message_id` is a report of `task_id`: its first (`subagent:<task_id>`) or a
+/// follow-up's (`subagent:<task_id>:<n>`, n ≥ 2). Matched against the known task id, never
+/// cut at the first `:`: task ids may hold `:` themselves (call ids such as
+/// `functions.sub_agent:0`; runtime review R15).
+pub fn is_report_of(message_id: &str, task_id: &str) -> bool {
+    let Some(rest) = message_id
+        .strip_prefix("subagent:")
+        .and_then(|rest| rest.strip_prefix(task_id))
+    else {
+        return false;
+    };
+    rest.is_empty()
+        || rest
+            .strip_prefix(':')
+            .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n >= 2))
 }
 
 #[cfg(test)]

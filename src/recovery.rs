@@ -5,6 +5,9 @@
 //! - a child that finished but whose report was never recorded gets it recorded;
 //! - recorded reports that never reached their parent's history (and were not discarded,
 //!   and whose child still exists) go to its pending queue.
+//!
+//! It runs only in the process that owns the data folder (`owner`), so every session it
+//! finds "running" was cut off: no live process runs it.
 
 use std::collections::HashMap;
 
@@ -31,6 +34,21 @@ fn final_answer(messages: &[crate::protocol::Message]) -> Option<String> {
         .then(|| last.text().to_string())
 }
 
+/// The answer of the run a child owes a report for: the history's final answer, if that
+/// run began (its first message is in the history). A follow-up that was still waiting
+/// for its slot has no answer yet: an older one is never re-sent (runtime review R1b).
+fn owed_answer(meta: &SessionMeta, messages: &[crate::protocol::Message]) -> Option<String> {
+    if let Some(id) = &meta.run_message {
+        if !messages
+            .iter()
+            .any(|m| m.id.as_deref() == Some(id.as_str()))
+        {
+            return None;
+        }
+    }
+    final_answer(messages)
+}
+
 /// Repairs what a crash left behind (issue: durability). Runs once, at start:
 /// - a run found "running" gets synthetic results for its unanswered calls and is paused;
 /// - a child that was working is marked interrupted (resume or cancel it);
@@ -53,7 +71,7 @@ pub(crate) fn recover(
         }
         let finished_child = meta.task_id.is_some()
             && !meta.reported
-            && final_answer(&loaded.messages).is_some()
+            && owed_answer(meta, &loaded.messages).is_some()
             && results.is_empty();
         if meta.task_id.is_some() && !meta.reported && !finished_child {
             meta.interrupted = true;
@@ -82,7 +100,7 @@ pub(crate) fn recover(
         let owed = nth_report_message_id(&task_id, meta.reports + 1);
         if !ledger.records.iter().any(|r| r.message_id == owed) {
             let history = store.load(&meta.session_id)?.messages;
-            let Some(answer) = final_answer(&history) else {
+            let Some(answer) = owed_answer(meta, &history) else {
                 meta.interrupted = true;
                 store.write_meta(meta)?;
                 stats.interrupted_children += 1;
@@ -105,6 +123,7 @@ pub(crate) fn recover(
         }
         meta.reported = true;
         meta.reports += 1;
+        meta.run_message = None;
         store.write_meta(meta)?;
     }
     for meta in metas.iter_mut() {
@@ -129,6 +148,11 @@ pub(crate) fn recover(
         });
         let mut added = false;
         for record in ledger.undelivered() {
+            // A deleted child reports nothing (SPEC §3), whatever its ledger line says
+            // (runtime review R11).
+            if !store.exists(&record.child_session_id) {
+                continue;
+            }
             if history_ids.contains(&record.message_id)
                 || pending.iter().any(|p| p.message_id == record.message_id)
             {

@@ -88,14 +88,16 @@ pub struct Shared {
     /// The provider built for a provider block, rebuilt when the block changes. Looked up
     /// with a copy of the block, never while the config lock is held (runtime review C3).
     providers: BlockCache<Arc<dyn ModelProvider>>,
-    /// Child slots of each model server with a `max_concurrent` (its parallel slots).
-    provider_slots: Mutex<HashMap<String, (usize, Arc<Semaphore>)>>,
+    /// Request slots of each model server with a known number of parallel requests
+    /// (`max_concurrent`, or what the server says): a lease per model call.
+    provider_slots: Mutex<HashMap<String, Arc<crate::slots::RequestSlots>>>,
     pub(crate) approvals: Arc<ApprovalBook>,
     pub(crate) subagents: SubagentTasks,
     pub(crate) root: CancellationToken,
     active_runs: watch::Sender<usize>,
-    /// Child slots, one pool per delegation depth: a child blocked in `sub_agent` holds a
-    /// slot of its own depth only, so grandchildren never wait on it (runtime review C6).
+    /// Child run slots (`subagents.max_concurrent`), one pool per delegation depth: a
+    /// child holds a slot of its own depth only, so grandchildren never wait on it
+    /// (runtime review C6). Waited for inside the child's task, never by its parent.
     slots: Mutex<Vec<Arc<Semaphore>>>,
     /// Starting a run takes this for reading and a config change for writing, so a run
     /// never starts between the busy check and the change (SPEC §6, runtime review C3).
@@ -108,6 +110,8 @@ pub struct Shared {
     pub(crate) tools: ToolRegistry,
     /// The `sub_agent` tool's back end; set once the registry exists.
     pub(crate) delegator: OnceLock<Arc<dyn Delegator>>,
+    /// Registers the task of each child run (the controller's `Starting` phase).
+    pub(crate) children: OnceLock<Arc<dyn crate::controller::ChildTasks>>,
     /// Context windows found per provider, with the block they were found for: asking a
     /// server once per provider is enough (a changed block asks again).
     windows: BlockCache<ContextWindow>,
@@ -245,6 +249,7 @@ impl Shared {
             tree_usage: Mutex::new(HashMap::new()),
             tools,
             delegator: OnceLock::new(),
+            children: OnceLock::new(),
             windows: Mutex::new(HashMap::new()),
             environments: Mutex::new(HashMap::new()),
             server_slots: Mutex::new(HashMap::new()),
@@ -526,11 +531,13 @@ impl Shared {
         pools[depth.max(1) - 1].clone()
     }
 
-    /// The child slots of a model server that takes a known number of requests at once
+    /// The request slots of a model server that takes a known number of requests at once
     /// (`max_concurrent` in its block, else what the server says: llama.cpp's
-    /// `total_slots`), one kept for top-level sessions so a parent never waits behind its
-    /// own children. `None`: no limit of the server's own (the global cap still holds).
-    pub(crate) async fn provider_slots(&self, name: &str) -> Option<Arc<Semaphore>> {
+    /// `total_slots`). `None`: no limit of the server's own.
+    pub(crate) async fn request_slots(
+        &self,
+        name: &str,
+    ) -> Option<Arc<crate::slots::RequestSlots>> {
         let block = self.read_config(|config| {
             config
                 .provider_named(Some(name))
@@ -541,19 +548,18 @@ impl Shared {
             Some(max) => max,
             None => self.discovered_slots(name, &block).await?,
         };
-        let children = if max > 1 { max - 1 } else { 1 };
         let mut pools = self
             .provider_slots
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let entry = pools
             .entry(name.to_string())
-            .or_insert_with(|| (children, Arc::new(Semaphore::new(children))));
-        if entry.0 != children {
+            .or_insert_with(|| crate::slots::RequestSlots::new(max));
+        if entry.total() != max.max(1) {
             // Changed while idle (the busy rule): no permit is out.
-            *entry = (children, Arc::new(Semaphore::new(children)));
+            *entry = crate::slots::RequestSlots::new(max);
         }
-        Some(entry.1.clone())
+        Some(entry.clone())
     }
 
     /// The slot count a provider's server reported, asked once per provider and block.

@@ -10,8 +10,10 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::controller::SessionController;
-use crate::delegation::{EventObserver, ServiceDelegator, lease_fn, notify_fn, runner_fn};
+use crate::controller::{QueuedMessage, SessionController};
+use crate::delegation::{
+    ServiceChildTasks, ServiceDelegator, lease_fn, notify_fn, runner_fn, slot_fn,
+};
 use crate::error::RuntimeError;
 use crate::protocol::{
     AppInfo, RunConfig, SessionId, SessionInfo, SessionListEvent, SessionState, SubagentState,
@@ -21,7 +23,7 @@ use crate::provider::ProviderFactory;
 use crate::registry::Registry;
 use crate::runtime::{Shared, SharedParts};
 use crate::store::{NewSession, SessionStore};
-use crate::subagents::{ChildStart, Report, SubagentTasks};
+use crate::subagents::{Report, SubagentTasks};
 use crate::tools::ToolRegistry;
 
 pub use crate::controller::INTERRUPTED_RESULT;
@@ -62,6 +64,9 @@ pub struct ServiceOptions {
 #[derive(Clone)]
 pub struct RuntimeService {
     registry: Arc<Registry>,
+    /// The data folder's lock, let go at shutdown (a restart in the same process can then
+    /// take it again) or when the last clone goes.
+    owner: Arc<std::sync::Mutex<Option<crate::owner::DataLock>>>,
     recovery: RecoveryStats,
     /// Sub-agent worktrees found at start whose session is gone.
     leftover_worktrees: Arc<Vec<String>>,
@@ -76,6 +81,11 @@ impl RuntimeService {
             (None, None) => Config::default(),
         };
         config.validate()?;
+        // One process owns the data folder: a second one is refused before it reads or
+        // repairs anything (runtime review R7).
+        crate::store::private_dir(&options.data_dir)
+            .map_err(|err| crate::error::StoreError::io(&options.data_dir, err))?;
+        let owner = crate::owner::DataLock::acquire(&options.data_dir)?;
         crate::sandbox::configure(&config.tools.command);
         let store = Arc::new(SessionStore::new(&options.data_dir)?);
         let root = CancellationToken::new();
@@ -86,7 +96,8 @@ impl RuntimeService {
                 runner_fn(weak.clone()),
                 notify_fn(weak.clone()),
                 root.clone(),
-            );
+            )
+            .with_slots(slot_fn(weak.clone()));
             let shared = Shared::new(SharedParts {
                 store,
                 data_dir: options.data_dir.clone(),
@@ -98,6 +109,9 @@ impl RuntimeService {
                 tools,
             });
             let _ = shared.delegator.set(Arc::new(ServiceDelegator {
+                registry: weak.clone(),
+            }));
+            let _ = shared.children.set(Arc::new(ServiceChildTasks {
                 registry: weak.clone(),
             }));
             Registry::new(Arc::new(shared))
@@ -114,6 +128,7 @@ impl RuntimeService {
         }
         Ok(RuntimeService {
             registry,
+            owner: Arc::new(std::sync::Mutex::new(Some(owner))),
             recovery,
             leftover_worktrees: Arc::new(leftover_worktrees),
         })
@@ -175,34 +190,26 @@ impl RuntimeService {
         let controller = self.controller(session_id)?;
         let meta = controller.current_meta();
         let is_child = meta.task_id.is_some() && meta.parent_session_id.is_some();
-        if !is_child || controller.is_running() {
-            // A working child gets it at its next safe point, like any message.
+        if !is_child {
             return self.submit_with_images(session_id, content, config, images);
         }
-        if !images.is_empty() {
-            return Err(RuntimeError::InvalidArgument(
-                "images go to a sub-agent only while it works; describe them in words, or send them to its parent".into(),
-            ));
-        }
-        if self.subagents().state_of(session_id).is_some() {
-            return Err(RuntimeError::Busy(format!(
-                "sub-agent {session_id} has not started yet (it waits for a slot); send the message once it runs"
-            )));
-        }
-        if content.trim().is_empty() {
+        if content.trim().is_empty() && images.is_empty() {
             return Err(RuntimeError::InvalidArgument(
                 "content must not be empty".into(),
             ));
         }
+        crate::protocol::ImagePart::check_all(&images).map_err(RuntimeError::InvalidArgument)?;
         let content = crate::mentions::expand(&content, Path::new(&meta.workspace));
+        // One decision by the child's controller: steered into its run, or a run of its
+        // own through its task (never a run its parent would not hear of; review R2).
         crate::delegation::follow_up(
             &self.registry,
             session_id,
             content,
             config.unwrap_or_default(),
+            images,
             true,
         )
-        .await
     }
 
     /// The person's message to a session (not a follow-up; see [`Self::submit_message`]).
@@ -558,53 +565,31 @@ impl RuntimeService {
         })
     }
 
-    /// Continues an interrupted child from its own history; its report then reaches the
-    /// parent as usual. Waits until the child holds a slot.
+    /// Continues an interrupted child from its own history (with what was sent to it
+    /// before the crash); its report then reaches the parent as usual. Returns at once:
+    /// the child waits for its slot in its own task.
     pub async fn resume_subagent(&self, session_id: &str) -> Result<(), RuntimeError> {
         let child = self.controller(session_id)?;
         let meta = child.current_meta();
-        let (Some(task_id), Some(parent)) = (meta.task_id.clone(), meta.parent_session_id.clone())
-        else {
+        let Some(task_id) = meta.task_id.clone() else {
             return Err(RuntimeError::InvalidArgument(format!(
                 "session {session_id} is not a sub-agent"
             )));
         };
-        // Compare-and-set under the child's lock: a second quick resume finds it cleared.
-        if !child.take_interrupted() {
-            return Err(RuntimeError::InvalidArgument(format!(
-                "sub-agent {session_id} was not interrupted"
-            )));
-        }
-        let resume = !self.shared().store.load(session_id)?.messages.is_empty();
-        let start = ChildStart {
-            task_id: task_id.clone(),
-            session_id: session_id.to_string(),
-            parent_session_id: parent,
-            title: meta.title.clone(),
-            workspace: meta.workspace.clone(),
+        let store = self.shared().store.clone();
+        let id = session_id.to_string();
+        let ran =
+            tokio::task::spawn_blocking(move || store.load(&id).map(|l| !l.messages.is_empty()))
+                .await
+                .map_err(|err| RuntimeError::Unavailable(err.to_string()))??;
+        // A child that never ran begins with its task.
+        let first = (!ran).then(|| QueuedMessage {
+            message_id: format!("task:{task_id}"),
             content: meta.task_content.clone().unwrap_or_default(),
             config: RunConfig::default(),
-            resume,
-            depth: child.depth(),
-            message_id: None,
-            server: Some(
-                self.shared()
-                    .provider_of(Path::new(&meta.workspace), meta.agent.as_deref()),
-            ),
-            // The person's resume: it starts the child even though it is paused.
-            starts_paused: true,
-        };
-        let observer = Arc::new(EventObserver {
-            child: child.clone(),
-            task_id,
+            images: Vec::new(),
         });
-        let started = self.subagents().start(start, observer).await;
-        if let Err(err) = started {
-            // It did not start: it is still interrupted, and can be resumed later.
-            child.set_interrupted(true);
-            return Err(RuntimeError::InvalidArgument(err.to_string()));
-        }
-        Ok(())
+        child.resume_child_task(first)
     }
 
     /// `cancel`: stops a session's run. An interrupted child has no run: cancelling it
@@ -630,14 +615,7 @@ impl RuntimeService {
                 return Ok(());
             }
         }
-        // A child still waiting for a slot has no run to stop: cancelling its task makes the
-        // parent's `sub_agent` call fail with "stopped before startup", which is the answer.
-        if !controller.is_running()
-            && self.subagents().state_of(session_id) == Some(SubagentState::WaitingForSlot)
-        {
-            self.subagents().cancel(session_id).await;
-            return Ok(());
-        }
+        // A child waiting for its slot is stopped like a running one: it reports that.
         controller.cancel().await;
         Ok(())
     }
@@ -1102,6 +1080,8 @@ impl RuntimeService {
         if let Ok(Err(err)) = synced {
             tracing::warn!("fsync at shutdown failed: {err}");
         }
+        // Nothing of ours runs any more: the folder may be owned by the next process.
+        self.owner.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     /// Waits until no run and no task is left (e.g. `bumblehive run`).

@@ -59,6 +59,11 @@ pub struct SessionMeta {
     /// How many reports the child has sent (its next one is number `reports + 1`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reports: u32,
+    /// The message that begins the run a child owes a report for (none for a resume):
+    /// recovery counts a final answer as that run's only if the history has this message,
+    /// so a crash before the run began never re-sends an older answer (review R1b).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_message: Option<String>,
     /// Hidden from the usual list by the person.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub archived: bool,
@@ -313,6 +318,7 @@ impl SessionStore {
             task_content: new.task_content,
             reported: false,
             reports: 0,
+            run_message: None,
             archived: false,
             agent: new.agent,
             provider: None,
@@ -345,7 +351,14 @@ impl SessionStore {
         self.index.record(meta);
         // Not flushed: everything in meta is either derivable (usage, timestamps) or
         // repaired by recovery (a session found "running" after a crash).
-        write_atomic(&path, &bytes, false).map_err(|err| StoreError::io(&path, err))?;
+        if let Err(err) = write_atomic(&path, &bytes, false) {
+            // The index must never claim a meta the folder does not hold (review R5): a
+            // session deleted meanwhile is removed from it again.
+            if !path.parent().is_some_and(Path::exists) {
+                self.index.remove(&meta.session_id);
+            }
+            return Err(StoreError::io(&path, err));
+        }
         self.touch(&meta.session_id);
         Ok(())
     }

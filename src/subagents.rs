@@ -15,6 +15,10 @@ pub type LeaseGuard = Box<dyn Send + Sync>;
 /// Acquires a slot for a child; may wait (all slots busy) or fail (runtime unavailable).
 pub type LeaseFn =
     Arc<dyn Fn(&ChildStart) -> BoxFuture<'static, Result<LeaseGuard, String>> + Send + Sync>;
+/// Waits for a run slot of the child (the children cap), inside the child's own task so
+/// that no caller ever waits for it. `None`: the person stopped the child meanwhile (its
+/// report says so). The registry drops the wait when the task is cancelled.
+pub type SlotFn = Arc<dyn Fn(&ChildStart) -> BoxFuture<'static, Option<LeaseGuard>> + Send + Sync>;
 /// Runs a child to its end. Its first poll must start the child's run (so the child
 /// counts as active at once), and it must stop the child when the token fires.
 pub type RunnerFn =
@@ -86,6 +90,9 @@ pub trait SubagentObserver: Send + Sync {
     fn state(&self, _session_id: &str, _state: SubagentState) {}
     fn cancelled(&self, _session_id: &str) {}
     fn error(&self, _session_id: &str, _message: &str) {}
+    /// The task ended before its lease (cancelled, or the lease failed): the child never
+    /// ran and owes no report.
+    fn unstarted(&self, _session_id: &str) {}
 }
 
 struct Entry {
@@ -97,10 +104,13 @@ struct Entry {
 
 struct Inner {
     lease: LeaseFn,
+    slot: Option<SlotFn>,
     runner: RunnerFn,
     notify: NotifyFn,
     root: CancellationToken,
-    tasks: Mutex<HashMap<SessionId, Entry>>,
+    /// Keyed by start order: a child may have a finished task still handing over its
+    /// report while its next run's task waits (a follow-up sent as it finished).
+    tasks: Mutex<HashMap<u64, Entry>>,
     next_order: std::sync::atomic::AtomicU64,
     count: watch::Sender<usize>,
 }
@@ -126,6 +136,7 @@ impl SubagentTasks {
         SubagentTasks {
             inner: Arc::new(Inner {
                 lease,
+                slot: None,
                 runner,
                 notify,
                 root,
@@ -136,7 +147,15 @@ impl SubagentTasks {
         }
     }
 
-    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Entry>> {
+    /// Waits for `slot` inside each task before its run (the runtime's children cap).
+    pub fn with_slots(mut self, slot: SlotFn) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.slot = Some(slot);
+        }
+        self
+    }
+
+    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
         self.inner
             .tasks
             .lock()
@@ -150,13 +169,37 @@ impl SubagentTasks {
         start: ChildStart,
         observer: Arc<dyn SubagentObserver>,
     ) -> Result<(), StartError> {
+        let task_id = start.task_id.clone();
+        let started = self.spawn(start, observer)?;
+        match started.await {
+            Ok(result) => result,
+            Err(_) => Err(StartError::StoppedBeforeStartup(task_id)),
+        }
+    }
+
+    /// Registers the task and starts it without waiting: never blocks, so a child's
+    /// controller may call it under its own lock. The receiver answers once the task
+    /// holds its lease (or cannot get one).
+    pub fn spawn(
+        &self,
+        start: ChildStart,
+        observer: Arc<dyn SubagentObserver>,
+    ) -> Result<oneshot::Receiver<Result<(), StartError>>, StartError> {
         let token = self.inner.root.child_token();
         let done = CancellationToken::new();
-        {
+        let order = {
             let mut tasks = self.tasks();
-            // One task per child: a second start (two quick resumes) must not replace the
-            // first, whose report would then be lost (runtime review C10).
-            if tasks.contains_key(&start.session_id) {
+            // One working task per child: a second start (two quick resumes) must not run
+            // beside the first, whose report would then be lost (runtime review C10). A
+            // task that only hands over its report may still be there.
+            let working = tasks.values().any(|entry| {
+                entry.info.session_id == start.session_id
+                    && matches!(
+                        entry.info.state,
+                        SubagentState::WaitingForSlot | SubagentState::Running
+                    )
+            });
+            if working {
                 return Err(StartError::AlreadyRunning(start.session_id.clone()));
             }
             let order = self
@@ -164,7 +207,7 @@ impl SubagentTasks {
                 .next_order
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tasks.insert(
-                start.session_id.clone(),
+                order,
                 Entry {
                     info: SubagentInfo {
                         task_id: start.task_id.clone(),
@@ -180,20 +223,37 @@ impl SubagentTasks {
                 },
             );
             self.inner.count.send_replace(tasks.len());
-        }
+            order
+        };
         observer.state(&start.session_id, SubagentState::WaitingForSlot);
         let (started_tx, started_rx) = oneshot::channel();
         let registry = self.clone();
-        let task_id = start.task_id.clone();
-        tokio::spawn(registry.work(start, observer, token, done, started_tx));
-        match started_rx.await {
-            Ok(result) => result,
-            Err(_) => Err(StartError::StoppedBeforeStartup(task_id)),
+        tokio::spawn(registry.work(order, start, observer, token, done, started_tx));
+        Ok(started_rx)
+    }
+
+    /// Waits until no earlier task of the same child is left: a child's runs and their
+    /// reports follow each other, so report `n` is recorded before run `n + 1` begins
+    /// and numbers never race (runtime review R13).
+    async fn wait_for_earlier(&self, order: u64, session_id: &str) {
+        let mut count = self.inner.count.subscribe();
+        loop {
+            let earlier = self
+                .tasks()
+                .values()
+                .any(|entry| entry.order < order && entry.info.session_id == session_id);
+            if !earlier {
+                return;
+            }
+            if count.changed().await.is_err() {
+                return;
+            }
         }
     }
 
     async fn work(
         self,
+        order: u64,
         start: ChildStart,
         observer: Arc<dyn SubagentObserver>,
         token: CancellationToken,
@@ -208,7 +268,8 @@ impl SubagentTasks {
         };
         let guard = match lease {
             None => {
-                self.remove(&session_id);
+                self.remove(order);
+                observer.unstarted(&session_id);
                 observer.cancelled(&session_id);
                 observer.state(&session_id, SubagentState::Cancelled);
                 let _ = started.send(Err(StartError::StoppedBeforeStartup(start.task_id)));
@@ -216,7 +277,8 @@ impl SubagentTasks {
                 return;
             }
             Some(Err(message)) => {
-                self.remove(&session_id);
+                self.remove(order);
+                observer.unstarted(&session_id);
                 observer.error(&session_id, &message);
                 observer.state(&session_id, SubagentState::Failed);
                 let _ = started.send(Err(StartError::Lease(message)));
@@ -225,7 +287,44 @@ impl SubagentTasks {
             }
             Some(Ok(guard)) => guard,
         };
-        self.set_state(&session_id, SubagentState::Running);
+        // With a children cap, the caller has its answer now and the child waits for its
+        // slot in here ("waiting for a slot"), never in the caller (SPEC §3).
+        let mut started = Some(started);
+        let slot = match self.inner.slot.clone() {
+            None => None,
+            Some(slot) => {
+                if let Some(started) = started.take() {
+                    let _ = started.send(Ok(()));
+                }
+                let waited = tokio::select! {
+                    biased;
+                    _ = token.cancelled() => None,
+                    got = async {
+                        self.wait_for_earlier(order, &session_id).await;
+                        slot(&start).await
+                    } => Some(got),
+                };
+                match waited {
+                    // Deleted or shut down while waiting: no report.
+                    None => {
+                        self.remove(order);
+                        observer.cancelled(&session_id);
+                        observer.state(&session_id, SubagentState::Cancelled);
+                        done.cancel();
+                        return;
+                    }
+                    // The person stopped it before it ran: it reports that, once.
+                    Some(None) => {
+                        self.report(order, start, &observer, ChildOutcome::Stopped)
+                            .await;
+                        done.cancel();
+                        return;
+                    }
+                    Some(Some(slot)) => Some(slot),
+                }
+            }
+        };
+        self.set_state(order, SubagentState::Running);
         observer.state(&session_id, SubagentState::Running);
         // One poll starts the child's run, so it counts as active before `start` returns
         // (the parent may finish its own run at once and must see the child working).
@@ -235,7 +334,9 @@ impl SubagentTasks {
             std::panic::AssertUnwindSafe((self.inner.runner)(start.clone(), token.clone()))
                 .catch_unwind();
         let first = futures::poll!(&mut running);
-        let _ = started.send(Ok(()));
+        if let Some(started) = started.take() {
+            let _ = started.send(Ok(()));
+        }
         let outcome = match first {
             std::task::Poll::Ready(outcome) => outcome,
             std::task::Poll::Pending => running.await,
@@ -243,15 +344,29 @@ impl SubagentTasks {
         let outcome = outcome.unwrap_or_else(|_| {
             ChildOutcome::Failed("internal error: the sub-agent stopped unexpectedly".into())
         });
+        drop(slot);
         drop(guard);
         if token.is_cancelled() {
             // Deleted or shut down: no report, the parent is not woken.
-            self.remove(&session_id);
+            self.remove(order);
             observer.cancelled(&session_id);
             observer.state(&session_id, SubagentState::Cancelled);
             done.cancel();
             return;
         }
+        self.report(order, start, &observer, outcome).await;
+        done.cancel();
+    }
+
+    /// Hands the one report of a task's run to its parent, then lets the task go.
+    async fn report(
+        &self,
+        order: u64,
+        start: ChildStart,
+        observer: &Arc<dyn SubagentObserver>,
+        outcome: ChildOutcome,
+    ) {
+        let session_id = start.session_id.clone();
         let (state, outcome) = match outcome {
             ChildOutcome::Completed(answer) => (SubagentState::Done, Ok(answer)),
             ChildOutcome::Failed(message) => {
@@ -263,7 +378,7 @@ impl SubagentTasks {
                 Err("the sub-agent was stopped by the user".to_string()),
             ),
         };
-        self.set_state(&session_id, state);
+        self.set_state(order, state);
         observer.state(&session_id, state);
         // The report is handed over before the task leaves the registry, so "no tasks
         // left" means every report has reached its parent.
@@ -275,34 +390,41 @@ impl SubagentTasks {
             config: start.config,
         })
         .await;
-        self.remove(&session_id);
-        done.cancel();
+        self.remove(order);
     }
 
-    fn set_state(&self, session_id: &str, state: SubagentState) {
-        if let Some(entry) = self.tasks().get_mut(session_id) {
+    fn set_state(&self, order: u64, state: SubagentState) {
+        if let Some(entry) = self.tasks().get_mut(&order) {
             entry.info.state = state;
         }
     }
 
-    fn remove(&self, session_id: &str) {
+    fn remove(&self, order: u64) {
         let mut tasks = self.tasks();
-        tasks.remove(session_id);
+        tasks.remove(&order);
         self.inner.count.send_replace(tasks.len());
     }
 
-    /// Cancels a task (no report will be sent) and waits until it has stopped.
+    /// Cancels a child's tasks (no report will be sent) and waits until they have stopped.
     /// Returns false when no such task runs.
     pub async fn cancel(&self, session_id: &str) -> bool {
-        let done = {
+        let done: Vec<CancellationToken> = {
             let tasks = self.tasks();
-            let Some(entry) = tasks.get(session_id) else {
-                return false;
-            };
-            entry.token.cancel();
-            entry.done.clone()
+            tasks
+                .values()
+                .filter(|entry| entry.info.session_id == session_id)
+                .map(|entry| {
+                    entry.token.cancel();
+                    entry.done.clone()
+                })
+                .collect()
         };
-        done.cancelled().await;
+        if done.is_empty() {
+            return false;
+        }
+        for done in done {
+            done.cancelled().await;
+        }
         true
     }
 
@@ -318,9 +440,13 @@ impl SubagentTasks {
         children.into_iter().map(|(_, info)| info).collect()
     }
 
-    /// The state of a task, if it is still registered.
+    /// The state of a child's newest task, if one is still registered.
     pub fn state_of(&self, session_id: &str) -> Option<SubagentState> {
-        self.tasks().get(session_id).map(|entry| entry.info.state)
+        self.tasks()
+            .values()
+            .filter(|entry| entry.info.session_id == session_id)
+            .max_by_key(|entry| entry.order)
+            .map(|entry| entry.info.state)
     }
 
     pub fn len(&self) -> usize {
@@ -344,7 +470,11 @@ impl SubagentTasks {
 
     /// Cancels every task and waits for all of them.
     pub async fn cancel_all(&self) {
-        let ids: Vec<SessionId> = self.tasks().keys().cloned().collect();
+        let ids: Vec<SessionId> = self
+            .tasks()
+            .values()
+            .map(|entry| entry.info.session_id.clone())
+            .collect();
         for id in ids {
             self.cancel(&id).await;
         }

@@ -242,7 +242,7 @@ async fn stop_mid_batch_reports_each_call_finished_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancelling_a_child_waiting_for_a_slot_fails_its_call_and_sends_no_report() {
+async fn stopping_a_child_waiting_for_a_slot_reports_that_once() {
     let fx = Delegation::new();
     fx.service
         .update_config(&json!({"subagents": {"max_concurrent": 1}}))
@@ -275,21 +275,32 @@ async fn cancelling_a_child_waiting_for_a_slot_fails_its_call_and_sends_no_repor
     fx.provider.gate(&format!("slot-{running}")).set();
     fx.wait_idle().await;
     let history = fx.history(&parent);
-    let failed = history
+    // The call had answered `pending` at once: the waiting child is the parent's to hear
+    // of, so Stop ends in its one report, "stopped", and nothing more (SPEC §3, issue 25).
+    let answered = history
         .iter()
         .find(|m| m.tool_call_id.as_deref() == Some(format!("delegate-{waiting}").as_str()))
         .unwrap();
     assert!(
-        failed.text().contains("stopped before startup"),
+        answered.text().contains("\"pending\""),
         "{}",
-        failed.text()
+        answered.text()
     );
     let reports: Vec<&Message> = history.iter().filter(|m| is_report(m)).collect();
-    assert_eq!(reports.len(), 1);
+    assert_eq!(reports.len(), 2, "{history:#?}");
+    let stopped = reports
+        .iter()
+        .find(|m| m.text().contains(&format!("Task ID: delegate-{waiting}")))
+        .unwrap();
     assert!(
-        reports[0]
-            .text()
-            .contains(&format!("Task ID: delegate-{running}"))
+        stopped.text().contains("stopped by the user"),
+        "{}",
+        stopped.text()
+    );
+    assert!(
+        reports
+            .iter()
+            .any(|m| m.text().contains(&format!("Task ID: delegate-{running}")))
     );
     assert_message_order(&history);
     fx.shutdown().await;

@@ -64,12 +64,20 @@ async fn a_recorded_report_reaches_its_parent_exactly_once_across_restarts() {
             ..NewSession::default()
         })
         .unwrap();
+    let child = store
+        .create(NewSession {
+            workspace: fx.path().display().to_string(),
+            parent_session_id: Some(parent.session_id.clone()),
+            task_id: Some("t1".into()),
+            ..NewSession::default()
+        })
+        .unwrap();
     store
         .record_report(
             &parent.session_id,
             &ReportRecord {
                 task_id: "t1".into(),
-                child_session_id: "c1".into(),
+                child_session_id: child.session_id.clone(),
                 message_id: "subagent:t1".into(),
                 content: "[Background tool result]\nTask ID: t1\n\nREPORT".into(),
                 config: Default::default(),

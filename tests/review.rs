@@ -342,7 +342,25 @@ async fn c6_nested_delegation_with_all_slots_taken_does_not_deadlock() {
         .await
         .expect("nested delegation deadlocked");
     let history = service.store().load(&info.session_id).unwrap().messages;
-    assert_eq!(reports(&history).len(), 2);
+    // Each child reports its run; a child whose grandchild reported after that run ended
+    // runs again on the report, and that run reports too (SPEC §11, issue 25).
+    let mut ids: Vec<&str> = reports(&history)
+        .iter()
+        .filter_map(|m| m.id.as_deref())
+        .collect();
+    ids.sort();
+    let before = ids.len();
+    ids.dedup();
+    assert_eq!(ids.len(), before, "a report came twice: {ids:?}");
+    assert!(
+        ids.contains(&"subagent:a") && ids.contains(&"subagent:b"),
+        "{ids:?}"
+    );
+    assert!(
+        ids.iter()
+            .all(|id| ["subagent:a", "subagent:a:2", "subagent:b", "subagent:b:2"].contains(id)),
+        "{ids:?}"
+    );
     assert_message_order(&history);
     service.shutdown().await;
 }

@@ -247,8 +247,13 @@ impl Server {
         self.child.wait().await.unwrap();
     }
 
-    /// A new process on the same data dir and model, as after a crash.
-    pub async fn restart(self) -> Server {
+    /// A new process on the same data dir and model, as after a crash. The old one is
+    /// killed and gone first: one process owns a data folder at a time.
+    pub async fn restart(mut self) -> Server {
+        if self.child.id().is_some() {
+            let _ = self.child.start_kill();
+            let _ = self.child.wait().await;
+        }
         let Server {
             dir, model, mock, ..
         } = self;
@@ -1177,4 +1182,46 @@ async fn server_lists_folders_for_the_folder_dialog_with_clear_errors() {
             "{bad}: {body}"
         );
     }
+}
+
+/// R7 across processes: `bumblehive run` beside a running `serve` on the same data folder
+/// is refused in words that name the owner's pid, exits non-zero and repairs nothing;
+/// `serve` goes on answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_a_second_process_on_its_data_folder_is_refused_naming_the_owner() {
+    let server = Server::start().await;
+    let info = server
+        .ok(
+            "create_session",
+            json!({"workspace": server.dir.path().display().to_string()}),
+        )
+        .await;
+    let owner = server.child.id().unwrap();
+    let output = tokio::time::timeout(
+        WAIT,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+            .arg("--config")
+            .arg(server.dir.path().join("config.json"))
+            .arg("--data-dir")
+            .arg(server.dir.path().join("data"))
+            .arg("run")
+            .arg("--workspace")
+            .arg(server.dir.path())
+            .arg("hello")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("run did not exit")
+    .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("in use by another Bumblehive process")
+            && stderr.contains(&format!("pid {owner}")),
+        "{stderr}"
+    );
+    let listed = server.ok("list_sessions", json!({})).await;
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["session_id"], info["session_id"]);
 }

@@ -43,6 +43,10 @@ mod controller;
 // assertions the review found missing (session_created fields, busy changes nothing).
 mod review;
 
+// The second runtime review's findings (R1–R15) on the child lifecycle, and delegation
+// that never blocks the parent (issue 25).
+mod lifecycle;
+
 // Recovery after a crash or restart, the report ledger, interrupted children, damaged sessions.
 mod durability;
 

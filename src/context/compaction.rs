@@ -125,11 +125,10 @@ pub struct RunningChild {
 /// a report carries the id `subagent:<task_id>`. The run loop may pass the task
 /// registry's list instead; this one also works for a history loaded from disk.
 pub fn running_children(history: &[Message]) -> Vec<RunningChild> {
-    let reported: std::collections::HashSet<&str> = history
+    let reports: Vec<&str> = history
         .iter()
         .filter(|m| m.role == Role::User)
-        .filter_map(|m| m.id.as_deref()?.strip_prefix("subagent:"))
-        .map(|rest| rest.split(':').next().unwrap_or(rest))
+        .filter_map(|m| m.id.as_deref())
         .collect();
     let mut children = Vec::new();
     for (index, message) in history.iter().enumerate() {
@@ -151,7 +150,10 @@ pub fn running_children(history: &[Message]) -> Vec<RunningChild> {
                 .and_then(|m| serde_json::from_str::<serde_json::Value>(m.text()).ok())
                 .and_then(|v| v.get("task_id")?.as_str().map(str::to_string))
                 .unwrap_or_else(|| call.id.clone());
-            if reported.contains(task_id.as_str()) {
+            if reports
+                .iter()
+                .any(|id| crate::protocol::is_report_of(id, &task_id))
+            {
                 continue;
             }
             let field = |name: &str| {

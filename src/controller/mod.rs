@@ -75,16 +75,32 @@ pub(crate) struct ActiveRun {
     token: CancellationToken,
     /// Messages steered into the run, consumed at the next safe point (SPEC §4).
     inbox: Vec<QueuedMessage>,
+    /// Ids of inbox messages the person sent (or took out of pending): if the run ends
+    /// without consuming them (a compaction), they start the session even when paused.
+    by_person: HashSet<String>,
     done: CancellationToken,
     waiters: Vec<oneshot::Sender<RunOutcome>>,
     /// The `compact` command asked for a compaction before the next model call.
     compact: bool,
 }
 
-/// The life of a session. Every rule of SPEC §4 is a `match` over this.
+/// A child's run that its task holds but that has not begun: the task waits for its slot
+/// (the children cap), and whatever is sent meanwhile joins it.
+pub(crate) struct Starting {
+    /// The messages the run begins with, in order; none for a resumed child, which
+    /// continues its own history.
+    inbox: Vec<QueuedMessage>,
+    /// Fired when the person stops the child before its run began: its task reports that.
+    stop: CancellationToken,
+}
+
+/// The life of a session, a child's included. Every rule of SPEC §4 is a `match` over
+/// this, and every change of it is made in one step under the controller's lock.
 pub(crate) enum Phase {
     /// The last run ended normally (or none ran): a message starts a run.
     Idle,
+    /// A child's run waits in its task for a slot (never a top-level session's).
+    Starting(Starting),
     Running(ActiveRun),
     /// The last run was stopped or failed: reports wait in `pending`.
     Paused,
@@ -111,23 +127,47 @@ impl Phase {
 
 /// Who hands a message to the session; only a paused session tells them apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Origin {
+pub(crate) enum Origin {
     /// The person's own message: a person who writes after pressing Stop means to go on,
     /// so it resumes a paused session (README: a documented reading of §4's table).
     Person,
-    /// A report or a child's task: queued while paused (SPEC §4).
+    /// A report: queued while paused (SPEC §4).
     Delivery,
     /// `steer(message_id)`: the person takes a pending message out explicitly.
     Steer,
+    /// A child's task (`sub_agent`) or its parent's `message_subagent`: it starts a child
+    /// paused by a failure, which the person did not choose, and waits with one the
+    /// person stopped.
+    Parent,
 }
 
 /// What the delivery table decides for a message.
 enum Route {
     Inbox,
     Start,
+    /// A child's run: through its task (slot, report), never a run of its own.
+    StartChild,
     Queue,
     Refuse(RuntimeError),
 }
+
+/// Registers the task of a child's run that waits in [`Phase::Starting`]. Called under the
+/// child's lock, so it must not take it; it never blocks.
+pub(crate) trait ChildTasks: Send + Sync {
+    fn spawn(
+        &self,
+        child: Arc<SessionController>,
+        meta: &SessionMeta,
+        config: RunConfig,
+    ) -> Result<oneshot::Receiver<Result<(), crate::subagents::StartError>>, String>;
+}
+
+/// What a child's delivery gave: the status, and for a run that was started the
+/// receiver of its task's lease (a `sub_agent` call waits for it, SPEC §3).
+pub(crate) type ChildDelivery = (
+    MessageStatus,
+    Option<oneshot::Receiver<Result<(), crate::subagents::StartError>>>,
+);
 
 pub(crate) struct State {
     phase: Phase,
@@ -390,9 +430,15 @@ impl SessionController {
                 ..m.pending()
             }));
         }
+        if let Phase::Starting(starting) = &state.phase {
+            pending.extend(starting.inbox.iter().map(|m| PendingMessage {
+                status: MessageStatus::Steered,
+                ..m.pending()
+            }));
+        }
         Snapshot {
             session_id: id.clone(),
-            running: state.phase.run().is_some(),
+            running: state.phase.run().is_some() || matches!(state.phase, Phase::Starting(_)),
             paused: matches!(state.phase, Phase::Paused),
             pending,
             approvals: self.shared.approvals.visible_to(id),
@@ -405,8 +451,10 @@ impl SessionController {
         }
     }
 
+    /// Working: a run, or a child's run waiting for its slot.
     pub fn is_running(&self) -> bool {
-        self.lock().phase.run().is_some()
+        let state = self.lock();
+        state.phase.run().is_some() || matches!(state.phase, Phase::Starting(_))
     }
 
     pub fn is_paused(&self) -> bool {
@@ -419,7 +467,9 @@ impl SessionController {
 
     pub fn state(&self) -> SessionState {
         match self.lock().phase {
-            Phase::Running(_) | Phase::Deleted(Some(_)) => SessionState::Running,
+            Phase::Running(_) | Phase::Starting(_) | Phase::Deleted(Some(_)) => {
+                SessionState::Running
+            }
             Phase::Paused => SessionState::Paused,
             Phase::Idle | Phase::Deleted(None) => SessionState::Idle,
         }
@@ -433,20 +483,33 @@ impl SessionController {
             .collect()
     }
 
+    /// Whether this session is a sub-agent: its runs go through its task and report.
+    fn is_child(&self) -> bool {
+        self.meta.task_id.is_some() && self.meta.parent_session_id.is_some()
+    }
+
     /// The delivery table of SPEC §4, in this one place.
     fn route(&self, state: &State, origin: Origin) -> Route {
         let writable = state.read_only.is_none();
         let open = !self.shared.root.is_cancelled();
+        let start = if self.is_child() {
+            Route::StartChild
+        } else {
+            Route::Start
+        };
         match (&state.phase, origin) {
             (Phase::Deleted(_), _) => Route::Refuse(RuntimeError::NotFound(format!(
                 "session {} (deleted)",
                 self.meta.session_id
             ))),
-            (Phase::Running(_), _) => Route::Inbox,
-            (Phase::Idle, _) if writable && open => Route::Start,
-            (Phase::Paused, Origin::Person | Origin::Steer) if writable && open => Route::Start,
+            (Phase::Running(_) | Phase::Starting(_), _) => Route::Inbox,
+            (Phase::Idle, _) if writable && open => start,
+            (Phase::Paused, Origin::Person | Origin::Steer) if writable && open => start,
+            // A parent's follow-up runs a child whose pause was a failure's; what the person
+            // stopped stays stopped, and the message waits for the person.
+            (Phase::Paused, Origin::Parent) if writable && open && state.meta.failed => start,
             // Paused, read-only or shutting down: a report waits for the person.
-            (_, Origin::Delivery) => Route::Queue,
+            (_, Origin::Delivery | Origin::Parent) => Route::Queue,
             (_, Origin::Person | Origin::Steer) if !writable => {
                 Route::Refuse(RuntimeError::InvalidArgument(format!(
                     "session {} is read-only: {}",
@@ -469,12 +532,35 @@ impl SessionController {
         message: QueuedMessage,
         origin: Origin,
     ) -> Result<MessageStatus, RuntimeError> {
+        self.deliver_child_locked(state, message, origin)
+            .map(|(status, _)| status)
+    }
+
+    /// [`Self::deliver_locked`], with the lease receiver of a child run it started.
+    fn deliver_child_locked(
+        &self,
+        state: &mut State,
+        message: QueuedMessage,
+        origin: Origin,
+    ) -> Result<ChildDelivery, RuntimeError> {
         let id = message.message_id.clone();
+        let mut lease = None;
         let status = match self.route(state, origin) {
             Route::Refuse(err) => return Err(err),
             Route::Inbox => {
-                if let Some(run) = state.phase.run_mut() {
-                    run.inbox.push(message);
+                let by_person = matches!(origin, Origin::Person | Origin::Steer);
+                match &mut state.phase {
+                    Phase::Running(run) | Phase::Deleted(Some(run)) => {
+                        if by_person {
+                            run.by_person.insert(message.message_id.clone());
+                        }
+                        run.inbox.push(message);
+                    }
+                    Phase::Starting(starting) => {
+                        starting.inbox.push(message);
+                        self.save_pending(state);
+                    }
+                    _ => {}
                 }
                 MessageStatus::Steered
             }
@@ -484,12 +570,169 @@ impl SessionController {
                 MessageStatus::Queued
             }
             Route::Start => {
-                self.start_run_locked(state, Some(message), run::Mode::Normal);
+                self.start_run_locked(state, vec![message], run::Mode::Normal);
+                MessageStatus::Started
+            }
+            Route::StartChild => {
+                let config = message.config.clone();
+                lease = Some(self.start_child_locked(state, vec![message], config)?);
                 MessageStatus::Started
             }
         };
         self.emit_status(&id, status);
-        Ok(status)
+        Ok((status, lease))
+    }
+
+    /// Puts a child into [`Phase::Starting`] with `messages` and registers the task that
+    /// will begin its run: one step under the lock, so nothing can start a run of the
+    /// child beside it. The stored state says it works and owes a report from now on;
+    /// the messages are in its stored queue until the run takes them, so a crash while it
+    /// waits loses nothing and re-sends no old answer (runtime review R1b).
+    fn start_child_locked(
+        &self,
+        state: &mut State,
+        messages: Vec<QueuedMessage>,
+        config: RunConfig,
+    ) -> Result<oneshot::Receiver<Result<(), crate::subagents::StartError>>, RuntimeError> {
+        let Some(this) = self.this.upgrade() else {
+            return Err(RuntimeError::Unavailable("the session is closing".into()));
+        };
+        let Some(tasks) = self.shared.children.get().cloned() else {
+            return Err(RuntimeError::Unavailable(
+                "sub-agents are not available".into(),
+            ));
+        };
+        let previous = std::mem::replace(
+            &mut state.phase,
+            Phase::Starting(Starting {
+                inbox: messages,
+                stop: CancellationToken::new(),
+            }),
+        );
+        let run_message = match &state.phase {
+            Phase::Starting(starting) => starting.inbox.first().map(|m| m.message_id.clone()),
+            _ => None,
+        };
+        self.update_meta(state, |meta| {
+            meta.state = SessionState::Running;
+            meta.reported = false;
+            meta.failed = false;
+            meta.interrupted = false;
+            meta.run_message = run_message;
+        });
+        self.save_pending(state);
+        match tasks.spawn(this, &state.meta, config) {
+            Ok(lease) => {
+                self.shared.store.touch(&self.meta.session_id);
+                Ok(lease)
+            }
+            Err(err) => {
+                // Nothing was registered: back to where it was, with the messages kept.
+                let phase = std::mem::replace(&mut state.phase, previous);
+                if let Phase::Starting(starting) = phase {
+                    state.pending.extend(starting.inbox);
+                }
+                let paused = matches!(state.phase, Phase::Paused);
+                self.update_meta(state, |meta| {
+                    meta.state = if paused {
+                        SessionState::Paused
+                    } else {
+                        SessionState::Idle
+                    };
+                    meta.reported = true;
+                    meta.run_message = None;
+                });
+                self.save_pending(state);
+                Err(RuntimeError::Unavailable(err))
+            }
+        }
+    }
+
+    /// A message to a child from its parent (`sub_agent`'s task, `message_subagent`) or
+    /// from the person, decided and applied in one step: a working child takes it at its
+    /// next safe point (its current run's report covers it), an idle one runs again
+    /// through its task (one more report), a paused one as the delivery table says.
+    pub(crate) fn deliver_to_child(
+        &self,
+        message: QueuedMessage,
+        origin: Origin,
+    ) -> Result<ChildDelivery, RuntimeError> {
+        let mut state = self.lock();
+        if state.meta.interrupted && !matches!(state.phase, Phase::Deleted(_)) {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "sub-agent {} was interrupted: resume or cancel it first",
+                self.meta.session_id
+            )));
+        }
+        self.deliver_child_locked(&mut state, message, origin)
+    }
+
+    /// Resumes an interrupted child through its task: the flag is taken and the start
+    /// registered in one step (a second quick resume finds nothing to resume, C10). Its
+    /// stored queue (what was sent to it before the crash) goes with it; `first` is the
+    /// task message of a child that never ran.
+    pub(crate) fn resume_child_task(
+        &self,
+        first: Option<QueuedMessage>,
+    ) -> Result<(), RuntimeError> {
+        let mut state = self.lock();
+        if !state.meta.interrupted || matches!(state.phase, Phase::Deleted(_)) {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "sub-agent {} was not interrupted",
+                self.meta.session_id
+            )));
+        }
+        if !matches!(state.phase, Phase::Idle | Phase::Paused) || self.shared.root.is_cancelled() {
+            return Err(RuntimeError::Busy(format!(
+                "sub-agent {} cannot start now",
+                self.meta.session_id
+            )));
+        }
+        let mut messages: Vec<QueuedMessage> = std::mem::take(&mut state.pending);
+        if let Some(first) = first {
+            if !messages.iter().any(|m| m.message_id == first.message_id) {
+                messages.insert(0, first);
+            }
+        }
+        let config = messages
+            .first()
+            .map(|m| m.config.clone())
+            .unwrap_or_default();
+        self.start_child_locked(&mut state, messages, config)
+            .map(|_| ())
+    }
+
+    /// The token a child's task waits on while it waits for a slot: fired when the person
+    /// stops it first. `None` when it does not wait in [`Phase::Starting`] any more.
+    pub(crate) fn starting_stop(&self) -> Option<CancellationToken> {
+        match &self.lock().phase {
+            Phase::Starting(starting) => Some(starting.stop.clone()),
+            _ => None,
+        }
+    }
+
+    /// The task holds its slot: the child's run begins, with what waited in
+    /// [`Phase::Starting`], in one step. Returns how it ends, or `None` when the person
+    /// stopped it (or it was deleted) before it could begin.
+    pub(crate) fn begin_child_run(&self) -> Option<oneshot::Receiver<RunOutcome>> {
+        let mut state = self.lock();
+        if self.shared.root.is_cancelled() || state.read_only.is_some() {
+            return None;
+        }
+        let starting = match std::mem::replace(&mut state.phase, Phase::Idle) {
+            Phase::Starting(starting) => starting,
+            other => {
+                state.phase = other;
+                return None;
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        self.start_run_locked(&mut state, starting.inbox, run::Mode::Normal);
+        if let Some(run) = state.phase.run_mut() {
+            run.waiters.push(tx);
+        }
+        self.save_pending(&state);
+        Some(rx)
     }
 
     /// The person's message.
@@ -613,7 +856,11 @@ impl SessionController {
     /// put unconsumed steered messages back to pending. Children are not stopped.
     pub async fn cancel(&self) {
         let done = {
-            let state = self.lock();
+            let mut state = self.lock();
+            if let Phase::Starting(_) = &state.phase {
+                self.stop_starting_locked(&mut state);
+                return;
+            }
             let Some(run) = state.phase.run() else {
                 return;
             };
@@ -621,6 +868,30 @@ impl SessionController {
             run.done.clone()
         };
         done.cancelled().await;
+    }
+
+    /// Stop on a child whose run waits for its slot: what waited goes to pending, the
+    /// child is paused, and its task reports that it was stopped (it owes a report).
+    fn stop_starting_locked(&self, state: &mut State) {
+        let Phase::Starting(starting) = std::mem::replace(&mut state.phase, Phase::Paused) else {
+            return;
+        };
+        starting.stop.cancel();
+        let ids: Vec<String> = starting
+            .inbox
+            .iter()
+            .map(|m| m.message_id.clone())
+            .collect();
+        state.pending.extend(starting.inbox);
+        self.save_pending(state);
+        self.update_meta(state, |meta| {
+            meta.state = SessionState::Paused;
+            meta.updated_at = crate::store::now();
+        });
+        for id in ids {
+            self.emit_status(&id, MessageStatus::Queued);
+        }
+        self.emit_progress(Progress::RunCancelled {});
     }
 
     /// Marks the session deleted: from now on nothing is delivered, nothing starts, and
@@ -633,54 +904,13 @@ impl SessionController {
                 run.token.cancel();
                 Phase::Deleted(Some(run))
             }
+            Phase::Starting(starting) => {
+                starting.stop.cancel();
+                Phase::Deleted(None)
+            }
             _ => Phase::Deleted(None),
         };
         state.pending.clear();
-    }
-
-    /// Starts a run with `message` on an idle session and returns how it ends.
-    /// Used for children, whose first message starts their only run.
-    pub(crate) fn start_watched(
-        &self,
-        message: QueuedMessage,
-        starts_paused: bool,
-    ) -> oneshot::Receiver<RunOutcome> {
-        let (tx, rx) = oneshot::channel();
-        let mut state = self.lock();
-        let id = message.message_id.clone();
-        // Otherwise a delivery, which a paused child keeps (`delegation::follow_up` decides).
-        let origin = if starts_paused {
-            Origin::Person
-        } else {
-            Origin::Delivery
-        };
-        let status = self.deliver_locked(&mut state, message, origin);
-        match (status, state.phase.run_mut()) {
-            (Ok(MessageStatus::Started), Some(run)) => run.waiters.push(tx),
-            _ => {
-                tracing::warn!(session = %self.meta.session_id, message = %id, "child could not start a run");
-                let _ = tx.send(RunOutcome::Cancelled);
-            }
-        }
-        rx
-    }
-
-    /// Resumes an interrupted child from its own history: a run with no new message.
-    pub(crate) fn start_resumed(&self) -> oneshot::Receiver<RunOutcome> {
-        let (tx, rx) = oneshot::channel();
-        let mut state = self.lock();
-        let startable = matches!(state.phase, Phase::Idle | Phase::Paused)
-            && state.read_only.is_none()
-            && !self.shared.root.is_cancelled();
-        if !startable {
-            let _ = tx.send(RunOutcome::Cancelled);
-            return rx;
-        }
-        self.start_run_locked(&mut state, None, run::Mode::Normal);
-        if let Some(run) = state.phase.run_mut() {
-            run.waiters.push(tx);
-        }
-        rx
     }
 
     /// The `compact` command: a running session compacts before its next model call; an
@@ -698,12 +928,17 @@ impl SessionController {
             }
             Phase::Idle | Phase::Paused if !self.shared.root.is_cancelled() => {
                 let paused = matches!(state.phase, Phase::Paused);
-                self.start_run_locked(&mut state, None, run::Mode::Compact { paused });
+                self.start_run_locked(&mut state, Vec::new(), run::Mode::Compact { paused });
                 Ok(())
             }
             Phase::Idle | Phase::Paused => {
                 Err(RuntimeError::Unavailable("the app is shutting down".into()))
             }
+            // Its run compacts when it needs to, once it begins.
+            Phase::Starting(_) => Err(RuntimeError::Busy(format!(
+                "sub-agent {} waits for a slot; compact it once it runs",
+                self.meta.session_id
+            ))),
             Phase::Deleted(_) => Err(RuntimeError::NotFound(self.meta.session_id.clone())),
         }
     }
@@ -718,7 +953,7 @@ impl SessionController {
 
     /// Starts a run; without a first message it continues from the history (resuming an
     /// interrupted child).
-    fn start_run_locked(&self, state: &mut State, first: Option<QueuedMessage>, mode: run::Mode) {
+    fn start_run_locked(&self, state: &mut State, first: Vec<QueuedMessage>, mode: run::Mode) {
         let Some(this) = self.this.upgrade() else {
             return;
         };
@@ -730,6 +965,7 @@ impl SessionController {
         state.phase = Phase::Running(ActiveRun {
             token: token.clone(),
             inbox: Vec::new(),
+            by_person: HashSet::new(),
             done,
             waiters: Vec::new(),
             compact: false,
@@ -805,12 +1041,26 @@ impl SessionController {
         };
         // A history that failed to load stays unloaded, so the next run reads it again.
         state.history = history;
-        let stopped = !matches!(
-            outcome,
-            RunOutcome::Completed(_) | RunOutcome::Compacted { paused: false }
-        );
         let mut returned = requeue;
         returned.extend(run.inbox.iter().cloned());
+        // A compaction ends like any run, in this one step: what was steered in meanwhile
+        // is never dropped (runtime review R4). It goes on in a run of its own when the
+        // session was idle, or when the person sent it (their message resumes a paused
+        // session, R3); a report to a paused session waits with it.
+        let mut go_on = Vec::new();
+        if let RunOutcome::Compacted { paused } = outcome {
+            let by_person = returned
+                .iter()
+                .any(|m| run.by_person.contains(&m.message_id));
+            if !returned.is_empty() && !deleted && (!paused || by_person) {
+                go_on = std::mem::take(&mut returned);
+            }
+        }
+        let stopped = match outcome {
+            RunOutcome::Completed(_) => false,
+            RunOutcome::Compacted { paused } => paused && go_on.is_empty(),
+            RunOutcome::Failed(_) | RunOutcome::Cancelled => true,
+        };
         if deleted {
             state.phase = Phase::Deleted(None);
         } else {
@@ -874,6 +1124,27 @@ impl SessionController {
             let _ = waiter.send(outcome.clone());
         }
         run.done.cancel();
+        if !go_on.is_empty() {
+            self.go_on_after_compaction(state, go_on);
+        }
+    }
+
+    /// What arrived during a compaction that ended: a run with it, as if it had arrived
+    /// just after (a child's through its task).
+    fn go_on_after_compaction(&self, state: &mut State, messages: Vec<QueuedMessage>) {
+        let config = messages[0].config.clone();
+        if self.is_child() {
+            if let Err(err) = self.start_child_locked(state, messages, config) {
+                tracing::warn!(session = %self.meta.session_id, "cannot go on after compacting: {err}");
+            }
+            return;
+        }
+        if self.shared.root.is_cancelled() || state.read_only.is_some() {
+            state.pending.extend(messages);
+            self.save_pending(state);
+            return;
+        }
+        self.start_run_locked(state, messages, run::Mode::Normal);
     }
 
     /// Takes the history for a run (loading it from disk the first time). Calls that an
@@ -1046,8 +1317,18 @@ impl SessionController {
         if matches!(state.phase, Phase::Deleted(_)) {
             return;
         }
-        let pending: Vec<PendingMessage> =
-            state.pending.iter().map(QueuedMessage::pending).collect();
+        // A child's run waiting for its slot keeps its messages here too, so a crash
+        // meanwhile loses none of them (they are taken out when the run begins).
+        let starting = match &state.phase {
+            Phase::Starting(starting) => starting.inbox.as_slice(),
+            _ => &[],
+        };
+        let pending: Vec<PendingMessage> = state
+            .pending
+            .iter()
+            .chain(starting)
+            .map(QueuedMessage::pending)
+            .collect();
         if let Err(err) = self
             .shared
             .store
@@ -1066,27 +1347,28 @@ impl SessionController {
         });
     }
 
-    /// A follow-up that did not start owes nothing after all.
-    pub(crate) fn mark_settled(&self) {
-        let mut state = self.lock();
-        self.update_meta(&mut state, |meta| meta.reported = true);
-    }
-
-    /// A follow-up run of a finished child is about to start: it owes a report again.
-    pub(crate) fn owe_report(&self) {
-        let mut state = self.lock();
-        self.update_meta(&mut state, |meta| meta.reported = false);
-    }
-
-    /// A child that never started (cancelled while it waited for a slot, or its lease
-    /// failed) owes no report: settle its meta so recovery does not call it interrupted
-    /// (runtime review C2).
+    /// A child's task ended before its lease (cancelled, or the lease failed): it never
+    /// ran and owes no report, so recovery must not call it interrupted (runtime review
+    /// C2). What waited for it goes back to pending, except its own task message (the
+    /// `sub_agent` call that made it failed, and says so).
     pub(crate) fn settle_unstarted(&self) {
         let mut state = self.lock();
+        if let Phase::Starting(starting) = std::mem::replace(&mut state.phase, Phase::Idle) {
+            state.pending.extend(
+                starting
+                    .inbox
+                    .into_iter()
+                    .filter(|m| !m.message_id.starts_with("task:")),
+            );
+            self.save_pending(&state);
+        } else if let Phase::Deleted(run) = std::mem::replace(&mut state.phase, Phase::Idle) {
+            state.phase = Phase::Deleted(run);
+        }
         self.update_meta(&mut state, |meta| {
             meta.state = SessionState::Idle;
             meta.reported = true;
             meta.interrupted = false;
+            meta.run_message = None;
         });
     }
 
@@ -1116,30 +1398,9 @@ impl SessionController {
         true
     }
 
-    pub(crate) fn set_interrupted(&self, interrupted: bool) {
-        let mut state = self.lock();
-        self.update_meta(&mut state, |meta| meta.interrupted = interrupted);
-    }
-
-    /// Waits for a resumed child's run, like [`Self::run_child`].
-    pub(crate) async fn resume_child(&self, token: CancellationToken) -> ChildOutcome {
-        let outcome = self.start_resumed();
-        self.child_outcome(outcome, token).await
-    }
-
     /// Waits for a child's run and maps it to the task registry's outcome; a cancelled
     /// task stops the child's run.
-    pub(crate) async fn run_child(
-        &self,
-        message: QueuedMessage,
-        starts_paused: bool,
-        token: CancellationToken,
-    ) -> ChildOutcome {
-        let outcome = self.start_watched(message, starts_paused);
-        self.child_outcome(outcome, token).await
-    }
-
-    async fn child_outcome(
+    pub(crate) async fn child_outcome(
         &self,
         outcome: oneshot::Receiver<RunOutcome>,
         token: CancellationToken,

@@ -31,8 +31,8 @@ const COMMITTED_GRACE: Duration = Duration::from_secs(30);
 pub(crate) enum Mode {
     /// A message (or a resume) to work on.
     Normal,
-    /// The `compact` command on a session that was not running: compact, then end,
-    /// unless something was steered in meanwhile (then the run goes on with it).
+    /// The `compact` command on a session that was not running: compact, then end; what
+    /// was steered in meanwhile goes on in a run of its own (`end_run_locked`).
     Compact { paused: bool },
 }
 
@@ -73,7 +73,7 @@ const LOOP_AFTER: usize = 3;
 /// session paused and valid) instead of leaving it "running" forever (runtime review C17).
 pub(super) fn spawn(
     ctl: Arc<SessionController>,
-    first: Option<QueuedMessage>,
+    first: Vec<QueuedMessage>,
     token: CancellationToken,
     mode: Mode,
 ) {
@@ -108,11 +108,11 @@ pub(super) fn spawn(
 /// Runs one activity of a session until it ends; the controller learns the outcome.
 async fn run(
     ctl: Arc<SessionController>,
-    first: Option<QueuedMessage>,
+    first: Vec<QueuedMessage>,
     token: CancellationToken,
     mode: Mode,
 ) {
-    let requeue: Vec<QueuedMessage> = first.iter().cloned().collect();
+    let requeue: Vec<QueuedMessage> = first.clone();
     let (history, marker) = match ctl.take_history() {
         Ok(taken) => taken,
         Err(err) => {
@@ -121,14 +121,15 @@ async fn run(
             return;
         }
     };
-    let config = first.as_ref().map(|m| m.config.clone()).unwrap_or_default();
-    let workspace = config
-        .runtime
-        .workspace
-        .clone()
-        .unwrap_or_else(|| ctl.meta().workspace.clone());
+    let config = first.first().map(|m| m.config.clone()).unwrap_or_default();
     // Resolved once: a config change applies from the next run (SPEC §6).
     let meta = ctl.current_meta();
+    // A sub-agent works in its own workspace (its worktree when isolated), whatever the
+    // config of the message that started the run (its parent's, which its report keeps).
+    let workspace = match (&meta.task_id, &config.runtime.workspace) {
+        (None, Some(workspace)) => workspace.clone(),
+        _ => meta.workspace.clone(),
+    };
     let request = crate::runtime::TurnRequest {
         depth: ctl.depth(),
         workspace: std::path::Path::new(&workspace),
@@ -249,8 +250,11 @@ async fn sync_history(ctl: &SessionController) {
 impl Run {
     /// Returns `None` when the run completed (already ended under the controller's
     /// lock), or how it stopped.
-    async fn drive(&mut self, first: Option<QueuedMessage>) -> Option<RunOutcome> {
-        if let Err(err) = self.append_users(first.into_iter().collect()) {
+    /// `first`: the messages the run begins with (a child's run begins with everything
+    /// that waited for its slot; nothing is open yet, so they all go before the first
+    /// model call).
+    async fn drive(&mut self, first: Vec<QueuedMessage>) -> Option<RunOutcome> {
+        if let Err(err) = self.append_users(first) {
             return Some(RunOutcome::Failed(err));
         }
         if let Mode::Compact { paused } = self.mode {
@@ -265,19 +269,9 @@ impl Run {
             let used = self.prepare(false).used;
             self.ctl
                 .set_context(ContextMeter::new(used, self.context.window as u32));
-            // A paused session stays paused: what was steered in meanwhile goes back to
-            // its queue. Otherwise the run goes on with it, as a steered message would.
-            let steered = if paused {
-                Vec::new()
-            } else {
-                self.ctl.take_inbox()
-            };
-            if steered.is_empty() {
-                return Some(RunOutcome::Compacted { paused });
-            }
-            if let Err(err) = self.append_users(steered) {
-                return Some(RunOutcome::Failed(err));
-            }
+            // The run ends here; what was steered in meanwhile is decided when it ends,
+            // under the controller's lock in one step with the end (runtime review R3, R4).
+            return Some(RunOutcome::Compacted { paused });
         }
         let mut steps = 0;
         loop {
@@ -527,6 +521,9 @@ impl Run {
                 });
             }
         };
+        let Some(_slot) = self.request_slot().await else {
+            return Ok(false);
+        };
         let compacted = tokio::select! {
             biased;
             _ = self.token.cancelled() => return Ok(false),
@@ -591,6 +588,9 @@ impl Run {
                 reason,
             }),
         };
+        let Some(_slot) = self.request_slot().await else {
+            return Ok(Err(String::new()));
+        };
         let cancelled = tokio::select! {
             biased;
             _ = self.token.cancelled() => true,
@@ -601,6 +601,29 @@ impl Run {
         debug_assert!(cancelled);
         let text = std::mem::take(&mut *streamed.lock().unwrap_or_else(|p| p.into_inner()));
         Ok(Err(text))
+    }
+
+    /// A request slot of the run's server for one model call (`crate::slots`): at once
+    /// when the server has no known limit. `None` when the run was stopped meanwhile.
+    async fn request_slot(&self) -> Option<Option<crate::slots::Permit>> {
+        let name = &self.turn.provider_name;
+        let Some(slots) = self.ctl.shared.request_slots(name).await else {
+            return Some(None);
+        };
+        let top = self.ctl.depth() == 0;
+        let ctl = self.ctl.clone();
+        let server = name.clone();
+        let waiting = move |ahead: usize| {
+            ctl.emit_progress(Progress::WaitingForSlot {
+                server,
+                ahead: u32::try_from(ahead).unwrap_or(u32::MAX),
+            });
+        };
+        tokio::select! {
+            biased;
+            _ = self.token.cancelled() => None,
+            permit = slots.acquire(top, waiting) => Some(Some(permit)),
+        }
     }
 
     /// Runs a batch concurrently and appends its results in call order as soon as each

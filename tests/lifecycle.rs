@@ -1,0 +1,866 @@
+//! One test per finding of the second runtime review (`../shared/reviews/turn3/runtime-review-2.md`, R1–R15) that the child lifecycle fixes, and delegation that never blocks the parent. Each names its finding and failed on the code the review read (db3b4cb) unless its comment says why it cannot.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bumblehive::config::Config;
+use bumblehive::protocol::{Message, MessageStatus, Role, SessionState, SubagentState, ToolCall};
+use bumblehive::provider::{
+    ModelProvider, ModelRequest, ModelResponse, ProviderError, ProviderSink, fixed_provider,
+};
+use bumblehive::service::{RuntimeService, ServiceOptions};
+use bumblehive::tools::{Tool, ToolContext, ToolError, ToolRegistry};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::support::{Flag, WAIT, assert_message_order, is_report, receive};
+
+/// What a scripted answer does before it is given: nothing, wait for a flag, or fail.
+pub(crate) enum Then {
+    Answer(ModelResponse),
+    /// Answer once the flag is set (a long generation, a compaction's summary).
+    After(Flag, ModelResponse),
+    Fail(String),
+}
+
+/// A model scripted by a function of the request, whose answers may wait on a flag;
+/// every request is recorded (before it is answered).
+pub(crate) struct Gated {
+    respond: Box<dyn Fn(&ModelRequest) -> Then + Send + Sync>,
+    requests: watch::Sender<Vec<ModelRequest>>,
+}
+
+impl Gated {
+    pub(crate) fn new(
+        respond: impl Fn(&ModelRequest) -> Then + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Arc::new(Gated {
+            respond: Box::new(respond),
+            requests: watch::channel(Vec::new()).0,
+        })
+    }
+
+    /// Waits until a recorded request satisfies `pred`.
+    pub(crate) async fn wait_request(&self, pred: impl Fn(&ModelRequest) -> bool) {
+        let mut rx = self.requests.subscribe();
+        tokio::time::timeout(WAIT, rx.wait_for(|all| all.iter().any(&pred)))
+            .await
+            .expect("timed out waiting for a model request")
+            .expect("provider dropped");
+    }
+}
+
+#[async_trait]
+impl ModelProvider for Gated {
+    async fn generate(
+        &self,
+        request: ModelRequest,
+        _sink: ProviderSink<'_>,
+    ) -> Result<ModelResponse, ProviderError> {
+        let then = (self.respond)(&request);
+        self.requests.send_modify(|r| r.push(request));
+        match then {
+            Then::Answer(response) => Ok(response),
+            Then::After(flag, response) => {
+                flag.wait().await;
+                Ok(response)
+            }
+            Then::Fail(message) => Err(ProviderError::Other(message)),
+        }
+    }
+}
+
+pub(crate) fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments,
+    }
+}
+
+pub(crate) fn first_user(request: &ModelRequest) -> &str {
+    request
+        .messages
+        .iter()
+        .find(|m| m.role == Role::User)
+        .map(Message::text)
+        .unwrap_or("")
+}
+
+/// The task of a child's request (`Task:\n<task>`), if it is a child's.
+pub(crate) fn task_of(request: &ModelRequest) -> Option<String> {
+    first_user(request)
+        .split_once("\nTask:\n")
+        .map(|(_, task)| task.to_string())
+}
+
+/// A tool that waits until its flag named by the `gate` argument is set (a long command
+/// or an approval: it holds no model slot), then answers `opened <gate>`.
+pub(crate) struct GateTool {
+    gates: std::sync::Mutex<std::collections::HashMap<String, Flag>>,
+}
+
+impl GateTool {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(GateTool {
+            gates: Default::default(),
+        })
+    }
+
+    pub(crate) fn gate(&self, name: &str) -> Flag {
+        self.gates
+            .lock()
+            .unwrap()
+            .entry(name.to_string())
+            .or_insert_with(|| Flag::new(false))
+            .clone()
+    }
+}
+
+#[async_trait]
+impl Tool for GateTool {
+    fn name(&self) -> &str {
+        "wait_gate"
+    }
+    fn description(&self) -> &str {
+        "waits until its gate opens"
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"gate": {"type": "string"}}})
+    }
+    async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<String, ToolError> {
+        let name = arguments["gate"].as_str().unwrap_or_default().to_string();
+        let gate = self.gate(&name);
+        tokio::select! {
+            _ = gate.wait() => Ok(format!("opened {name}")),
+            _ = ctx.cancel.cancelled() => Err(ToolError::Failed("stopped".into())),
+        }
+    }
+}
+
+pub(crate) fn service_with(
+    data_dir: &Path,
+    provider: Arc<dyn ModelProvider>,
+    config: Config,
+    tools: ToolRegistry,
+) -> Result<RuntimeService, bumblehive::error::RuntimeError> {
+    RuntimeService::new(ServiceOptions {
+        data_dir: data_dir.to_path_buf(),
+        config_path: None,
+        config: Some(config),
+        provider_factory: fixed_provider(provider),
+        tools: Some(tools),
+    })
+}
+
+fn tools_with(tool: Arc<dyn Tool>) -> ToolRegistry {
+    let mut tools = ToolRegistry::standard();
+    tools.register(tool);
+    tools
+}
+
+fn config(patch: Value) -> Config {
+    Config::default().patched(&patch).unwrap()
+}
+
+/// Every report the parent has, in its history and its pending queue, by message id.
+fn all_reports(service: &RuntimeService, parent: &str) -> Vec<String> {
+    let mut ids: Vec<String> = service
+        .store()
+        .load(parent)
+        .unwrap()
+        .messages
+        .iter()
+        .filter(|m| is_report(m))
+        .filter_map(|m| m.id.clone())
+        .collect();
+    let pending = service.controller(parent).unwrap().pending();
+    ids.extend(
+        pending
+            .into_iter()
+            .filter(|p| p.message_id.starts_with("subagent:"))
+            .map(|p| p.message_id),
+    );
+    ids
+}
+
+async fn wait_idle(service: &RuntimeService) {
+    tokio::time::timeout(WAIT, service.wait_idle())
+        .await
+        .expect("the runtime did not become idle");
+}
+
+fn children_of(service: &RuntimeService, parent: &str) -> Vec<bumblehive::protocol::SessionInfo> {
+    service
+        .list_sessions(None)
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.parent_session_id.as_deref() == Some(parent))
+        .collect()
+}
+
+/// A parent that delegates `n` children in one batch (`c0`, `c1`, …); each child waits in
+/// `wait_gate` for its own gate, then answers `done <task>`.
+fn fan_out_model(n: usize) -> Arc<Gated> {
+    Gated::new(move |request| {
+        let last = request.messages.last().unwrap();
+        if let Some(task) = task_of(request) {
+            return Then::Answer(match last.role {
+                Role::Tool => ModelResponse::text(format!("done {task}")),
+                _ => ModelResponse::tool_calls(vec![call("g", "wait_gate", json!({"gate": task}))]),
+            });
+        }
+        Then::Answer(match (last.role, is_report(last)) {
+            (Role::User, false) => ModelResponse::tool_calls(
+                (0..n)
+                    .map(|i| {
+                        call(
+                            &format!("d{i}"),
+                            "sub_agent",
+                            json!({"title": format!("c{i}"), "task": format!("c{i}")}),
+                        )
+                    })
+                    .collect(),
+            ),
+            _ => ModelResponse::text("parent done"),
+        })
+    })
+}
+
+/// The blocking delegation of issue 25 (and UX review E9): on a server that takes one
+/// request at a time, and past the children cap, the parent's `sub_agent` calls answer
+/// `pending` at once and its turn ends while every child still works; the children wait
+/// for their slots inside their own tasks, and each reports once.
+async fn delegation_never_blocks(n: usize, patch: Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let gates = GateTool::new();
+    let model = fan_out_model(n);
+    let service = service_with(
+        &dir.path().join("data"),
+        model.clone(),
+        config(patch),
+        tools_with(gates.clone()),
+    )
+    .unwrap();
+    let parent = service
+        .create_session(dir.path().to_str().unwrap(), None)
+        .unwrap()
+        .session_id;
+    let pctl = service.controller(&parent).unwrap();
+    let (mut events, _) = pctl.subscribe();
+    pctl.submit("delegate".into(), None).unwrap();
+    // The parent's turn ends with every child's gate closed.
+    receive(&mut events, "result", Some(&parent), None).await;
+    let history = service.store().load(&parent).unwrap().messages;
+    let pending: Vec<Value> = history
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| serde_json::from_str(m.text()).unwrap())
+        .collect();
+    assert_eq!(pending.len(), n);
+    assert!(
+        pending.iter().all(|p| p["status"] == "pending"),
+        "{pending:?}"
+    );
+    assert_eq!(children_of(&service, &parent).len(), n);
+    for i in 0..n {
+        gates.gate(&format!("c{i}")).set();
+    }
+    wait_idle(&service).await;
+    let mut got = all_reports(&service, &parent);
+    got.sort();
+    let mut want: Vec<String> = (0..n).map(|i| format!("subagent:d{i}")).collect();
+    want.sort();
+    assert_eq!(got, want);
+    assert_message_order(&service.store().load(&parent).unwrap().messages);
+    service.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delegation_on_a_one_request_server_never_blocks_the_parent() {
+    delegation_never_blocks(3, json!({"provider": {"max_concurrent": 1}})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delegation_past_the_children_cap_never_blocks_the_parent() {
+    delegation_never_blocks(6, json!({})).await;
+}
+
+/// R1a: Stop on the parent while one of its children waits for a slot. The parent's
+/// `sub_agent` had already answered `pending`, so the child still runs and reports once
+/// (SPEC §3: stopping the parent does not stop its children); no child is left listed as
+/// running, and a restart finds nothing interrupted and delivers nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r1a_stop_while_a_child_waits_for_a_slot_leaves_no_ghost() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let gates = GateTool::new();
+    let model = fan_out_model(2);
+    let cfg = config(json!({"subagents": {"max_concurrent": 1}}));
+    let service =
+        service_with(&data, model.clone(), cfg.clone(), tools_with(gates.clone())).unwrap();
+    let parent = service
+        .create_session(dir.path().to_str().unwrap(), None)
+        .unwrap()
+        .session_id;
+    let pctl = service.controller(&parent).unwrap();
+    pctl.submit("delegate".into(), None).unwrap();
+    // One child works (in its gate), the other waits for the only slot.
+    model
+        .wait_request(|r| task_of(r).is_some() && r.messages.last().unwrap().role == Role::User)
+        .await;
+    let children = loop {
+        let children = children_of(&service, &parent);
+        if children.len() == 2 {
+            break children;
+        }
+        tokio::task::yield_now().await;
+    };
+    pctl.cancel().await;
+    gates.gate("c0").set();
+    gates.gate("c1").set();
+    wait_idle(&service).await;
+    for child in children_of(&service, &parent) {
+        assert_ne!(
+            child.state,
+            SessionState::Running,
+            "a child is still listed as running: {child:?}"
+        );
+    }
+    let mut got = all_reports(&service, &parent);
+    got.sort();
+    assert_eq!(got, vec!["subagent:d0", "subagent:d1"], "{children:?}");
+    service.shutdown().await;
+    let service = service_with(&data, model, cfg, tools_with(gates)).unwrap();
+    assert_eq!(service.recovery().interrupted_children, 0);
+    assert_eq!(service.recovery().requeued_reports, 0);
+    let mut again = all_reports(&service, &parent);
+    again.sort();
+    assert_eq!(again, vec!["subagent:d0", "subagent:d1"]);
+    service.shutdown().await;
+}
+
+/// A parent that delegates `FIRST` (which answers at once) and, when that report comes,
+/// sends it a follow-up; a second child `BLOCK` holds the only slot in its gate meanwhile.
+fn follow_up_model() -> Arc<Gated> {
+    Gated::new(|request| {
+        let last = request.messages.last().unwrap();
+        if let Some(task) = task_of(request) {
+            if task == "BLOCK" {
+                return Then::Answer(match last.role {
+                    Role::Tool => ModelResponse::text("block done"),
+                    _ => ModelResponse::tool_calls(vec![call(
+                        "g",
+                        "wait_gate",
+                        json!({"gate": "block"}),
+                    )]),
+                });
+            }
+            return Then::Answer(match last.text() {
+                "second question" => ModelResponse::text("second answer"),
+                _ => ModelResponse::text("quick answer"),
+            });
+        }
+        if last.role == Role::User && !is_report(last) {
+            return Then::Answer(ModelResponse::tool_calls(vec![call(
+                "a",
+                "sub_agent",
+                json!({"title": "FIRST", "task": "FIRST"}),
+            )]));
+        }
+        if is_report(last) && last.text().contains("quick answer") {
+            return Then::Answer(ModelResponse::tool_calls(vec![
+                call("b", "sub_agent", json!({"title": "BLOCK", "task": "BLOCK"})),
+                call(
+                    "m",
+                    "message_subagent",
+                    json!({"task_id": "a", "message": "second question"}),
+                ),
+            ]));
+        }
+        Then::Answer(ModelResponse::text("parent done"))
+    })
+}
+
+/// R1b: a crash while a follow-up waits for a slot must not re-send the child's old
+/// answer as the new report. The data folder is copied while the follow-up waits (what
+/// a SIGKILL leaves) and a service started on the copy: the follow-up is owed, not
+/// answered, so the child is interrupted (resumable) and no `subagent:a:2` exists yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r1b_a_crash_while_a_follow_up_waits_does_not_resend_the_old_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let gates = GateTool::new();
+    let model = follow_up_model();
+    let cfg = config(json!({"subagents": {"max_concurrent": 1}}));
+    let service =
+        service_with(&data, model.clone(), cfg.clone(), tools_with(gates.clone())).unwrap();
+    let parent = service
+        .create_session(dir.path().to_str().unwrap(), None)
+        .unwrap()
+        .session_id;
+    service
+        .controller(&parent)
+        .unwrap()
+        .submit("delegate".into(), None)
+        .unwrap();
+    // BLOCK holds the slot in its gate; the follow-up to FIRST waits for it.
+    model
+        .wait_request(|r| task_of(r).as_deref() == Some("BLOCK"))
+        .await;
+    let first = children_of(&service, &parent)
+        .into_iter()
+        .find(|c| c.title == "FIRST")
+        .unwrap()
+        .session_id;
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let waiting =
+                service.subagents().state_of(&first) == Some(SubagentState::WaitingForSlot);
+            let answered = service
+                .store()
+                .load(&parent)
+                .unwrap()
+                .messages
+                .iter()
+                .any(|m| m.tool_call_id.as_deref() == Some("m"));
+            if waiting && answered {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the follow-up never waited for its slot");
+    let copy = dir.path().join("copy");
+    copy_dir(&data, &copy);
+    let crashed =
+        service_with(&copy, model.clone(), cfg.clone(), tools_with(gates.clone())).unwrap();
+    let resent: Vec<String> = all_reports(&crashed, &parent)
+        .into_iter()
+        .filter(|id| id == "subagent:a:2")
+        .collect();
+    assert!(
+        resent.is_empty(),
+        "the old answer was re-sent as the follow-up's report"
+    );
+    assert!(crashed.session_info(&first).unwrap().interrupted);
+    crashed.shutdown().await;
+    gates.gate("block").set();
+    wait_idle(&service).await;
+    // Without a crash the follow-up runs and its report is the new answer.
+    let history = service.store().load(&parent).unwrap().messages;
+    let second = history
+        .iter()
+        .chain(
+            service
+                .controller(&parent)
+                .unwrap()
+                .pending()
+                .iter()
+                .map(|_| &history[0]),
+        )
+        .find(|m| m.id.as_deref() == Some("subagent:a:2"))
+        .map(|m| m.text().to_string())
+        .or_else(|| {
+            service
+                .controller(&parent)
+                .unwrap()
+                .pending()
+                .into_iter()
+                .find(|p| p.message_id == "subagent:a:2")
+                .map(|p| p.content)
+        })
+        .expect("the follow-up's report");
+    assert!(second.contains("second answer"), "{second}");
+    service.shutdown().await;
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else if kind.is_file() {
+            // A file may be replaced while it is copied (an atomic rename): copy what is there.
+            let _ = std::fs::copy(entry.path(), &target);
+        }
+    }
+}
+
+/// A parent that delegates one child `WORK`, which waits in its gate `work`, and answers
+/// `work done <what it was last told>` afterwards.
+fn one_child_model() -> Arc<Gated> {
+    Gated::new(|request| {
+        let last = request.messages.last().unwrap();
+        if task_of(request).is_some() {
+            return Then::Answer(match last.role {
+                Role::Tool => ModelResponse::text("work done"),
+                Role::User if last.text().contains("Task:") => {
+                    ModelResponse::tool_calls(vec![call("g", "wait_gate", json!({"gate": "work"}))])
+                }
+                _ => ModelResponse::text(format!("work done: {}", last.text())),
+            });
+        }
+        Then::Answer(match (last.role, is_report(last)) {
+            (Role::User, false) => ModelResponse::tool_calls(vec![call(
+                "w",
+                "sub_agent",
+                json!({"title": "WORK", "task": "WORK"}),
+            )]),
+            _ => ModelResponse::text("parent done"),
+        })
+    })
+}
+
+/// R2: a child's run started by `steer` (the person's Resume of a waiting message in the
+/// child's tab) goes through the task registry and ends in one more report; it never
+/// runs unseen by the parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r2_a_child_run_started_by_steer_reports_to_its_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let gates = GateTool::new();
+    let model = one_child_model();
+    let service = service_with(
+        &dir.path().join("data"),
+        model.clone(),
+        Config::default(),
+        tools_with(gates.clone()),
+    )
+    .unwrap();
+    let parent = service
+        .create_session(dir.path().to_str().unwrap(), None)
+        .unwrap()
+        .session_id;
+    service
+        .controller(&parent)
+        .unwrap()
+        .submit("delegate".into(), None)
+        .unwrap();
+    model
+        .wait_request(|r| task_of(r).is_some() && r.messages.last().unwrap().role == Role::User)
+        .await;
+    let child = children_of(&service, &parent).remove(0).session_id;
+    let cctl = service.controller(&child).unwrap();
+    // 1. The person types in the working child's tab: steered.
+    tokio::time::timeout(WAIT, async {
+        while !cctl.is_running() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    let (message_id, status) = service
+        .submit_message(&child, "also this".into(), None)
+        .await
+        .unwrap();
+    assert_eq!(status, MessageStatus::Steered);
+    // 2. Stop: the message goes back to pending, the parent hears "stopped".
+    service.cancel_session(&child).await.unwrap();
+    wait_idle(&service).await;
+    assert_eq!(all_reports(&service, &parent), vec!["subagent:w"]);
+    // 3. The person resumes the waiting message.
+    assert_eq!(cctl.steer(&message_id).unwrap(), MessageStatus::Started);
+    wait_idle(&service).await;
+    let got = all_reports(&service, &parent);
+    assert_eq!(
+        got,
+        vec!["subagent:w", "subagent:w:2"],
+        "the steered run never reported"
+    );
+    service.shutdown().await;
+}
+
+/// The summary call of a compaction: no tools offered.
+fn is_summary(request: &ModelRequest) -> bool {
+    request.tools.is_empty()
+}
+
+/// R3: the person's message sent while a paused session compacts resumes it, as it does
+/// when the session is not compacting (README); it is not answered `steered` and then
+/// left queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r3_a_message_during_a_paused_sessions_compaction_resumes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = Flag::new(false);
+    let gate = summary.clone();
+    let model = Gated::new(move |request| {
+        if is_summary(request) {
+            return Then::After(gate.clone(), ModelResponse::text("SUMMARY"));
+        }
+        let last = request.messages.last().unwrap();
+        match last.text() {
+            "fail now" => Then::Fail("the server fell over".into()),
+            "continue please" => Then::Answer(ModelResponse::text("continued")),
+            _ => Then::Answer(ModelResponse::text("ok")),
+        }
+    });
+    let service = service_with(
+        &dir.path().join("data"),
+        model.clone(),
+        Config::default(),
+        ToolRegistry::standard(),
+    )
+    .unwrap();
+    let id = service
+        .create_session(dir.path().to_str().unwrap(), None)
+        .unwrap()
+        .session_id;
+    let ctl = service.controller(&id).unwrap();
+    let (mut events, _) = ctl.subscribe();
+    for text in ["one", "two", "three"] {
+        ctl.submit(text.into(), None).unwrap();
+        receive(&mut events, "result", Some(&id), None).await;
+    }
+    ctl.submit("fail now".into(), None).unwrap();
+    receive(&mut events, "error", Some(&id), None).await;
+    assert!(ctl.is_paused());
+    ctl.compact().unwrap();
+    model.wait_request(is_summary).await;
+    let (_, status) = ctl.submit("continue please".into(), None).unwrap();
+    summary.set();
+    receive(&mut events, "result", Some(&id), None).await;
+    wait_idle(&service).await;
+    let history = service.store().load(&id).unwrap().messages;
+    let last = history.last().unwrap();
+    assert_eq!(last.text(), "continued", "status {status:?}; {history:#?}");
+    assert!(ctl.pending().is_empty());
+    assert!(!ctl.is_paused());
+    service.shutdown().await;
+}
+
+/// R4: a message steered in while an idle session's compaction ends is never lost: it is
+/// in the history, or in the queue. A sweep over the moment it arrives (the review lost
+/// 10 of 40); each round checks every message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_a_message_arriving_as_a_compaction_ends_is_never_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = Gated::new(|request| {
+        if is_summary(request) {
+            return Then::Answer(ModelResponse::text("SUMMARY"));
+        }
+        Then::Answer(ModelResponse::text("ok"))
+    });
+    let service = service_with(
+        &dir.path().join("data"),
+        model,
+        Config::default(),
+        ToolRegistry::standard(),
+    )
+    .unwrap();
+    let id = service
+        .create_session(dir.path().to_str().unwrap(), None)
+        .unwrap()
+        .session_id;
+    let ctl = service.controller(&id).unwrap();
+    let (mut events, _) = ctl.subscribe();
+    for text in ["one", "two", "three"] {
+        ctl.submit(text.into(), None).unwrap();
+        receive(&mut events, "result", Some(&id), None).await;
+    }
+    let mut sent = Vec::new();
+    for round in 0..40u32 {
+        wait_idle(&service).await;
+        ctl.compact().unwrap();
+        // A sweep over when the message arrives (not a wait for anything): from before
+        // the summary to after the run's last flush.
+        tokio::time::sleep(std::time::Duration::from_micros(u64::from(round) * 75)).await;
+        let (message_id, _) = ctl.submit(format!("round {round}"), None).unwrap();
+        sent.push(message_id);
+    }
+    wait_idle(&service).await;
+    let history = service.store().load(&id).unwrap().messages;
+    let pending = ctl.pending();
+    for message_id in &sent {
+        let in_history = history
+            .iter()
+            .filter(|m| m.id.as_deref() == Some(message_id.as_str()))
+            .count();
+        let queued = pending
+            .iter()
+            .filter(|p| &p.message_id == message_id)
+            .count();
+        assert_eq!(
+            in_history + queued,
+            1,
+            "{message_id} is in the history {in_history} times and queued {queued} times"
+        );
+    }
+    assert_message_order(&history);
+    service.shutdown().await;
+}
+
+/// R5: a meta written after its session was deleted (an isolated child's worktree made
+/// while its parent is deleted) leaves no line in the session list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r5_a_meta_written_after_a_delete_leaves_no_ghost_in_the_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = bumblehive::store::SessionStore::new(&dir.path().join("data")).unwrap();
+    let meta = store
+        .create(bumblehive::store::NewSession {
+            workspace: dir.path().display().to_string(),
+            title: Some("late".into()),
+            parent_session_id: None,
+            task_id: None,
+            task_content: None,
+            state: SessionState::Idle,
+            agent: None,
+        })
+        .unwrap();
+    // The list is loaded (as a running app's is), so later lines are applied as they come.
+    assert_eq!(store.list(None).unwrap().len(), 1);
+    store.delete(&meta.session_id).unwrap();
+    assert!(store.write_meta(&meta).is_err());
+    let listed = store.list(None).unwrap();
+    assert!(
+        listed.iter().all(|m| m.session_id != meta.session_id),
+        "the deleted session is listed"
+    );
+    assert!(!store.exists(&meta.session_id));
+}
+
+/// R7: one process owns a data folder. A second service on the same folder is refused in
+/// words naming the owner (its pid), and touches nothing: the first one's waiting call is
+/// not answered "Interrupted" and its session is not paused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r7_a_second_process_on_the_same_data_folder_is_refused_and_recovers_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let gates = GateTool::new();
+    let model = Gated::new(|request| {
+        let last = request.messages.last().unwrap();
+        Then::Answer(match last.role {
+            Role::Tool => ModelResponse::text("finished"),
+            _ => ModelResponse::tool_calls(vec![call("g", "wait_gate", json!({"gate": "x"}))]),
+        })
+    });
+    let first = service_with(
+        &data,
+        model.clone(),
+        Config::default(),
+        tools_with(gates.clone()),
+    )
+    .unwrap();
+    let id = first
+        .create_session(dir.path().to_str().unwrap(), None)
+        .unwrap()
+        .session_id;
+    let ctl = first.controller(&id).unwrap();
+    let (mut events, _) = ctl.subscribe();
+    ctl.submit("go".into(), None).unwrap();
+    model.wait_request(|_| true).await;
+    let second = service_with(
+        &data,
+        model.clone(),
+        Config::default(),
+        tools_with(gates.clone()),
+    );
+    let err = second.err().expect("a second owner was allowed");
+    let text = err.to_string();
+    assert!(
+        text.contains(&std::process::id().to_string()),
+        "the refusal does not name the owner's pid: {text}"
+    );
+    gates.gate("x").set();
+    receive(&mut events, "result", Some(&id), None).await;
+    let history = first.store().load(&id).unwrap().messages;
+    assert_message_order(&history);
+    assert!(
+        !history.iter().any(|m| m.text().starts_with("Interrupted")),
+        "{history:#?}"
+    );
+    first.shutdown().await;
+    // Once the owner is gone, the folder can be opened again.
+    let again = service_with(&data, model, Config::default(), tools_with(gates)).unwrap();
+    again.shutdown().await;
+}
+
+/// R11: recovery does not requeue the report of a child that no longer exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r11_recovery_does_not_requeue_a_deleted_childs_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    {
+        let store = bumblehive::store::SessionStore::new(&data).unwrap();
+        let new = |parent: Option<String>, task: Option<&str>| bumblehive::store::NewSession {
+            workspace: dir.path().display().to_string(),
+            title: None,
+            parent_session_id: parent,
+            task_id: task.map(str::to_string),
+            task_content: None,
+            state: SessionState::Idle,
+            agent: None,
+        };
+        let parent = store.create(new(None, None)).unwrap();
+        let child = store
+            .create(new(Some(parent.session_id.clone()), Some("t")))
+            .unwrap();
+        store
+            .record_report(
+                &parent.session_id,
+                &bumblehive::store::ReportRecord {
+                    task_id: "t".into(),
+                    child_session_id: child.session_id.clone(),
+                    message_id: "subagent:t".into(),
+                    content: "[Background tool result]\nTask ID: t\n\nError:\ncancelled".into(),
+                    config: Default::default(),
+                },
+            )
+            .unwrap();
+        store.delete(&child.session_id).unwrap();
+        store.close();
+    }
+    let model = Gated::new(|_| Then::Answer(ModelResponse::text("ok")));
+    let service = service_with(&data, model, Config::default(), ToolRegistry::standard()).unwrap();
+    assert_eq!(service.recovery().requeued_reports, 0);
+    let parent = service.list_sessions(None).unwrap().remove(0);
+    assert_eq!(parent.state, SessionState::Idle);
+    assert!(
+        service
+            .controller(&parent.session_id)
+            .unwrap()
+            .pending()
+            .is_empty()
+    );
+    service.shutdown().await;
+}
+
+/// R15: a task id with `:` in it (Kimi-style call ids, `functions.sub_agent:0`): once
+/// its report is in the history the child no longer counts as running in a compaction's
+/// handoff (the id was cut at its first `:`).
+#[test]
+fn r15_a_task_id_with_a_colon_is_reported_once_its_report_arrives() {
+    use bumblehive::context::compaction::running_children;
+    let id = "functions.sub_agent:0";
+    let history = vec![
+        Message::user("u1", "delegate"),
+        Message::assistant(
+            None,
+            vec![call(
+                id,
+                "sub_agent",
+                json!({"title": "T", "task": "do it"}),
+            )],
+        ),
+        Message::tool(
+            id,
+            format!("{{\"status\":\"pending\",\"task_id\":\"{id}\"}}"),
+        ),
+        Message::user(
+            format!("subagent:{id}"),
+            format!("[Background tool result]\nTask ID: {id}\n\nok"),
+        ),
+    ];
+    assert_eq!(running_children(&history), vec![]);
+    // And a follow-up's report (`subagent:<task>:2`) counts for its task too.
+    let mut followed = history[..3].to_vec();
+    followed.push(Message::user(
+        format!("subagent:{id}:2"),
+        format!("[Background tool result]\nTask ID: {id}\n\nagain"),
+    ));
+    assert_eq!(running_children(&followed), vec![]);
+}
