@@ -326,6 +326,145 @@ async fn isolate(
     .map_err(|err| err.to_string())?
 }
 
+/// The `sub_agent` call's side of a delegation: dropped (its run stopped) with a started
+/// child's answer still unread, the child is undone, so nothing runs that the parent's
+/// history does not name.
+struct DelegationAnswer {
+    rx: Option<tokio::sync::oneshot::Receiver<Result<(String, String), String>>>,
+    registry: Weak<Registry>,
+}
+
+impl Drop for DelegationAnswer {
+    fn drop(&mut self) {
+        if let Some(mut rx) = self.rx.take() {
+            if let Ok(Ok((_, session_id))) = rx.try_recv() {
+                tokio::spawn(undo_delegation(self.registry.clone(), session_id));
+            }
+        }
+    }
+}
+
+/// Stops and settles a child whose `sub_agent` call ended without naming it.
+async fn undo_delegation(registry: Weak<Registry>, session_id: String) {
+    let Some(registry) = registry.upgrade() else {
+        return;
+    };
+    registry.shared.subagents.cancel(&session_id).await;
+    if let Ok(child) = registry.controller(&session_id) {
+        child.settle_unstarted();
+    }
+}
+
+/// The child of a `sub_agent` call, made and started: its task id and session id.
+async fn start_delegation(
+    registry: &Weak<Registry>,
+    ctx: &ToolContext,
+    request: Delegation,
+) -> Result<(String, String), String> {
+    let registry = registry
+        .upgrade()
+        .ok_or_else(|| "runtime unavailable".to_string())?;
+    let mut request = request;
+    if let Some(agent) = &request.agent {
+        let profiles = registry.shared.profiles(&ctx.workspace);
+        let Some(profile) = profiles.get(agent) else {
+            return Err(format!(
+                "no agent profile named {agent:?}; available: {}",
+                profiles.names().join(", ")
+            ));
+        };
+        // A profile that asks for a worktree gets one whatever the call says.
+        if profile.isolation.as_deref() == Some("worktree") {
+            request.worktree = true;
+        }
+    }
+    if request.worktree {
+        // Before anything is created: a folder that is not a repository is the model's
+        // mistake to hear about, with nothing to clean up.
+        let ws = ctx.workspace.clone();
+        tokio::task::spawn_blocking(move || crate::checkpoints::worktree::repository_of(&ws))
+            .await
+            .map_err(|err| err.to_string())?
+            .map_err(|err| err.to_string())?;
+    }
+    let Delegation { title, task, .. } = request.clone();
+    let parent = registry
+        .controller(&ctx.session_id)
+        .map_err(|err| err.to_string())?;
+    let task_id = parent
+        .allocate_task_id(&ctx.call_id)
+        .ok_or_else(|| "the session is being deleted".to_string())?;
+    let workspace = ctx.workspace.display().to_string();
+    let content = format!("You are the sub-agent \"{title}\".\nTask:\n{task}");
+    let meta = registry
+        .shared
+        .store
+        .create(NewSession {
+            workspace: workspace.clone(),
+            title: Some(title.clone()),
+            parent_session_id: Some(parent.session_id().to_string()),
+            task_id: Some(task_id.clone()),
+            task_content: Some(content.clone()),
+            // "running" until its run ends: a crash before then leaves it interrupted.
+            state: SessionState::Running,
+            agent: request.agent.clone(),
+        })
+        .map_err(|err| err.to_string())?;
+    if request.worktree {
+        // The child's meta now names its worktree as its workspace.
+        isolate(&registry, meta.clone(), &ctx.workspace).await?;
+    }
+    let child = registry
+        .controller(&meta.session_id)
+        .map_err(|err| err.to_string())?;
+    if ctx.cancel.is_cancelled() {
+        // The parent's run was stopped while the child was made: it never starts.
+        child.settle_unstarted();
+        return Err("the parent's run was stopped before the sub-agent started".into());
+    }
+    child.emit(Event::SessionCreated {
+        session_id: meta.session_id.clone(),
+        parent_session_id: Some(parent.session_id().to_string()),
+        task_id: Some(task_id.clone()),
+        title: title.clone(),
+    });
+    // The parent's run config: what its report keeps (SPEC §4); the child itself always
+    // runs in its own workspace (its worktree when isolated; `controller::run`).
+    let message = QueuedMessage {
+        message_id: format!("task:{task_id}"),
+        content,
+        config: ctx.run_config.clone(),
+        images: Vec::new(),
+    };
+    // The child's run goes through its task like every later one; the call answers
+    // once the task holds the seed's lease, never after a slot (SPEC §3).
+    let delivered = child.deliver_to_child(message, Origin::Parent);
+    let lease = match delivered {
+        Ok((_, Some(lease))) => lease,
+        Ok((status, None)) => {
+            return Err(format!("the sub-agent did not start ({status:?})"));
+        }
+        Err(err) => {
+            child.settle_unstarted();
+            return Err(err.to_string());
+        }
+    };
+    let subagents = registry.shared.subagents.clone();
+    let started = tokio::select! {
+        biased;
+        started = lease => match started {
+            Ok(started) => started.map_err(|err| err.to_string()),
+            Err(_) => Err(format!("sub-agent task {task_id} was stopped before startup")),
+        },
+        _ = ctx.cancel.cancelled() => {
+            // The task settles the child as never started (`unstarted`).
+            subagents.cancel(&meta.session_id).await;
+            Err("the parent's run was stopped before the sub-agent started".into())
+        }
+    };
+    started.map(|()| (task_id, meta.session_id.clone()))
+}
+
 /// The runtime side of the `sub_agent` tool.
 pub(crate) struct ServiceDelegator {
     pub(crate) registry: Weak<Registry>,
@@ -334,104 +473,32 @@ pub(crate) struct ServiceDelegator {
 #[async_trait]
 impl Delegator for ServiceDelegator {
     async fn delegate(&self, ctx: &ToolContext, request: Delegation) -> Result<String, String> {
-        let registry = self
-            .registry
-            .upgrade()
-            .ok_or_else(|| "runtime unavailable".to_string())?;
-        let mut request = request;
-        if let Some(agent) = &request.agent {
-            let profiles = registry.shared.profiles(&ctx.workspace);
-            let Some(profile) = profiles.get(agent) else {
-                return Err(format!(
-                    "no agent profile named {agent:?}; available: {}",
-                    profiles.names().join(", ")
-                ));
-            };
-            // A profile that asks for a worktree gets one whatever the call says.
-            if profile.isolation.as_deref() == Some("worktree") {
-                request.worktree = true;
+        // The child is made and started by a task of its own, not by this call's future:
+        // a Stop drops the future at any await, and what it began must still end in one
+        // settled state (runtime review R1). When the call is gone before it read that the
+        // child started, the parent never hears of it, so it neither runs nor reports.
+        let registry = self.registry.clone();
+        let ctx = ctx.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let undo_registry = registry.clone();
+        tokio::spawn(async move {
+            let started = start_delegation(&registry, &ctx, request).await;
+            if let Err(Ok((_, session_id))) = tx.send(started) {
+                undo_delegation(undo_registry, session_id).await;
             }
-        }
-        if request.worktree {
-            // Before anything is created: a folder that is not a repository is the model's
-            // mistake to hear about, with nothing to clean up.
-            let ws = ctx.workspace.clone();
-            tokio::task::spawn_blocking(move || crate::checkpoints::worktree::repository_of(&ws))
-                .await
-                .map_err(|err| err.to_string())?
-                .map_err(|err| err.to_string())?;
-        }
-        let Delegation { title, task, .. } = request.clone();
-        let parent = registry
-            .controller(&ctx.session_id)
-            .map_err(|err| err.to_string())?;
-        let task_id = parent
-            .allocate_task_id(&ctx.call_id)
-            .ok_or_else(|| "the session is being deleted".to_string())?;
-        let workspace = ctx.workspace.display().to_string();
-        let content = format!("You are the sub-agent \"{title}\".\nTask:\n{task}");
-        let meta = registry
-            .shared
-            .store
-            .create(NewSession {
-                workspace: workspace.clone(),
-                title: Some(title.clone()),
-                parent_session_id: Some(parent.session_id().to_string()),
-                task_id: Some(task_id.clone()),
-                task_content: Some(content.clone()),
-                // "running" until its run ends: a crash before then leaves it interrupted.
-                state: SessionState::Running,
-                agent: request.agent.clone(),
-            })
-            .map_err(|err| err.to_string())?;
-        if request.worktree {
-            // The child's meta now names its worktree as its workspace.
-            isolate(&registry, meta.clone(), &ctx.workspace).await?;
-        }
-        let child = registry
-            .controller(&meta.session_id)
-            .map_err(|err| err.to_string())?;
-        child.emit(Event::SessionCreated {
-            session_id: meta.session_id.clone(),
-            parent_session_id: Some(parent.session_id().to_string()),
-            task_id: Some(task_id.clone()),
-            title: title.clone(),
         });
-        // The parent's run config: what its report keeps (SPEC §4); the child itself always
-        // runs in its own workspace (its worktree when isolated; `controller::run`).
-        let message = QueuedMessage {
-            message_id: format!("task:{task_id}"),
-            content,
-            config: ctx.run_config.clone(),
-            images: Vec::new(),
+        let mut answer = DelegationAnswer {
+            rx: Some(rx),
+            registry: self.registry.clone(),
         };
-        // The child's run goes through its task like every later one; the call answers
-        // once the task holds the seed's lease, never after a slot (SPEC §3).
-        let delivered = child.deliver_to_child(message, Origin::Parent);
-        let lease = match delivered {
-            Ok((_, Some(lease))) => lease,
-            Ok((status, None)) => {
-                return Err(format!("the sub-agent did not start ({status:?})"));
-            }
-            Err(err) => {
-                child.settle_unstarted();
-                return Err(err.to_string());
-            }
+        let started = match answer.rx.as_mut() {
+            Some(rx) => rx.await,
+            None => return Err("runtime unavailable".to_string()),
         };
-        let subagents = registry.shared.subagents.clone();
-        let started = tokio::select! {
-            biased;
-            started = lease => match started {
-                Ok(started) => started.map_err(|err| err.to_string()),
-                Err(_) => Err(format!("sub-agent task {task_id} was stopped before startup")),
-            },
-            _ = ctx.cancel.cancelled() => {
-                // The task settles the child as never started (`unstarted`).
-                subagents.cancel(&meta.session_id).await;
-                Err("the parent's run was stopped before the sub-agent started".into())
-            }
-        };
-        started.map(|()| task_id)
+        answer.rx = None;
+        started
+            .map_err(|_| "runtime unavailable".to_string())?
+            .map(|(task_id, _)| task_id)
     }
 
     async fn follow_up(

@@ -47,6 +47,10 @@ mod review;
 // that never blocks the parent (issue 25).
 mod lifecycle;
 
+// The randomized interleaving test: seeded sequences of every action against the real
+// service, restarts and crashes, SPEC §12's invariants after every step.
+mod simulation;
+
 // Recovery after a crash or restart, the report ledger, interrupted children, damaged sessions.
 mod durability;
 

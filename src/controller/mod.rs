@@ -277,6 +277,7 @@ impl SessionController {
         }
         let mut task_ids = task_ids;
         task_ids.extend(started_task_ids(&messages));
+        let history_ids: HashSet<String> = messages.iter().filter_map(|m| m.id.clone()).collect();
         let state = State {
             // "running" on disk outside recovery is a fresh child about to start.
             phase: if meta.state == SessionState::Paused {
@@ -291,6 +292,9 @@ impl SessionController {
             history: Some(messages),
             pending: pending
                 .into_iter()
+                // Steered into a run that had taken it into its history when the process
+                // stopped (its stored queue still names it): it is not waiting any more.
+                .filter(|p| !history_ids.contains(&p.message_id))
                 .map(|p| QueuedMessage {
                     message_id: p.message_id,
                     content: p.content,
@@ -554,7 +558,13 @@ impl SessionController {
                         if by_person {
                             run.by_person.insert(message.message_id.clone());
                         }
+                        // Kept on disk until the run has it in its history: a crash before
+                        // the next safe point loses nothing (reports have their ledger).
+                        let durable = report_task_id(&message.message_id).is_none();
                         run.inbox.push(message);
+                        if durable {
+                            self.save_pending(state);
+                        }
                     }
                     Phase::Starting(starting) => {
                         starting.inbox.push(message);
@@ -570,7 +580,7 @@ impl SessionController {
                 MessageStatus::Queued
             }
             Route::Start => {
-                self.start_run_locked(state, vec![message], run::Mode::Normal);
+                self.start_run_locked(state, vec![message], run::Mode::Normal)?;
                 MessageStatus::Started
             }
             Route::StartChild => {
@@ -727,7 +737,17 @@ impl SessionController {
             }
         };
         let (tx, rx) = oneshot::channel();
-        self.start_run_locked(&mut state, starting.inbox, run::Mode::Normal);
+        let first = starting.inbox.clone();
+        if let Err(err) = self.start_run_locked(&mut state, starting.inbox, run::Mode::Normal) {
+            // Its messages could not be written (a full disk): they wait in pending, and
+            // the child is paused; its task reports that it stopped.
+            tracing::warn!(session = %self.meta.session_id, "a child's run could not start: {err}");
+            state.pending.extend(first);
+            state.phase = Phase::Paused;
+            self.update_meta(&mut state, |meta| meta.state = SessionState::Paused);
+            self.save_pending(&state);
+            return None;
+        }
         if let Some(run) = state.phase.run_mut() {
             run.waiters.push(tx);
         }
@@ -928,8 +948,7 @@ impl SessionController {
             }
             Phase::Idle | Phase::Paused if !self.shared.root.is_cancelled() => {
                 let paused = matches!(state.phase, Phase::Paused);
-                self.start_run_locked(&mut state, Vec::new(), run::Mode::Compact { paused });
-                Ok(())
+                self.start_run_locked(&mut state, Vec::new(), run::Mode::Compact { paused })
             }
             Phase::Idle | Phase::Paused => {
                 Err(RuntimeError::Unavailable("the app is shutting down".into()))
@@ -953,10 +972,18 @@ impl SessionController {
 
     /// Starts a run; without a first message it continues from the history (resuming an
     /// interrupted child).
-    fn start_run_locked(&self, state: &mut State, first: Vec<QueuedMessage>, mode: run::Mode) {
+    fn start_run_locked(
+        &self,
+        state: &mut State,
+        first: Vec<QueuedMessage>,
+        mode: run::Mode,
+    ) -> Result<(), RuntimeError> {
         let Some(this) = self.this.upgrade() else {
-            return;
+            return Err(RuntimeError::Unavailable("the session is closing".into()));
         };
+        // The messages the run begins with are in the history before anyone is told the
+        // run started: a crash a moment later loses none of them (SPEC §12.2).
+        self.append_first_locked(state, &first)?;
         let token = self.shared.root.child_token();
         // A session found "running" on disk at the next start was cut off by a crash;
         // recovery repairs it.
@@ -972,6 +999,65 @@ impl SessionController {
         });
         self.shared.run_started();
         run::spawn(this, first, token, mode);
+        Ok(())
+    }
+
+    /// Appends a starting run's first messages (no run is active, so the controller may
+    /// write): the history is loaded if it is not cached, calls an earlier run left open
+    /// are answered first (SPEC §2), and each message is remembered (and a report noted as
+    /// delivered) as the run loop would. A write only, no flush: a killed process loses
+    /// nothing the page cache holds, and the run's first flush covers a power loss.
+    fn append_first_locked(
+        &self,
+        state: &mut State,
+        first: &[QueuedMessage],
+    ) -> Result<(), RuntimeError> {
+        if first.is_empty() {
+            return Ok(());
+        }
+        let id = &self.meta.session_id;
+        let mut history = match state.history.take() {
+            Some(history) => history,
+            None => {
+                let mut loaded = self.shared.store.load(id)?;
+                state.compaction = loaded.compactions.pop();
+                loaded.messages
+            }
+        };
+        let results = interrupted_results(&history);
+        if !results.is_empty() {
+            if let Err(err) = self.shared.store.append(id, &results) {
+                state.history = Some(history);
+                return Err(err.into());
+            }
+            history.extend(results);
+        }
+        let messages: Vec<Message> = first
+            .iter()
+            .map(|m| {
+                let mut message = Message::user(m.message_id.clone(), m.content.clone());
+                message.images = m.images.clone();
+                message
+            })
+            .collect();
+        if let Err(err) = self.shared.store.append(id, &messages) {
+            state.history = Some(history);
+            return Err(err.into());
+        }
+        history.extend(messages.iter().cloned());
+        state.history = Some(history);
+        for message in first {
+            state.message_ids.insert(message.message_id.clone());
+            if let Some(task_id) = report_task_id(&message.message_id) {
+                if let Err(err) = self.shared.store.mark_delivered(id, task_id) {
+                    tracing::warn!(session = %id, "cannot note a delivered report: {err}");
+                }
+            }
+        }
+        for message in messages {
+            self.emit_progress(Progress::MessageAppended { message });
+        }
+        Ok(())
     }
 
     /// Safe point 2: a final answer ends the run only if nothing was steered in meanwhile.
@@ -997,6 +1083,13 @@ impl SessionController {
             Vec::new(),
         );
         None
+    }
+
+    /// The run has what it took from its inbox in its history now: the stored queue stops
+    /// naming those messages.
+    pub(crate) fn inbox_consumed(&self) {
+        let state = self.lock();
+        self.save_pending(&state);
     }
 
     /// Safe point 1: messages steered in while the batch ran.
@@ -1144,7 +1237,13 @@ impl SessionController {
             self.save_pending(state);
             return;
         }
-        self.start_run_locked(state, messages, run::Mode::Normal);
+        let kept = messages.clone();
+        if let Err(err) = self.start_run_locked(state, messages, run::Mode::Normal) {
+            tracing::warn!(session = %self.meta.session_id, "cannot go on after compacting: {err}");
+            state.pending.extend(kept);
+            state.phase = Phase::Paused;
+            self.save_pending(state);
+        }
     }
 
     /// Takes the history for a run (loading it from disk the first time). Calls that an
@@ -1317,16 +1416,23 @@ impl SessionController {
         if matches!(state.phase, Phase::Deleted(_)) {
             return;
         }
-        // A child's run waiting for its slot keeps its messages here too, so a crash
-        // meanwhile loses none of them (they are taken out when the run begins).
-        let starting = match &state.phase {
-            Phase::Starting(starting) => starting.inbox.as_slice(),
-            _ => &[],
+        // A child's run waiting for its slot keeps its messages here too, and so does a
+        // run for what was steered into it and is not in its history yet: a crash
+        // meanwhile loses none of them (the next start drops those the history has).
+        // Reports are left out: their ledger brings them back.
+        let waiting: Vec<&QueuedMessage> = match &state.phase {
+            Phase::Starting(starting) => starting.inbox.iter().collect(),
+            Phase::Running(run) => run
+                .inbox
+                .iter()
+                .filter(|m| report_task_id(&m.message_id).is_none())
+                .collect(),
+            _ => Vec::new(),
         };
         let pending: Vec<PendingMessage> = state
             .pending
             .iter()
-            .chain(starting)
+            .chain(waiting)
             .map(QueuedMessage::pending)
             .collect();
         if let Err(err) = self

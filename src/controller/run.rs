@@ -112,7 +112,8 @@ async fn run(
     token: CancellationToken,
     mode: Mode,
 ) {
-    let requeue: Vec<QueuedMessage> = first.clone();
+    // The first messages are in the history already: nothing of them goes back to pending.
+    let requeue: Vec<QueuedMessage> = Vec::new();
     let (history, marker) = match ctl.take_history() {
         Ok(taken) => taken,
         Err(err) => {
@@ -173,7 +174,7 @@ async fn run(
         mode,
         flushing: None,
     };
-    let outcome = run.drive(first).await;
+    let outcome = run.drive().await;
     let Run {
         ctl,
         history,
@@ -250,13 +251,10 @@ async fn sync_history(ctl: &SessionController) {
 impl Run {
     /// Returns `None` when the run completed (already ended under the controller's
     /// lock), or how it stopped.
-    /// `first`: the messages the run begins with (a child's run begins with everything
-    /// that waited for its slot; nothing is open yet, so they all go before the first
-    /// model call).
-    async fn drive(&mut self, first: Vec<QueuedMessage>) -> Option<RunOutcome> {
-        if let Err(err) = self.append_users(first) {
-            return Some(RunOutcome::Failed(err));
-        }
+    /// The messages the run begins with are in its history already (the controller wrote
+    /// them when it started the run; a child's run begins with everything that waited for
+    /// its slot).
+    async fn drive(&mut self) -> Option<RunOutcome> {
         if let Mode::Compact { paused } = self.mode {
             let plan = self.prepare(true).plan;
             if let Some(plan) = plan {
@@ -367,6 +365,12 @@ impl Run {
         }
         for message in &queued {
             self.ctl.remember_message_id(&message.message_id);
+        }
+        if queued
+            .iter()
+            .any(|m| !m.message_id.starts_with("subagent:"))
+        {
+            self.ctl.inbox_consumed();
         }
         // A report in the history is delivered; note it in the ledger so recovery
         // need not read this history to know.

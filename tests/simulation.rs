@@ -1,0 +1,861 @@
+//! The randomized interleaving test (SPEC §12, issue 25): a seeded generator drives the real service through random sequences of the person's and the model's actions, restarts and crashes, and checks the invariants after every step; a seed reproduces its sequence, and a failure prints the seed and the sequence.
+//!
+//! The way FoundationDB and TigerBeetle test theirs, scaled to one test binary: the
+//! service runs on a runtime of its own with two worker threads, so the background work
+//! (runs, children, reports, flushes) really interleaves with the steps; the steps
+//! themselves come from the seed alone. A crash stops that runtime at once
+//! (`shutdown_timeout`): every task is dropped at its next await point, as a killed process
+//! stops, and a new service on the same data folder recovers. The model is scripted by the
+//! text it is given (`PLAN:` for a parent, `Task:` for a child), so every run ends.
+//!
+//! Invariants are written down in `tests/SIMULATION.md`, next to SPEC §12.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bumblehive::config::Config;
+use bumblehive::invariant::{OrderError, check_message_order};
+use bumblehive::protocol::{Message, Role, SessionState, ToolCall};
+use bumblehive::provider::{
+    ModelProvider, ModelRequest, ModelResponse, ProviderError, ProviderSink, fixed_provider,
+};
+use bumblehive::service::{RuntimeService, ServiceOptions};
+use bumblehive::tools::ToolRegistry;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+use crate::lifecycle::GateTool;
+
+/// The seeds CI runs (each a different mix; see `scripts/simulate.sh` for longer runs).
+const CI_SEEDS: &[u64] = &[1, 2, 3, 5, 8, 13, 21, 34, 55, 89];
+const CI_STEPS: usize = 70;
+
+/// The scripted model: a parent follows the plan in its first message (`PLAN:d2,w,g1,m,t`)
+/// one step per model call, a child the plan after `Task:`; past its plan, or on any
+/// later run, it answers in text. Summary calls (no tools) get a summary. Every request
+/// is checked against SPEC §2 as it arrives.
+struct Model {
+    violations: Mutex<Vec<String>>,
+}
+
+fn plan_of(request: &ModelRequest) -> (bool, Vec<String>) {
+    let first = request
+        .messages
+        .iter()
+        .find(|m| m.role == Role::User)
+        .map(Message::text)
+        .unwrap_or("");
+    let (child, plan) = match first.split_once("\nTask:\n") {
+        Some((_, task)) => (true, task),
+        None => (false, first),
+    };
+    let steps = plan
+        .split_once("PLAN:")
+        .map(|(_, p)| p.split_whitespace().next().unwrap_or(""))
+        .unwrap_or("")
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    (child, steps)
+}
+
+fn call(id: String, name: &str, arguments: Value) -> ToolCall {
+    ToolCall {
+        id,
+        name: name.into(),
+        arguments,
+    }
+}
+
+#[async_trait]
+impl ModelProvider for Model {
+    async fn generate(
+        &self,
+        request: ModelRequest,
+        _sink: ProviderSink<'_>,
+    ) -> Result<ModelResponse, ProviderError> {
+        if let Err(err) = check_message_order(&request.messages) {
+            self.violations
+                .lock()
+                .unwrap()
+                .push(format!("a request broke SPEC §2: {err}"));
+        }
+        if request.tools.is_empty() {
+            return Ok(ModelResponse::text("SUMMARY of the conversation so far"));
+        }
+        let (child, steps) = plan_of(&request);
+        let step = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .count();
+        // Ids unique per session and step: the same call id is never reused by accident.
+        let tag = request.messages.len();
+        let Some(action) = steps.get(step) else {
+            return Ok(ModelResponse::text(format!(
+                "{} done after {step} steps",
+                if child { "child" } else { "parent" }
+            )));
+        };
+        let tools: BTreeSet<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+        let response = match action.chars().next().unwrap_or('t') {
+            'd' if tools.contains("sub_agent") => {
+                let n: usize = action[1..].parse().unwrap_or(1);
+                let worktree = action.ends_with('x');
+                ModelResponse::tool_calls(
+                    (0..n.max(1))
+                        .map(|i| {
+                            let mut args = json!({
+                                "title": format!("c{step}-{i}"),
+                                "task": format!("PLAN:{}", ["g1,t", "w,t", "t", "g2,w,t"][(step + i) % 4]),
+                            });
+                            if worktree {
+                                args["isolation"] = json!("worktree");
+                            }
+                            call(format!("d{tag}-{i}"), "sub_agent", args)
+                        })
+                        .collect(),
+                )
+            }
+            'm' if tools.contains("message_subagent") => {
+                // The first child this session delegated, from its pending result.
+                let task = request.messages.iter().find_map(|m| {
+                    let v: Value = serde_json::from_str(m.text()).ok()?;
+                    (v["status"] == "pending").then(|| v["task_id"].as_str().map(str::to_string))?
+                });
+                match task {
+                    Some(task) => ModelResponse::tool_calls(vec![call(
+                        format!("m{tag}"),
+                        "message_subagent",
+                        json!({"task_id": task, "message": "one more thing"}),
+                    )]),
+                    None => ModelResponse::text("nothing to follow up"),
+                }
+            }
+            'w' => ModelResponse::tool_calls(vec![call(
+                format!("w{tag}"),
+                "write_file",
+                json!({"path": format!("out-{tag}.txt"), "content": "x"}),
+            )]),
+            'g' => ModelResponse::tool_calls(vec![call(
+                format!("g{tag}"),
+                "wait_gate",
+                json!({"gate": format!("g{}", &action[1..])}),
+            )]),
+            'r' => ModelResponse::tool_calls(vec![call(
+                format!("r{tag}"),
+                "read_file",
+                json!({"path": "data.txt"}),
+            )]),
+            _ => ModelResponse::text(format!("answer at step {step}")),
+        };
+        Ok(response)
+    }
+}
+
+/// What the person did that the invariants need: every message they sent (and where),
+/// what they discarded, what they deleted.
+#[derive(Default)]
+struct Ledger {
+    sent: BTreeMap<String, String>,
+    discarded: BTreeSet<String>,
+    deleted: BTreeSet<String>,
+}
+
+struct Sim {
+    seed: u64,
+    rng: StdRng,
+    dir: tempfile::TempDir,
+    model: Arc<Model>,
+    gates: Arc<GateTool>,
+    rt: Option<Arc<tokio::runtime::Runtime>>,
+    service: Option<RuntimeService>,
+    log: Vec<String>,
+    book: Ledger,
+    config: Value,
+    /// A restart (false) or crash (true) the step asked for, done once its context is left.
+    restart_next: Option<bool>,
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+impl Sim {
+    fn new(seed: u64) -> Sim {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("ws");
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::write(workspace.join("data.txt"), "DATA").unwrap();
+        // A repository, so children may be isolated in worktrees.
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .args(args)
+                .current_dir(&workspace)
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+        };
+        let repo = git(&["init", "-q"])
+            && git(&["-c", "user.email=s@s", "-c", "user.name=s", "add", "."])
+            && git(&[
+                "-c",
+                "user.email=s@s",
+                "-c",
+                "user.name=s",
+                "commit",
+                "-qm",
+                "init",
+            ]);
+        assert!(repo, "git is needed for the simulation's worktrees");
+        let slots = [json!(1), json!(2), Value::Null][rng.random_range(0..3)].clone();
+        let config = json!({
+            "provider": {"max_concurrent": slots},
+            "subagents": {"max_concurrent": rng.random_range(1..=4)},
+        });
+        let mut sim = Sim {
+            seed,
+            rng,
+            dir,
+            model: Arc::new(Model {
+                violations: Mutex::new(Vec::new()),
+            }),
+            gates: GateTool::new(),
+            rt: None,
+            service: None,
+            log: vec![format!("config {config}")],
+            book: Ledger::default(),
+            config,
+            restart_next: None,
+        };
+        sim.open();
+        sim
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn workspace(&self) -> String {
+        self.dir.path().join("ws").display().to_string()
+    }
+
+    fn open(&mut self) {
+        let rt = runtime();
+        let mut tools = ToolRegistry::standard();
+        tools.register(self.gates.clone());
+        let config = Config::default().patched(&self.config).unwrap();
+        let options = ServiceOptions {
+            data_dir: self.data(),
+            config_path: None,
+            config: Some(config),
+            provider_factory: fixed_provider(self.model.clone()),
+            tools: Some(tools),
+        };
+        let service = rt.block_on(async { RuntimeService::new(options) });
+        match service {
+            Ok(service) => {
+                self.service = Some(service);
+                self.rt = Some(Arc::new(rt));
+            }
+            Err(err) => self.fail(&format!("the service did not start: {err}")),
+        }
+    }
+
+    fn service(&self) -> &RuntimeService {
+        self.service.as_ref().unwrap()
+    }
+
+    fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.rt.as_ref().unwrap().block_on(future)
+    }
+
+    fn fail(&self, what: &str) -> ! {
+        panic!(
+            "simulation seed {} failed: {what}\nsteps:\n  {}",
+            self.seed,
+            self.log.join("\n  ")
+        );
+    }
+
+    fn sessions(&self) -> Vec<bumblehive::protocol::SessionInfo> {
+        self.service().list_sessions(None).unwrap_or_default()
+    }
+
+    fn pick<T: Clone>(&mut self, items: &[T]) -> Option<T> {
+        (!items.is_empty()).then(|| items[self.rng.random_range(0..items.len())].clone())
+    }
+
+    fn random_plan(&mut self) -> String {
+        let steps = ["d1", "d2", "d3", "w", "g1", "g2", "m", "r", "d1x", "t"];
+        let n = self.rng.random_range(1..=4);
+        let plan: Vec<&str> = (0..n)
+            .map(|_| steps[self.rng.random_range(0..steps.len())])
+            .collect();
+        format!("PLAN:{}", plan.join(","))
+    }
+
+    /// One random step; returns what it did, for the log.
+    fn step(&mut self) -> String {
+        // The service's sync calls may start tasks: they run in its runtime's context.
+        let did = {
+            let rt = self.rt.clone().unwrap();
+            let _context = rt.enter();
+            self.step_in_context()
+        };
+        if let Some(crash) = self.restart_next.take() {
+            self.restart(crash);
+        }
+        did
+    }
+
+    fn step_in_context(&mut self) -> String {
+        let sessions = self.sessions();
+        let ids: Vec<String> = sessions.iter().map(|s| s.session_id.clone()).collect();
+        let children: Vec<String> = sessions
+            .iter()
+            .filter(|s| s.parent_session_id.is_some())
+            .map(|s| s.session_id.clone())
+            .collect();
+        let roll = self.rng.random_range(0..100);
+        match roll {
+            0..=11 => {
+                let plan = self.random_plan();
+                let workspace = self.workspace();
+                let info = match self.service().create_session(&workspace, None) {
+                    Ok(info) => info,
+                    Err(err) => return format!("create refused: {err}"),
+                };
+                let sent = self.block_on(self.service().submit_message(
+                    &info.session_id,
+                    plan.clone(),
+                    None,
+                ));
+                match sent {
+                    Ok((id, status)) => {
+                        self.book.sent.insert(id.clone(), info.session_id.clone());
+                        format!("new parent {} {plan}: {id} {status:?}", info.session_id)
+                    }
+                    Err(err) => format!("new parent refused: {err}"),
+                }
+            }
+            12..=21 => {
+                let Some(target) = self.pick(&ids) else {
+                    return "no session to write to".into();
+                };
+                let text = if self.rng.random_bool(0.5) {
+                    "Try the task again."
+                } else {
+                    "a note from the person"
+                };
+                let sent = self.block_on(self.service().submit_message(&target, text.into(), None));
+                match sent {
+                    Ok((id, status)) => {
+                        self.book.sent.insert(id.clone(), target.clone());
+                        format!("person writes to {target}: {id} {status:?}")
+                    }
+                    Err(err) => format!("person's message to {target} refused: {err}"),
+                }
+            }
+            22..=29 => {
+                let Some(target) = self.pick(&ids) else {
+                    return "nothing to steer".into();
+                };
+                let Ok(ctl) = self.service().controller(&target) else {
+                    return format!("steer: {target} gone");
+                };
+                let pending = ctl.pending();
+                let Some(message) = self.pick(&pending) else {
+                    return format!("nothing pending in {target}");
+                };
+                if self.rng.random_bool(0.25) {
+                    match ctl.discard(&message.message_id) {
+                        Ok(()) => {
+                            self.book.discarded.insert(message.message_id.clone());
+                            format!("discard {} in {target}", message.message_id)
+                        }
+                        Err(err) => format!("discard refused: {err}"),
+                    }
+                } else {
+                    format!(
+                        "steer {} in {target}: {:?}",
+                        message.message_id,
+                        ctl.steer(&message.message_id)
+                    )
+                }
+            }
+            30..=37 => {
+                let Some(target) = self.pick(&ids) else {
+                    return "nothing to stop".into();
+                };
+                let stopped = self.block_on(async {
+                    tokio::time::timeout(
+                        Duration::from_secs(20),
+                        self.service().cancel_session(&target),
+                    )
+                    .await
+                });
+                match stopped {
+                    Err(_) => self.fail(&format!("Stop on {target} hung")),
+                    Ok(result) => format!("stop {target}: {result:?}"),
+                }
+            }
+            38..=41 => {
+                let interrupted: Vec<String> = sessions
+                    .iter()
+                    .filter(|s| s.interrupted)
+                    .map(|s| s.session_id.clone())
+                    .collect();
+                let Some(target) = self.pick(&interrupted) else {
+                    return "nothing interrupted".into();
+                };
+                if self.rng.random_bool(0.7) {
+                    let resumed = self.block_on(self.service().resume_subagent(&target));
+                    format!("resume {target}: {resumed:?}")
+                } else {
+                    let cancelled = self.block_on(self.service().cancel_session(&target));
+                    format!("cancel interrupted {target}: {cancelled:?}")
+                }
+            }
+            42..=55 => self.decide_one(),
+            56..=65 => {
+                let gate = format!("g{}", self.rng.random_range(1..=2));
+                self.gates.gate(&gate).set();
+                format!("open gate {gate}")
+            }
+            66..=70 => {
+                let Some(target) = self.pick(&ids) else {
+                    return "nothing to compact".into();
+                };
+                match self.service().controller(&target) {
+                    Ok(ctl) => format!("compact {target}: {:?}", ctl.compact()),
+                    Err(err) => format!("compact {target}: {err}"),
+                }
+            }
+            71..=75 => {
+                let pool = if self.rng.random_bool(0.6) && !children.is_empty() {
+                    children.clone()
+                } else {
+                    ids.clone()
+                };
+                let Some(target) = self.pick(&pool) else {
+                    return "nothing to delete".into();
+                };
+                let deleted = self.block_on(async {
+                    tokio::time::timeout(
+                        Duration::from_secs(20),
+                        self.service().delete_session(&target),
+                    )
+                    .await
+                });
+                match deleted {
+                    Err(_) => self.fail(&format!("deleting {target} hung")),
+                    Ok(Ok(())) => {
+                        self.book.deleted.insert(target.clone());
+                        format!("delete {target}")
+                    }
+                    Ok(Err(err)) => format!("delete {target}: {err}"),
+                }
+            }
+            76..=80 => self.change_config(),
+            81..=83 => {
+                self.restart_next = Some(false);
+                "restart".into()
+            }
+            84..=86 => {
+                self.restart_next = Some(true);
+                "crash".into()
+            }
+            _ => {
+                // Let the background work go on for a moment (no step waits on it).
+                let micros = self.rng.random_range(0..3000);
+                self.block_on(tokio::time::sleep(Duration::from_micros(micros)));
+                format!("let {micros} µs pass")
+            }
+        }
+    }
+
+    fn open_approvals(&self) -> Vec<(String, String)> {
+        let mut open = Vec::new();
+        for info in self.sessions() {
+            if info.parent_session_id.is_some() {
+                continue;
+            }
+            if let Ok(ctl) = self.service().controller(&info.session_id) {
+                for approval in ctl.snapshot().approvals {
+                    open.push((info.session_id.clone(), approval.approval_id));
+                }
+            }
+        }
+        open
+    }
+
+    fn decide_one(&mut self) -> String {
+        let open = self.open_approvals();
+        let Some((session, approval)) = self.pick(&open) else {
+            return "no approval open".into();
+        };
+        let approved = self.rng.random_bool(0.6);
+        let decided =
+            self.service()
+                .decide_approval(bumblehive::protocol::commands::DecideApproval {
+                    session_id: session.clone(),
+                    approval_id: approval.clone(),
+                    approved,
+                    remember: false,
+                    reason: None,
+                });
+        format!("decide {approval} in {session}: {approved} {decided:?}")
+    }
+
+    /// SPEC §6 / §12.8: a refused change changes nothing.
+    fn change_config(&mut self) -> String {
+        let patch = if self.rng.random_bool(0.5) {
+            json!({"subagents": {"max_concurrent": self.rng.random_range(1..=4)}})
+        } else {
+            let slots = [json!(1), json!(2), Value::Null][self.rng.random_range(0..3)].clone();
+            json!({"provider": {"max_concurrent": slots}})
+        };
+        let before = serde_json::to_value(self.service().config()).unwrap();
+        match self.service().update_config(&patch) {
+            Ok(_) => {
+                json_merge(&mut self.config, &patch);
+                format!("config {patch}: applied")
+            }
+            Err(err) => {
+                let after = serde_json::to_value(self.service().config()).unwrap();
+                if before != after {
+                    self.fail(&format!(
+                        "a refused config change changed the config: {err}"
+                    ));
+                }
+                format!("config {patch}: {}", err.code())
+            }
+        }
+    }
+
+    /// A restart (`crash: false`: shutdown, then a new service) or a crash: the runtime is
+    /// stopped where it is, every task dropped at its next await, and a new service starts
+    /// on what is on disk.
+    fn restart(&mut self, crash: bool) {
+        let service = self.service.take().unwrap();
+        let rt = Arc::try_unwrap(self.rt.take().unwrap())
+            .unwrap_or_else(|_| panic!("the runtime is still in use"));
+        if crash {
+            drop(service);
+            rt.shutdown_timeout(Duration::from_secs(10));
+        } else {
+            let done = rt.block_on(async {
+                tokio::time::timeout(Duration::from_secs(20), service.shutdown()).await
+            });
+            if done.is_err() {
+                self.fail("shutdown hung");
+            }
+            drop(service);
+            rt.shutdown_timeout(Duration::from_secs(10));
+        }
+        self.open();
+        // After a restart nothing is running that no process runs (§12.4, §12.7).
+        for info in self.sessions() {
+            if info.state == SessionState::Running {
+                self.fail(&format!(
+                    "{} is running right after a start",
+                    info.session_id
+                ));
+            }
+        }
+    }
+
+    /// Checks what must hold at every step, while work goes on.
+    fn check_live(&self) {
+        if let Some(violation) = self.model.violations.lock().unwrap().first() {
+            self.fail(violation);
+        }
+        for info in self.sessions() {
+            let Ok(loaded) = self.service().store().load(&info.session_id) else {
+                continue;
+            };
+            match check_message_order(&loaded.messages) {
+                Ok(()) | Err(OrderError::Unanswered { .. }) => {}
+                Err(err) => self.fail(&format!(
+                    "history of {} breaks SPEC §2: {err}",
+                    info.session_id
+                )),
+            }
+        }
+    }
+
+    /// Lets every run end: gates opened, approvals decided, interrupted children resumed
+    /// or cancelled; then waits until the runtime is idle.
+    fn quiesce(&mut self) {
+        let rt = self.rt.clone().unwrap();
+        let _context = rt.enter();
+        for round in 0..200 {
+            for gate in ["g1", "g2"] {
+                self.gates.gate(gate).set();
+            }
+            for (session, approval) in self.open_approvals() {
+                let _ = self.service().decide_approval(
+                    bumblehive::protocol::commands::DecideApproval {
+                        session_id: session,
+                        approval_id: approval,
+                        approved: round % 2 == 0,
+                        remember: false,
+                        reason: None,
+                    },
+                );
+            }
+            for info in self.sessions() {
+                if info.interrupted {
+                    let _ = self.block_on(self.service().cancel_session(&info.session_id));
+                }
+            }
+            let idle = self.block_on(async {
+                tokio::time::timeout(Duration::from_millis(200), self.service().wait_idle()).await
+            });
+            if idle.is_ok() && self.open_approvals().is_empty() {
+                let interrupted = self.sessions().iter().any(|s| s.interrupted);
+                if !interrupted {
+                    return;
+                }
+            }
+        }
+        self.fail("the runtime never became idle");
+    }
+
+    /// Checks what must hold once nothing runs (SPEC §12).
+    fn check_quiet(&self) {
+        self.check_live();
+        let service = self.service();
+        let sessions = self.sessions();
+        let by_id: HashMap<&str, &bumblehive::protocol::SessionInfo> = sessions
+            .iter()
+            .map(|s| (s.session_id.as_str(), s))
+            .collect();
+        // §12.5: the list matches the folders.
+        let folders: BTreeSet<String> = std::fs::read_dir(self.data().join("sessions"))
+            .map(|dir| {
+                dir.flatten()
+                    .filter(|e| e.path().join("meta.json").exists())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let listed: BTreeSet<String> = sessions.iter().map(|s| s.session_id.clone()).collect();
+        if folders != listed {
+            self.fail(&format!(
+                "the list and the folders differ: listed {listed:?}, folders {folders:?}"
+            ));
+        }
+        let mut histories: HashMap<String, Vec<Message>> = HashMap::new();
+        for info in &sessions {
+            // §12.4: nothing runs without a task.
+            if info.state == SessionState::Running {
+                let meta = service.store().meta(&info.session_id).ok();
+                let parent_exists = info
+                    .parent_session_id
+                    .as_deref()
+                    .is_none_or(|p| by_id.contains_key(p));
+                let live = service
+                    .controller(&info.session_id)
+                    .map(|c| c.is_running())
+                    .unwrap_or(false);
+                self.fail(&format!(
+                    "{} is running with nothing running it (parent there: {parent_exists}, controller running: {live}, meta: {meta:?})",
+                    info.session_id
+                ));
+            }
+            let loaded = service.store().load(&info.session_id).unwrap();
+            // §12.3: every history is valid.
+            if let Err(err) = check_message_order(&loaded.messages) {
+                self.fail(&format!(
+                    "history of {} breaks SPEC §2: {err}",
+                    info.session_id
+                ));
+            }
+            histories.insert(info.session_id.clone(), loaded.messages);
+        }
+        if !service.subagents().is_empty() || service.active_runs() != 0 {
+            self.fail("idle, but tasks or runs are left");
+        }
+        let pending = |id: &str| -> Vec<String> {
+            service
+                .controller(id)
+                .map(|c| c.pending().into_iter().map(|p| p.message_id).collect())
+                .unwrap_or_default()
+        };
+        // §12.2: every message the person sent is in its session once, or pending once, or
+        // was discarded by the person, or went with a deleted session.
+        for (message, session) in &self.book.sent {
+            if !by_id.contains_key(session.as_str()) || self.book.discarded.contains(message) {
+                continue;
+            }
+            let in_history = histories[session]
+                .iter()
+                .filter(|m| m.id.as_deref() == Some(message.as_str()))
+                .count();
+            let queued = pending(session).iter().filter(|p| *p == message).count();
+            if in_history + queued != 1 {
+                self.fail(&format!(
+                    "the person's message {message} to {session} is in its history {in_history} times and pending {queued} times"
+                ));
+            }
+        }
+        // §12.1: every child's reports, once each, numbered 1…n, none owed.
+        for child in sessions.iter().filter(|s| s.parent_session_id.is_some()) {
+            let parent = child.parent_session_id.as_deref().unwrap_or_default();
+            let Some(task) = child.task_id.as_deref() else {
+                continue;
+            };
+            let meta = service.store().meta(&child.session_id).unwrap();
+            if !meta.reported && meta.task_content.is_some() {
+                self.fail(&format!(
+                    "{} owes a report with nothing running",
+                    child.session_id
+                ));
+            }
+            if !by_id.contains_key(parent) {
+                self.fail(&format!("{} outlived its parent", child.session_id));
+            }
+            let ledger = service.store().ledger(parent).unwrap_or_default();
+            let numbers: Vec<u32> = ledger
+                .records
+                .iter()
+                .filter(|r| r.child_session_id == child.session_id)
+                .map(|r| report_number(&r.message_id, task))
+                .collect();
+            let expected: Vec<u32> = (1..=numbers.len() as u32).collect();
+            let mut sorted = numbers.clone();
+            sorted.sort();
+            if sorted != expected || numbers.len() as u32 != meta.reports {
+                let records: Vec<String> = ledger
+                    .records
+                    .iter()
+                    .filter(|r| r.child_session_id == child.session_id)
+                    .map(|r| format!("{} {:?}", r.message_id, r.content.chars().take(120).collect::<String>()))
+                    .collect();
+                self.fail(&format!(
+                    "{}: reports recorded {numbers:?}, meta says {}: {records:#?}",
+                    child.session_id, meta.reports
+                ));
+            }
+            let queued = pending(parent);
+            for record in ledger
+                .records
+                .iter()
+                .filter(|r| r.child_session_id == child.session_id)
+            {
+                if ledger.discarded.contains(record.key()) {
+                    continue;
+                }
+                let delivered = histories[parent]
+                    .iter()
+                    .filter(|m| m.id.as_deref() == Some(record.message_id.as_str()))
+                    .count()
+                    + queued.iter().filter(|q| **q == record.message_id).count();
+                if delivered != 1 {
+                    self.fail(&format!(
+                        "report {} of {} reached its parent {delivered} times",
+                        record.message_id, child.session_id
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The number of a report's message id for `task` (1 for `subagent:<task>`).
+fn report_number(message_id: &str, task: &str) -> u32 {
+    let rest = message_id
+        .strip_prefix("subagent:")
+        .and_then(|r| r.strip_prefix(task))
+        .unwrap_or("");
+    rest.strip_prefix(':')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
+fn json_merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(target), Value::Object(patch)) => {
+            for (key, value) in patch {
+                json_merge(target.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+        (target, patch) => *target = patch.clone(),
+    }
+}
+
+/// Runs one seed for `steps` steps, checking after every step and at a quiet point every
+/// so often and at the end.
+pub fn run_seed(seed: u64, steps: usize) {
+    let mut sim = Sim::new(seed);
+    for index in 0..steps {
+        let did = sim.step();
+        sim.log.push(format!("{index:3}: {did}"));
+        sim.check_live();
+        if index % 25 == 24 {
+            sim.quiesce();
+            sim.log.push(format!("{index:3}: (quiet)"));
+            sim.check_quiet();
+        }
+    }
+    sim.quiesce();
+    sim.check_quiet();
+    // And once more after a restart: nothing is delivered twice, nothing comes back.
+    sim.restart(false);
+    sim.quiesce();
+    sim.check_quiet();
+    if std::env::var_os("BUMBLEHIVE_SIM_LOG").is_some() {
+        println!("seed {seed}:\n  {}", sim.log.join("\n  "));
+    }
+    let service = sim.service.take().unwrap();
+    let rt = Arc::try_unwrap(sim.rt.take().unwrap())
+        .unwrap_or_else(|_| panic!("the runtime is still in use"));
+    rt.block_on(service.shutdown());
+    drop(service);
+    rt.shutdown_timeout(Duration::from_secs(10));
+}
+
+fn seeds_from_env() -> Option<(Vec<u64>, usize)> {
+    let seeds = std::env::var("BUMBLEHIVE_SIM_SEEDS").ok()?;
+    let seeds: Vec<u64> = if let Some((from, to)) = seeds.split_once("..") {
+        (from.parse().ok()?..to.parse().ok()?).collect()
+    } else {
+        seeds
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect()
+    };
+    let steps = std::env::var("BUMBLEHIVE_SIM_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(CI_STEPS);
+    Some((seeds, steps))
+}
+
+/// The fixed seeds of CI (or `BUMBLEHIVE_SIM_SEEDS=1..500 BUMBLEHIVE_SIM_STEPS=200`).
+#[test]
+fn simulation_random_interleavings_keep_every_invariant() {
+    let (seeds, steps) = seeds_from_env().unwrap_or((CI_SEEDS.to_vec(), CI_STEPS));
+    let started = std::time::Instant::now();
+    for seed in &seeds {
+        run_seed(*seed, steps);
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "simulation: {} seeds × {steps} steps in {secs:.1} s ({:.0} sequences per minute)",
+        seeds.len(),
+        seeds.len() as f64 * 60.0 / secs.max(0.001)
+    );
+}
