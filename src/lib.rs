@@ -46,6 +46,7 @@ pub mod sandbox;
 pub mod server;
 pub mod service;
 pub mod session_index;
+pub mod skills;
 pub mod store;
 pub mod subagents;
 pub mod tools;

@@ -355,7 +355,7 @@ impl Shared {
     }
 
     /// Where the person's own agent profiles live: `agents/` beside the config file.
-    fn user_dir(&self) -> Option<PathBuf> {
+    pub(crate) fn user_dir(&self) -> Option<PathBuf> {
         match &self.config_path {
             Some(path) => path.parent().map(Path::to_path_buf),
             None => dirs::config_dir().map(|d| d.join("bumblehive")),
@@ -417,6 +417,12 @@ impl Shared {
         for tool in self.mcp.tools(request.workspace) {
             tools.register(tool);
         }
+        crate::skills::offer(
+            &mut tools,
+            request.workspace,
+            self.user_dir().as_deref(),
+            profile.as_ref(),
+        );
         if depth > 0 {
             if let Some(allowed) = &config.subagents.tools {
                 tools = tools.filtered(|name| crate::mcp::listed(allowed, name));
