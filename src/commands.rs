@@ -257,12 +257,22 @@ pub async fn execute(
         ),
         Command::ExpandCommand(a) => CommandOutput::ExpandCommand(
             blocking(service, move |s| {
-                crate::skills::expand(&s.skills(&a.workspace)?, &a.text).map_err(|err| match err {
-                    crate::skills::SkillError::Unreadable { .. } => {
-                        RuntimeError::Unavailable(err.to_string())
-                    }
-                    _ => RuntimeError::NotFound(err.to_string()),
-                })
+                let mut expanded = crate::skills::expand(&s.skills(&a.workspace)?, &a.text)
+                    .map_err(|err| match err {
+                        crate::skills::SkillError::Unreadable { .. } => {
+                            RuntimeError::Unavailable(err.to_string())
+                        }
+                        _ => RuntimeError::NotFound(err.to_string()),
+                    })?;
+                // The session's provider is the default one unless the person picked
+                // another; the default is what a new turn runs on.
+                let kind = s.shared().read_config(|c| {
+                    c.provider_named(None)
+                        .map(|(_, block)| block.kind.clone())
+                        .unwrap_or_default()
+                });
+                crate::skills::fit_model(&mut expanded, &kind);
+                Ok(expanded)
             })
             .await?,
         ),

@@ -238,6 +238,15 @@ pub struct RunConfig {
 pub struct RuntimeSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// A model for this run only, on the session's provider (a custom command's `model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub model: Option<String>,
+    /// Only these tools for this run (a custom command's `allowed-tools`): what is offered
+    /// is narrowed, never widened, and approvals still ask as the person's policy says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub tools: Option<Vec<String>>,
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
 }

@@ -858,6 +858,21 @@ pub fn expand(catalog: &Catalog, text: &str) -> Result<ExpandedCommand, SkillErr
     })
 }
 
+/// Keeps a command's model only where it can mean something: a Claude model id (what
+/// Claude Code's aliases become) sent to a server of another kind would fail the turn,
+/// so it is left out with a notice and the session's own model is used.
+pub fn fit_model(expanded: &mut ExpandedCommand, provider_kind: &str) {
+    if let Some(model) = &expanded.model {
+        if model.starts_with("claude-") && provider_kind != "anthropic" {
+            expanded.notices.push(format!(
+                "/{} asks for the model {model}, which this {provider_kind} server does not serve; the session's model is used",
+                expanded.name
+            ));
+            expanded.model = None;
+        }
+    }
+}
+
 /// The list of skills as the `skill` tool's description carries it: each name and
 /// description within [`LIST_BUDGET`], then names only, then a count.
 pub fn list_text(skills: &[Skill]) -> String {

@@ -57,6 +57,10 @@ fn skills_workspace(root: &Path) -> PathBuf {
         "---\nname: personal\ndescription: The person's own skill\n---\nPERSONAL-BODY\n",
     );
     write(
+        &ws.join(".bumblehive/commands/quick.md"),
+        "---\ndescription: A quick look\nmodel: small-model\nallowed-tools: [read_file, grep]\n---\nLook at $ARGUMENTS quickly.\n",
+    );
+    write(
         &ws.join(".claude/commands/fix-issue.md"),
         "---\ndescription: Fix a GitHub issue\nargument-hint: NUMBER [PRIORITY]\nmodel: haiku\nallowed-tools: Read, Edit\n---\nFix issue #$1 with priority $2. All: $ARGUMENTS\n",
     );
@@ -321,8 +325,15 @@ async fn skills_list_skills_and_expand_command_from_the_command_table() {
     assert_eq!(listed["skills"][2]["scope"], "user");
     let notices = listed["notices"].to_string();
     assert!(notices.contains("broken/SKILL.md:3:"), "{notices}");
-    let command = &listed["commands"][0];
-    assert_eq!(command["name"], "fix-issue");
+    let commands: Vec<&str> = listed["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    // Ours first, then Claude Code's, in the same folder.
+    assert_eq!(commands, ["quick", "fix-issue"]);
+    let command = &listed["commands"][1];
     assert_eq!(command["description"], "Fix a GitHub issue");
     assert_eq!(command["argument_hint"], "NUMBER [PRIORITY]");
     assert_eq!(command["allowed_tools"], json!(["read_file", "edit_file"]));
@@ -338,7 +349,15 @@ async fn skills_list_skills_and_expand_command_from_the_command_table() {
         "Fix issue #123 with priority high. All: 123 high"
     );
     assert_eq!(expanded["kind"], "command");
-    assert_eq!(expanded["model"], "claude-haiku-4-5");
+    // Claude Code's `haiku` means a Claude model; this server is an OpenAI-style one.
+    assert_eq!(expanded["model"], Value::Null);
+    assert!(
+        expanded["notices"][0]
+            .as_str()
+            .unwrap()
+            .contains("the session's model is used"),
+        "{expanded}"
+    );
     let skill = fx
         .command(
             "expand_command",
@@ -456,4 +475,57 @@ async fn skills_a_workspace_without_any_pays_nothing_and_a_profile_names_its_age
     let _ = result_of(&mut events, &id).await;
     assert!(skill_tool(&plain.mock.requests()[0]).is_none());
     plain.service.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skills_a_commands_model_and_allowed_tools_hold_for_its_turn_only() {
+    let fx = Fixture::new(json!({}), skills_workspace, Arc::new(|_| text("ok"))).await;
+    let ws = fx.ws.display().to_string();
+    let expanded = fx
+        .command(
+            "expand_command",
+            json!({"workspace": ws, "text": "/quick src/main.rs"}),
+        )
+        .await;
+    assert_eq!(expanded["content"], "Look at src/main.rs quickly.");
+    assert_eq!(expanded["model"], "small-model");
+    assert_eq!(expanded["allowed_tools"], json!(["read_file", "grep"]));
+    // What the composer sends: the text, with the command's choices for this turn.
+    let (id, mut events) = fx.session();
+    let config = serde_json::from_value(json!({"runtime": {
+        "model": expanded["model"], "tools": expanded["allowed_tools"],
+    }}))
+    .unwrap();
+    fx.service
+        .submit_message(
+            &id,
+            expanded["content"].as_str().unwrap().into(),
+            Some(config),
+        )
+        .await
+        .unwrap();
+    let _ = result_of(&mut events, &id).await;
+    fx.service
+        .submit_message(&id, "and now as usual".into(), None)
+        .await
+        .unwrap();
+    let _ = result_of(&mut events, &id).await;
+    let requests = fx.mock.requests();
+    let names = |r: &RecordedRequest| -> Vec<String> {
+        r.body["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(requests[0].body["model"], "small-model");
+    assert_eq!(names(&requests[0]), ["read_file", "grep"]);
+    assert_eq!(requests[1].body["model"], "m");
+    let usual = names(&requests[1]);
+    assert!(
+        usual.contains(&"run_command".to_string()) && usual.contains(&"skill".to_string()),
+        "{usual:?}"
+    );
+    fx.service.shutdown().await;
 }
