@@ -416,8 +416,10 @@ fn read_skills(root: &Root, dir: &Path, inside: &dyn Fn(&Path) -> bool, catalog:
         if !is_dir {
             continue;
         }
-        let file = path.join(SKILL_FILE);
-        let at = |line: usize, message: &str| format!("{}:{line}: {message}", file.display());
+        let mut file = path.join(SKILL_FILE);
+        let at = |line: usize, message: &str| {
+            format!("{}:{line}: {message}", path.join(SKILL_FILE).display())
+        };
         let text = match read_head(&file, HEAD_CAP) {
             Ok(Some(text)) => text,
             // A folder without SKILL.md may hold what skills share; not a skill.
@@ -426,7 +428,13 @@ fn read_skills(root: &Root, dir: &Path, inside: &dyn Fn(&Path) -> bool, catalog:
                 // SKILL.md itself is a link: followed only if it stays inside.
                 match std::fs::canonicalize(&file) {
                     Ok(real) if inside(&real) => match read_head(&real, HEAD_CAP) {
-                        Ok(Some(text)) => text,
+                        Ok(Some(text)) => {
+                            // Kept by its real, checked location: loading it later reads
+                            // that file without following links, so a link swapped in
+                            // meanwhile cannot lead it elsewhere.
+                            file = real;
+                            text
+                        }
                         _ => continue,
                     },
                     _ => {
@@ -607,7 +615,18 @@ fn parse_command(
                 }
             }
             "allowed-tools" | "allowed_tools" | "allowedTools" => {
-                command.allowed_tools = Some(tool_names(&value, line, path, notices));
+                let names = tool_names(&value, line, path, notices);
+                // Names that mean nothing here must not leave the turn with no tools at
+                // all: then the command narrows nothing (the notice says why).
+                command.allowed_tools = if names.is_empty() {
+                    notices.push(format!(
+                        "{}:{line}: allowed-tools names no tool of this app; every tool stays offered",
+                        path.display()
+                    ));
+                    None
+                } else {
+                    Some(names)
+                };
             }
             // Claude Code's switch for the model calling it as a tool: commands here are
             // only ever the person's.
@@ -714,8 +733,7 @@ fn skill_body(skill: &Skill) -> Result<String, SkillError> {
         path: skill.file.display().to_string(),
         message,
     };
-    let real = std::fs::canonicalize(&skill.file).map_err(|e| unreadable(e.to_string()))?;
-    let text = read_head(&real, READ_CAP)
+    let text = read_head(&skill.file, READ_CAP)
         .map_err(|e| unreadable(e.to_string()))?
         .ok_or_else(|| unreadable("it is gone".into()))?;
     let (_, body) =
@@ -791,13 +809,25 @@ pub fn expand(catalog: &Catalog, text: &str) -> Result<ExpandedCommand, SkillErr
             None => (line.trim_end(), ""),
         };
         if let Some(command) = catalog.command(name) {
+            // A narrower turn is said, never silent.
+            let notices = command
+                .allowed_tools
+                .iter()
+                .map(|tools| {
+                    format!(
+                        "/{} runs its turn with only these tools: {}",
+                        command.name,
+                        tools.join(", ")
+                    )
+                })
+                .collect();
             return Ok(ExpandedCommand {
                 content: fill(&command.template, args),
                 kind: "command".into(),
                 name: command.name.clone(),
                 model: command.model.clone(),
                 allowed_tools: command.allowed_tools.clone(),
-                notices: Vec::new(),
+                notices,
             });
         }
         if let Some(skill) = catalog.skill(name) {
@@ -1125,6 +1155,10 @@ mod tests {
             &config.join("commands/plain.md"),
             "# Say hello\nHello $ARGUMENTS\n",
         );
+        write(
+            &config.join("commands/web.md"),
+            "---\nallowed-tools: WebFetch\n---\nLook it up.\n",
+        );
         let catalog = discover(
             &ws,
             &UserDirs {
@@ -1168,9 +1202,14 @@ mod tests {
         );
         assert_eq!(review.shadowed.len(), 1);
         assert_eq!(catalog.command("plain").unwrap().description, "Say hello");
+        assert_eq!(catalog.command("web").unwrap().allowed_tools, None);
+        assert!(
+            notices.contains("web.md:2: allowed-tools names no tool"),
+            "{notices}"
+        );
         let info = catalog.info();
         assert_eq!(info.skills.len(), 5);
-        assert_eq!(info.commands.len(), 2);
+        assert_eq!(info.commands.len(), 3);
     }
 
     #[cfg(unix)]

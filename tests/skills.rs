@@ -351,11 +351,14 @@ async fn skills_list_skills_and_expand_command_from_the_command_table() {
     assert_eq!(expanded["kind"], "command");
     // Claude Code's `haiku` means a Claude model; this server is an OpenAI-style one.
     assert_eq!(expanded["model"], Value::Null);
+    let notices = expanded["notices"].to_string();
     assert!(
-        expanded["notices"][0]
-            .as_str()
-            .unwrap()
-            .contains("the session's model is used"),
+        notices.contains("the session's model is used"),
+        "{expanded}"
+    );
+    // The narrower turn is said to the person, not silent.
+    assert!(
+        notices.contains("/fix-issue runs its turn with only these tools: read_file, edit_file"),
         "{expanded}"
     );
     let skill = fx
