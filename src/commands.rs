@@ -77,6 +77,24 @@ pub async fn dispatch(
     })
 }
 
+impl RuntimeService {
+    /// The skills and custom commands a workspace's sessions see (read each time, like
+    /// the profiles: a few small folders, edits apply at once).
+    fn skills(&self, workspace: &str) -> Result<crate::skills::Catalog, RuntimeError> {
+        let root = std::path::Path::new(workspace);
+        if !root.is_absolute() || !root.is_dir() {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "workspace {workspace} is not a folder"
+            )));
+        }
+        let user = self.shared().user_dir();
+        Ok(crate::skills::discover(
+            root,
+            &crate::skills::UserDirs::with_config(user.as_deref()),
+        ))
+    }
+}
+
 /// Runs blocking service work on a blocking thread.
 async fn blocking<T: Send + 'static>(
     service: &RuntimeService,
@@ -234,6 +252,30 @@ pub async fn execute(
                 .display()
                 .to_string(),
         }),
+        Command::ListSkills(a) => CommandOutput::ListSkills(
+            blocking(service, move |s| Ok(s.skills(&a.workspace)?.info())).await?,
+        ),
+        Command::ExpandCommand(a) => CommandOutput::ExpandCommand(
+            blocking(service, move |s| {
+                let mut expanded = crate::skills::expand(&s.skills(&a.workspace)?, &a.text)
+                    .map_err(|err| match err {
+                        crate::skills::SkillError::Unreadable { .. } => {
+                            RuntimeError::Unavailable(err.to_string())
+                        }
+                        _ => RuntimeError::NotFound(err.to_string()),
+                    })?;
+                // The session's provider is the default one unless the person picked
+                // another; the default is what a new turn runs on.
+                let kind = s.shared().read_config(|c| {
+                    c.provider_named(None)
+                        .map(|(_, block)| block.kind.clone())
+                        .unwrap_or_default()
+                });
+                crate::skills::fit_model(&mut expanded, &kind);
+                Ok(expanded)
+            })
+            .await?,
+        ),
         Command::ListFiles(a) => CommandOutput::ListFiles(
             service
                 .list_files(&a.workspace, a.query.as_deref(), a.limit)

@@ -47,6 +47,7 @@ pub mod sandbox;
 pub mod server;
 pub mod service;
 pub mod session_index;
+pub mod skills;
 pub mod slots;
 pub mod store;
 pub mod subagents;

@@ -23,6 +23,7 @@ pub fn built_in() -> Vec<Profile> {
             disallowed_tools: Vec::new(),
             max_turns: None,
             isolation: None,
+            skills: None,
             instructions: instructions.into(),
             source: "built-in".into(),
             notices: Vec::new(),
@@ -125,15 +126,18 @@ fn read_profile(path: &Path, format: Format) -> Result<Profile, String> {
 /// A frontmatter value: a scalar, or a list (`[a, b]`, `- a` lines, or `a, b` for the
 /// tool lists Claude Code writes).
 #[derive(Debug, Clone, PartialEq)]
-enum Value {
+pub(crate) enum Value {
     Scalar(String),
     List(Vec<String>),
+    /// Indented `key: value` lines under a key (the Agent Skills `metadata:` block).
+    Map(Vec<(String, String)>),
 }
 
 impl Value {
-    fn list(&self) -> Vec<String> {
+    pub(crate) fn list(&self) -> Vec<String> {
         match self {
             Value::List(items) => items.clone(),
+            Value::Map(pairs) => pairs.iter().map(|(k, _)| k.clone()).collect(),
             Value::Scalar(text) => text
                 .split(',')
                 .map(|s| unquote(s.trim()))
@@ -142,15 +146,20 @@ impl Value {
         }
     }
 
-    fn scalar(&self) -> String {
+    pub(crate) fn scalar(&self) -> String {
         match self {
             Value::Scalar(text) => text.clone(),
             Value::List(items) => items.join(", "),
+            Value::Map(pairs) => pairs
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
         }
     }
 }
 
-fn unquote(text: &str) -> String {
+pub(crate) fn unquote(text: &str) -> String {
     let t = text.trim();
     if t.len() >= 2
         && ((t.starts_with('"') && t.ends_with('"')) || (t.starts_with('\'') && t.ends_with('\'')))
@@ -161,13 +170,14 @@ fn unquote(text: &str) -> String {
     }
 }
 
-/// Parses `---\nkey: value\n…\n---\nbody`. Only what profiles use: scalars, inline and
-/// block lists, and `|` / `>` blocks for long descriptions.
 /// Frontmatter fields (line, key, value), or where and why it does not parse.
-type Fields = Vec<(usize, String, Value)>;
-type ParseError = (usize, String);
+pub(crate) type Fields = Vec<(usize, String, Value)>;
+pub(crate) type ParseError = (usize, String);
 
-fn frontmatter(text: &str) -> Result<(Fields, String), ParseError> {
+/// Parses `---\nkey: value\n…\n---\nbody`. Only what profiles and skills use: scalars,
+/// inline and block lists, one level of `key: value` under a key, and `|` / `>` blocks
+/// for long descriptions. Text without frontmatter is all body.
+pub(crate) fn frontmatter(text: &str) -> Result<(Fields, String), ParseError> {
     let mut lines = text.lines().enumerate();
     match lines.next() {
         Some((_, first)) if first.trim() == "---" => {}
@@ -175,7 +185,7 @@ fn frontmatter(text: &str) -> Result<(Fields, String), ParseError> {
     }
     let mut fields: Vec<(usize, String, Value)> = Vec::new();
     let mut body_start = None;
-    let mut block: Option<(usize, String, Vec<String>, bool)> = None;
+    let mut block: Option<Block> = None;
     let all: Vec<(usize, &str)> = lines.collect();
     let mut i = 0;
     while i < all.len() {
@@ -185,27 +195,24 @@ fn frontmatter(text: &str) -> Result<(Fields, String), ParseError> {
             body_start = Some(index + 1);
             break;
         }
-        if let Some((_, _, items, literal)) = block.as_mut() {
+        if let Some(open) = block.as_mut() {
             if line.starts_with(' ') || line.starts_with('\t') || line.trim().is_empty() {
                 let item = line.trim();
-                if *literal {
-                    items.push(item.to_string());
+                if open.literal {
+                    open.items.push(item.to_string());
                 } else if let Some(rest) = item.strip_prefix("- ") {
-                    items.push(unquote(rest));
+                    open.items.push(unquote(rest));
                 } else if item == "-" || item.is_empty() {
+                } else if let Some((key, value)) = item.split_once(':') {
+                    open.pairs.push((key.trim().to_string(), unquote(value)));
                 } else {
                     return Err((number, format!("expected a list item, got {item:?}")));
                 }
                 i += 1;
                 continue;
             }
-            if let Some((line_no, key, items, literal)) = block.take() {
-                let value = if literal {
-                    Value::Scalar(items.join("\n").trim().to_string())
-                } else {
-                    Value::List(items)
-                };
-                fields.push((line_no, key, value));
+            if let Some(done) = block.take() {
+                fields.push(done.finish());
             }
         }
         if line.trim().is_empty() || line.trim_start().starts_with('#') {
@@ -221,9 +228,9 @@ fn frontmatter(text: &str) -> Result<(Fields, String), ParseError> {
         let key = key.trim().to_string();
         let rest = rest.trim();
         if rest.is_empty() {
-            block = Some((number, key, Vec::new(), false));
+            block = Some(Block::new(number, key, false));
         } else if rest == "|" || rest == ">" || rest == "|-" || rest == ">-" {
-            block = Some((number, key, Vec::new(), true));
+            block = Some(Block::new(number, key, true));
         } else if let Some(inner) = rest.strip_prefix('[') {
             let inner = inner.strip_suffix(']').ok_or((
                 number,
@@ -240,13 +247,8 @@ fn frontmatter(text: &str) -> Result<(Fields, String), ParseError> {
         }
         i += 1;
     }
-    if let Some((line_no, key, items, literal)) = block.take() {
-        let value = if literal {
-            Value::Scalar(items.join("\n").trim().to_string())
-        } else {
-            Value::List(items)
-        };
-        fields.push((line_no, key, value));
+    if let Some(done) = block.take() {
+        fields.push(done.finish());
     }
     let Some(start) = body_start else {
         return Err((1, "the frontmatter that opens with --- never closes".into()));
@@ -255,8 +257,41 @@ fn frontmatter(text: &str) -> Result<(Fields, String), ParseError> {
     Ok((fields, body.trim().to_string()))
 }
 
+/// A key whose value is on the indented lines below it.
+struct Block {
+    line: usize,
+    key: String,
+    items: Vec<String>,
+    pairs: Vec<(String, String)>,
+    /// `|` or `>`: the lines are text, not items.
+    literal: bool,
+}
+
+impl Block {
+    fn new(line: usize, key: String, literal: bool) -> Self {
+        Block {
+            line,
+            key,
+            items: Vec::new(),
+            pairs: Vec::new(),
+            literal,
+        }
+    }
+
+    fn finish(self) -> (usize, String, Value) {
+        let value = if self.literal {
+            Value::Scalar(self.items.join("\n").trim().to_string())
+        } else if !self.pairs.is_empty() && self.items.is_empty() {
+            Value::Map(self.pairs)
+        } else {
+            Value::List(self.items)
+        };
+        (self.line, self.key, value)
+    }
+}
+
 /// Claude Code's tool names, as ours.
-fn claude_tool(name: &str) -> Option<&'static str> {
+pub(crate) fn claude_tool(name: &str) -> Option<&'static str> {
     Some(match name {
         "Read" => "read_file",
         "Write" => "write_file",
@@ -266,12 +301,13 @@ fn claude_tool(name: &str) -> Option<&'static str> {
         "Glob" => "glob",
         "LS" => "list_dir",
         "Task" => "sub_agent",
+        "Skill" => "skill",
         _ => return None,
     })
 }
 
 /// Claude Code's model aliases, as model ids.
-fn claude_model(alias: &str) -> Option<String> {
+pub(crate) fn claude_model(alias: &str) -> Option<String> {
     match alias {
         "inherit" | "" => None,
         "sonnet" => Some("claude-sonnet-4-5".into()),
@@ -313,6 +349,8 @@ fn read_markdown(text: &str, format: Format, profile: &mut Profile) -> Result<()
                     profile.disallowed_tools = names;
                 }
             }
+            // The skills its sub-agents get (only these; `[]` for none).
+            "skills" => profile.skills = Some(value.list()),
             "isolation" => match value.scalar().as_str() {
                 "worktree" => profile.isolation = Some("worktree".into()),
                 "none" | "" => profile.isolation = None,

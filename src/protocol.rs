@@ -238,6 +238,15 @@ pub struct RunConfig {
 pub struct RuntimeSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// A model for this run only, on the session's provider (a custom command's `model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub model: Option<String>,
+    /// Only these tools for this run (a custom command's `allowed-tools`): what is offered
+    /// is narrowed, never widened, and approvals still ask as the person's policy says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub tools: Option<Vec<String>>,
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
 }
@@ -1131,6 +1140,8 @@ pub mod commands {
         set_mcp_server_enabled => SetMcpServerEnabled(SetMcpServerEnabled) -> Vec<McpServerInfo>;
         restart_mcp_server => RestartMcpServer(RestartMcpServer) -> Empty;
         trust_mcp_workspace => TrustMcpWorkspace(TrustMcpWorkspace) -> Vec<McpServerInfo>;
+        list_skills => ListSkills(ListSkills) -> SkillCatalog;
+        expand_command => ExpandCommand(ExpandCommand) -> ExpandedCommand;
     }
 }
 
@@ -1153,6 +1164,10 @@ pub struct Profile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional = nullable)]
     pub isolation: Option<String>,
+    /// The skills its agents get, by name (only these); `None`: every skill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub skills: Option<Vec<String>>,
     /// The profile's instructions (the file's body).
     pub instructions: String,
     /// Where it was read from (`built-in` for the built-in ones).
@@ -1173,6 +1188,7 @@ impl Profile {
             disallowed_tools: Vec::new(),
             max_turns: None,
             isolation: None,
+            skills: None,
             instructions: String::new(),
             source: source.to_string(),
             notices: Vec::new(),
@@ -1181,6 +1197,10 @@ impl Profile {
 
     /// Whether the profile lets its agent use `tool`.
     pub fn allows(&self, tool: &str) -> bool {
+        // A profile that names skills gives its agents the tool that loads them.
+        if tool == "skill" && self.skills.as_ref().is_some_and(|s| !s.is_empty()) {
+            return true;
+        }
         // An MCP server's name (`mcp__<server>`) stands for all of its tools.
         self.tools
             .as_ref()
@@ -1533,4 +1553,86 @@ pub struct InstructionFile {
     pub tokens_estimate: u64,
     /// Whether the cap cut it short.
     pub truncated: bool,
+}
+
+/// A skill (a folder with a `SKILL.md`) as `list_skills` and Settings show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct SkillInfo {
+    pub name: String,
+    pub description: String,
+    /// Its `SKILL.md`.
+    pub path: String,
+    /// `workspace` (a folder from the workspace up to the repository root) or `user`.
+    pub scope: String,
+    /// The folder it was found in (`.claude/skills` …), for "where it came from".
+    pub source: String,
+    /// The tools its `allowed-tools` names, as ours: shown, never granted.
+    pub allowed_tools: Vec<String>,
+    /// Other `SKILL.md` files of the same name, which this one hides.
+    pub shadowed: Vec<String>,
+}
+
+/// A custom command (a Markdown file in a `commands/` folder) as `list_skills` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct CustomCommandInfo {
+    pub name: String,
+    pub description: String,
+    /// What its argument is (`argument-hint`), for the completion list.
+    #[ts(optional = nullable)]
+    pub argument_hint: Option<String>,
+    /// The model its turn asks for (`model`).
+    #[ts(optional = nullable)]
+    pub model: Option<String>,
+    /// The only tools its turn is offered (`allowed-tools`, as ours); `None`: all.
+    #[ts(optional = nullable)]
+    pub allowed_tools: Option<Vec<String>>,
+    pub path: String,
+    pub scope: String,
+    pub source: String,
+    pub shadowed: Vec<String>,
+}
+
+/// Every skill and custom command one workspace sees, and what could not be read
+/// (`path:line: message`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct SkillCatalog {
+    pub skills: Vec<SkillInfo>,
+    pub commands: Vec<CustomCommandInfo>,
+    pub notices: Vec<String>,
+}
+
+/// What the person's `/name args` (or `$name` of a skill) became: the message to send,
+/// and the per-turn choices a command file asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct ExpandedCommand {
+    /// The message to submit.
+    pub content: String,
+    /// `command` or `skill`.
+    pub kind: String,
+    pub name: String,
+    #[ts(optional = nullable)]
+    pub model: Option<String>,
+    #[ts(optional = nullable)]
+    pub allowed_tools: Option<Vec<String>>,
+    /// What was ignored, to show the person (a model alias for another kind of server …).
+    pub notices: Vec<String>,
+}
+
+/// `list_skills`: the skills and custom commands of a workspace.
+#[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct ListSkills {
+    pub workspace: String,
+}
+
+/// `expand_command`: the person's line (`/name args`, or text naming `$skill`s).
+#[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct ExpandCommand {
+    pub workspace: String,
+    pub text: String,
 }

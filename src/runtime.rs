@@ -61,6 +61,8 @@ pub(crate) struct TurnRequest<'a> {
     /// The session's chosen provider and model (the model picker).
     pub provider: Option<&'a str>,
     pub model: Option<&'a str>,
+    /// The run's own choices (a custom command's `model` and `allowed-tools`).
+    pub choice: &'a crate::protocol::RuntimeSettings,
 }
 
 /// Bounds of one run.
@@ -360,7 +362,7 @@ impl Shared {
     }
 
     /// Where the person's own agent profiles live: `agents/` beside the config file.
-    fn user_dir(&self) -> Option<PathBuf> {
+    pub(crate) fn user_dir(&self) -> Option<PathBuf> {
         match &self.config_path {
             Some(path) => path.parent().map(Path::to_path_buf),
             None => dirs::config_dir().map(|d| d.join("bumblehive")),
@@ -407,8 +409,12 @@ impl Shared {
             .provider_named(wanted)
             .map_err(|err| err.to_string())?;
         let mut block = block.clone();
-        if let Some(model) = request
-            .model
+        // A custom command's choices are the person's for their own turn: a child does not
+        // inherit them with the run config.
+        let choice = Some(request.choice).filter(|_| request.depth == 0);
+        if let Some(model) = choice
+            .and_then(|c| c.model.as_deref())
+            .or(request.model)
             .or(profile.as_ref().and_then(|p| p.model.as_deref()))
         {
             block.model = model.to_string();
@@ -422,6 +428,12 @@ impl Shared {
         for tool in self.mcp.tools(request.workspace) {
             tools.register(tool);
         }
+        crate::skills::offer(
+            &mut tools,
+            request.workspace,
+            self.user_dir().as_deref(),
+            profile.as_ref(),
+        );
         if depth > 0 {
             if let Some(allowed) = &config.subagents.tools {
                 tools = tools.filtered(|name| crate::mcp::listed(allowed, name));
@@ -438,6 +450,10 @@ impl Shared {
         }
         if let Some(profile) = &profile {
             tools = tools.filtered(|name| profile.allows(name));
+        }
+        // Narrowed, never widened: approvals and `tools.policy` still apply to what is left.
+        if let Some(only) = choice.and_then(|c| c.tools.as_ref()) {
+            tools = tools.filtered(|name| crate::mcp::listed(only, name));
         }
         let policy = config.tools.policy.clone();
         // Tools switched off by policy are not offered; a call to one is refused anyway.

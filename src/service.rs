@@ -134,7 +134,7 @@ impl RuntimeService {
         })
     }
 
-    fn shared(&self) -> &Shared {
+    pub(crate) fn shared(&self) -> &Shared {
         &self.registry.shared
     }
 

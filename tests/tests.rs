@@ -81,3 +81,7 @@ mod undo;
 // MCP servers for real: server-everything from npm (stdio and streamable HTTP) and a small
 // server on the Python `mcp` SDK; approval, Stop, crashes, list_changed, workspace trust.
 mod mcp;
+
+// Agent Skills and custom commands: the list in the request, the skill loaded on use, its
+// script under approvals, a profile's skills, list_skills and expand_command (names start with skills_).
+mod skills;

@@ -137,6 +137,7 @@ async fn run(
         agent: meta.agent.as_deref(),
         provider: meta.provider.as_deref(),
         model: meta.model.as_deref(),
+        choice: &config.runtime,
     };
     // MCP servers start with the first run that can use them (nothing without any).
     let mcp_servers = ctl.shared.read_config(|c| c.mcp_servers.clone());

@@ -324,6 +324,17 @@ export function flowSteps(driver, ctx) {
       },
     ],
     [
+      'a custom command: /e2e-summary with an argument is completed, expanded and sent',
+      async () => {
+        await driver.type('[data-testid=prompt-input]', '/e2e-sum');
+        await waitFor('the workspace command in the slash menu', (s) => s.slash.includes('e2e-summary'));
+        await driver.type('[data-testid=prompt-input]', '/e2e-summary notes.txt');
+        await driver.click('[data-testid=send-button]');
+        // The model got the file's text with $1 filled in, not the /line.
+        await waitFor('the answer to the expanded command', (s) => says(s, 'assistant', 'Command seen: notes.txt.') && s.running === 'false');
+      },
+    ],
+    [
       'rename and search: a new title, then a session found by words of its messages',
       async () => {
         const s0 = await state();

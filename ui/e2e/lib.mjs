@@ -220,6 +220,9 @@ export function scratch(name, baseUrl) {
   const data = join(dir, 'data');
   mkdirSync(workspace);
   mkdirSync(data);
+  // A custom command of the workspace, for the /command step (#30).
+  mkdirSync(join(workspace, '.bumblehive', 'commands'), { recursive: true });
+  writeFileSync(join(workspace, '.bumblehive', 'commands', 'e2e-summary.md'), '---\ndescription: Summarise a file (e2e)\nargument-hint: FILE\n---\nCommand check: $1 was named.\n');
   const config = join(dir, 'config.json');
   writeFileSync(config, JSON.stringify({ provider: { kind: 'openai', base_url: baseUrl, model: 'm' } }, null, 2));
   scratches.add(dir);

@@ -98,6 +98,9 @@ export function decide(messages) {
   if (last.role === 'user' && lastText.includes('Link please')) {
     return { text: `The guide is at [the guide](${LINK_URL}).` };
   }
+  if (last.role === 'user' && lastText.includes('Command check:')) {
+    return { text: `Command seen: ${/Command check: (\S+)/.exec(lastText)?.[1] ?? 'nothing'}.` };
+  }
   if (last.role === 'user' && lastText.includes('Mention check')) {
     return { text: `Mention seen: ${lastText.includes(NOTES_CONTENT.trim()) ? 'yes' : 'no'}.` };
   }

@@ -9,17 +9,32 @@ export interface SlashCommand {
   reason?: string;
   /** Values its argument can take (`/agent explore`): offered as the person types. */
   choices?: { value: string; hint: string }[];
+  /** A custom command or a skill (from `list_skills`): picking it puts `/name ` in the field for its arguments. */
+  kind?: 'command' | 'skill';
+}
+
+/** The `$word` the caret is in (a skill named in a message), with where it starts. */
+export function skillAt(text: string, caret: number): { query: string; start: number } | null {
+  const before = text.slice(0, caret);
+  const match = /(^|\s)\$([\w.-]*)$/.exec(before);
+  if (!match) return null;
+  return { query: match[2], start: before.length - match[2].length - 1 };
+}
+
+/** Whether the text names one of `skills` as `$name` (Codex's way), outside a `/command`. */
+export function namesSkill(text: string, skills: string[]): boolean {
+  return skills.some((name) => new RegExp(`(^|\\s)\\$${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?![\\w-])`).test(text));
 }
 
 /** The word being typed when the text is a slash command (`/ne` → `ne`), else null. */
 export function slashQuery(text: string): string | null {
-  const match = /^\/([\w-]*)$/.exec(text);
+  const match = /^\/([\w.-]*)$/.exec(text);
   return match ? match[1].toLowerCase() : null;
 }
 
 /** The command a finished line names (`/new`, `/agent Reviewer`), else null. */
 export function parseSlash(text: string): { name: string; arg: string } | null {
-  const match = /^\/([\w-]+)(?:\s+(.*))?$/s.exec(text.trim());
+  const match = /^\/([\w.-]+)(?:\s+(.*))?$/s.exec(text.trim());
   return match ? { name: match[1].toLowerCase(), arg: (match[2] ?? '').trim() } : null;
 }
 
@@ -30,7 +45,7 @@ export function argumentQuery(text: string): { name: string; query: string } | n
 }
 
 export function matchCommands(commands: SlashCommand[], query: string): SlashCommand[] {
-  return commands.filter((c) => c.name.startsWith(query));
+  return commands.filter((c) => c.name.toLowerCase().startsWith(query));
 }
 
 /** The `@word` the caret is in, with where it starts: `look at @src/ma|` → `src/ma`. */

@@ -22,6 +22,8 @@ import type { SessionRef } from './bindings/SessionRef';
 import type { GetSession } from './bindings/GetSession';
 import type { Steered } from './bindings/Steered';
 import type { Submit } from './bindings/Submit';
+import type { RunConfig } from './bindings/RunConfig';
+import type { RuntimeSettings } from './bindings/RuntimeSettings';
 import type { ImagePart } from './bindings/ImagePart';
 import type { Submitted } from './bindings/Submitted';
 import { CommandError, toCommandError, type Platform, type StreamStatus } from './platform';
@@ -1073,8 +1075,9 @@ export class SessionModel {
 
   // ------------------------------------------------------------------ actions
 
-  async submit(content: string, images: ImagePart[] = []): Promise<void> {
-    const args: Submit = { session_id: this.sessionId, content, config: null };
+  /** `runtime`: this turn's own choices (a custom command's model and tools). */
+  async submit(content: string, images: ImagePart[] = [], runtime?: Partial<RuntimeSettings>): Promise<void> {
+    const args: Submit = { session_id: this.sessionId, content, config: runtime ? ({ runtime } as RunConfig) : null };
     if (images.length) args.images = images;
     const result: Submitted = await this.platform.invoke('submit', args);
     if (this.disposed) return;

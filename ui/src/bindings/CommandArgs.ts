@@ -4,6 +4,7 @@ import type { CheckWorkspace } from "./CheckWorkspace";
 import type { CreateSession } from "./CreateSession";
 import type { DecideApproval } from "./DecideApproval";
 import type { Empty } from "./Empty";
+import type { ExpandCommand } from "./ExpandCommand";
 import type { ForkSession } from "./ForkSession";
 import type { GetSession } from "./GetSession";
 import type { ListAgents } from "./ListAgents";
@@ -11,6 +12,7 @@ import type { ListFiles } from "./ListFiles";
 import type { ListFolders } from "./ListFolders";
 import type { ListMcpServers } from "./ListMcpServers";
 import type { ListSessions } from "./ListSessions";
+import type { ListSkills } from "./ListSkills";
 import type { MessageRef } from "./MessageRef";
 import type { RenameSession } from "./RenameSession";
 import type { RestartMcpServer } from "./RestartMcpServer";
@@ -29,4 +31,4 @@ import type { UpdateConfig } from "./UpdateConfig";
 /**
  * Each command's arguments, by name (TypeScript: `CommandArgs["submit"]`).
  */
-export type CommandArgs = { create_session: CreateSession, list_sessions: ListSessions, get_session: GetSession, delete_session: SessionRef, submit: Submit, cancel: SessionRef, resume_subagent: SessionRef, steer: MessageRef, discard: MessageRef, decide_approval: DecideApproval, snapshot: SessionRef, get_config: Empty, update_config: UpdateConfig, probe_providers: Empty, app_info: Empty, set_api_key: SetApiKey, rename_session: RenameSession, archive_session: ArchiveSession, search_sessions: SearchSessions, list_files: ListFiles, list_workspaces: Empty, list_folders: ListFolders, check_workspace: CheckWorkspace, set_model: SetModel, list_agents: ListAgents, compact: SessionRef, set_agent: SetAgent, test_provider: TestProvider, turn_changes: SessionRef, undo_turn: UndoTurn, fork_session: ForkSession, apply_worktree: SessionRef, discard_worktree: SessionRef, list_mcp_servers: ListMcpServers, set_mcp_server_enabled: SetMcpServerEnabled, restart_mcp_server: RestartMcpServer, trust_mcp_workspace: TrustMcpWorkspace, };
+export type CommandArgs = { create_session: CreateSession, list_sessions: ListSessions, get_session: GetSession, delete_session: SessionRef, submit: Submit, cancel: SessionRef, resume_subagent: SessionRef, steer: MessageRef, discard: MessageRef, decide_approval: DecideApproval, snapshot: SessionRef, get_config: Empty, update_config: UpdateConfig, probe_providers: Empty, app_info: Empty, set_api_key: SetApiKey, rename_session: RenameSession, archive_session: ArchiveSession, search_sessions: SearchSessions, list_files: ListFiles, list_workspaces: Empty, list_folders: ListFolders, check_workspace: CheckWorkspace, set_model: SetModel, list_agents: ListAgents, compact: SessionRef, set_agent: SetAgent, test_provider: TestProvider, turn_changes: SessionRef, undo_turn: UndoTurn, fork_session: ForkSession, apply_worktree: SessionRef, discard_worktree: SessionRef, list_mcp_servers: ListMcpServers, set_mcp_server_enabled: SetMcpServerEnabled, restart_mcp_server: RestartMcpServer, trust_mcp_workspace: TrustMcpWorkspace, list_skills: ListSkills, expand_command: ExpandCommand, };

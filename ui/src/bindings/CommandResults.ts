@@ -3,6 +3,7 @@ import type { AppInfo } from "./AppInfo";
 import type { Applied } from "./Applied";
 import type { CheckedWorkspace } from "./CheckedWorkspace";
 import type { Empty } from "./Empty";
+import type { ExpandedCommand } from "./ExpandedCommand";
 import type { FileList } from "./FileList";
 import type { FolderList } from "./FolderList";
 import type { Forked } from "./Forked";
@@ -12,6 +13,7 @@ import type { Profiles } from "./Profiles";
 import type { ProviderTest } from "./ProviderTest";
 import type { SessionInfo } from "./SessionInfo";
 import type { SessionWithMessages } from "./SessionWithMessages";
+import type { SkillCatalog } from "./SkillCatalog";
 import type { Snapshot } from "./Snapshot";
 import type { Steered } from "./Steered";
 import type { Submitted } from "./Submitted";
@@ -23,4 +25,4 @@ import type { JsonValue } from "./serde_json/JsonValue";
 /**
  * Each command's result, by name (TypeScript: `CommandResults["submit"]`).
  */
-export type CommandResults = { create_session: SessionInfo, list_sessions: Array<SessionInfo>, get_session: SessionWithMessages, delete_session: Empty, submit: Submitted, cancel: Empty, resume_subagent: Empty, steer: Steered, discard: Empty, decide_approval: Empty, snapshot: Snapshot, get_config: JsonValue, update_config: JsonValue, probe_providers: Array<FoundServer>, app_info: AppInfo, set_api_key: JsonValue, rename_session: SessionInfo, archive_session: SessionInfo, search_sessions: Array<SessionInfo>, list_files: FileList, list_workspaces: Array<WorkspaceInfo>, list_folders: FolderList, check_workspace: CheckedWorkspace, set_model: SessionInfo, list_agents: Profiles, compact: Empty, set_agent: SessionInfo, test_provider: ProviderTest, turn_changes: TurnChanges, undo_turn: UndoResult, fork_session: Forked, apply_worktree: Applied, discard_worktree: Empty, list_mcp_servers: Array<McpServerInfo>, set_mcp_server_enabled: Array<McpServerInfo>, restart_mcp_server: Empty, trust_mcp_workspace: Array<McpServerInfo>, };
+export type CommandResults = { create_session: SessionInfo, list_sessions: Array<SessionInfo>, get_session: SessionWithMessages, delete_session: Empty, submit: Submitted, cancel: Empty, resume_subagent: Empty, steer: Steered, discard: Empty, decide_approval: Empty, snapshot: Snapshot, get_config: JsonValue, update_config: JsonValue, probe_providers: Array<FoundServer>, app_info: AppInfo, set_api_key: JsonValue, rename_session: SessionInfo, archive_session: SessionInfo, search_sessions: Array<SessionInfo>, list_files: FileList, list_workspaces: Array<WorkspaceInfo>, list_folders: FolderList, check_workspace: CheckedWorkspace, set_model: SessionInfo, list_agents: Profiles, compact: Empty, set_agent: SessionInfo, test_provider: ProviderTest, turn_changes: TurnChanges, undo_turn: UndoResult, fork_session: Forked, apply_worktree: Applied, discard_worktree: Empty, list_mcp_servers: Array<McpServerInfo>, set_mcp_server_enabled: Array<McpServerInfo>, restart_mcp_server: Empty, trust_mcp_workspace: Array<McpServerInfo>, list_skills: SkillCatalog, expand_command: ExpandedCommand, };

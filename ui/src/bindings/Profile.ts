@@ -25,6 +25,10 @@ max_turns: number | null,
  */
 isolation?: string | null, 
 /**
+ * The skills its agents get, by name (only these); `None`: every skill.
+ */
+skills?: Array<string> | null, 
+/**
  * The profile's instructions (the file's body).
  */
 instructions: string, 

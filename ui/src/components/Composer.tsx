@@ -1,6 +1,6 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { argumentQuery, insertMention, matchCommands, mentionAt, parseSlash, slashQuery, type SlashCommand } from '../commands';
+import { argumentQuery, insertMention, matchCommands, mentionAt, parseSlash, skillAt, slashQuery, type SlashCommand } from '../commands';
 import { fencedBlock, fileKind, imageRefusal, imageSrc, isBinaryText, MAX_TEXT_CHARS, readBase64, readText, type Attachment } from '../attachments';
 import type { ImagePart } from '../bindings/ImagePart';
 import { toCommandError } from '../platform';
@@ -40,6 +40,8 @@ export function Composer(props: {
   const area = useRef<HTMLTextAreaElement>(null);
   const [choice, setChoice] = useState(0);
   const [mention, setMention] = useState<{ query: string; start: number; files: string[] } | null>(null);
+  /** The `$skill` being typed, with where it starts (skills complete like files). */
+  const [dollar, setDollar] = useState<{ query: string; start: number } | null>(null);
   const mentionSeq = useRef(0);
   const [attachments, setAttachments] = useState<Attachment[]>([]);
   const attached = useRef(0);
@@ -65,8 +67,12 @@ export function Composer(props: {
   const typingArg = argumentQuery(text);
   const argCommand = typingArg ? commands.find((c) => c.name === typingArg.name && c.available && c.choices?.length) : undefined;
   const argMatches = argCommand && typingArg ? argCommand.choices!.filter((c) => c.value.toLowerCase().startsWith(typingArg.query)) : [];
+  const skillMatches = dollar ? commands.filter((c) => c.kind === 'skill' && c.name.toLowerCase().startsWith(dollar.query.toLowerCase())).slice(0, 8) : [];
+  const inline = mention != null || skillMatches.length > 0;
   const menu: { key: string; label: string; hint: string; disabled: boolean; pick: () => void }[] = mention
     ? mention.files.map((f) => ({ key: f, label: `@${f}`, hint: '', disabled: false, pick: () => pickMention(f) }))
+    : skillMatches.length
+      ? skillMatches.map((c) => ({ key: c.name, label: `$${c.name}`, hint: c.description, disabled: false, pick: () => pickSkill(c.name) }))
     : argCommand
       ? argMatches.map((c) => ({ key: c.value, label: `/${argCommand.name} ${c.value}`, hint: c.hint, disabled: false, pick: () => runCommand(argCommand.name, c.value) }))
       : matches.map((c) => ({
@@ -74,8 +80,28 @@ export function Composer(props: {
         label: `/${c.name}`,
         hint: c.available ? c.description : c.reason ? `${c.description} (${c.reason})` : `${c.description} (coming)`,
         disabled: !c.available,
-        pick: () => runCommand(c.name, ''),
+        // A custom command or a skill takes its arguments in the field: picking it only names it.
+        pick: () => (c.kind ? insertCommand(c.name) : runCommand(c.name, '')),
       }));
+
+  const insertCommand = (name: string) => {
+    setText(`/${name} `);
+    requestAnimationFrame(() => area.current?.focus());
+  };
+
+  const pickSkill = (name: string) => {
+    const el = area.current;
+    if (!dollar || !el) return;
+    const next = insertMention(text, dollar.start, el.selectionStart ?? text.length, name);
+    // insertMention writes `@name `: the same edit with `$`.
+    const written = next.text.slice(0, dollar.start) + '$' + next.text.slice(dollar.start + 1);
+    setText(written);
+    setDollar(null);
+    requestAnimationFrame(() => {
+      el.focus();
+      el.setSelectionRange(next.caret, next.caret);
+    });
+  };
 
   const runCommand = (name: string, arg: string) => {
     const command = commands.find((c) => c.name === name);
@@ -229,7 +255,8 @@ export function Composer(props: {
     const images = attachments.map((a) => a.image);
     if ((!content.trim() && !images.length) || sending || props.disabled) return;
     const slash = commands.length ? parseSlash(content) : null;
-    if (slash && commands.some((c) => c.name === slash.name)) return runCommand(slash.name, slash.arg);
+    const named = slash ? commands.find((c) => c.name.toLowerCase() === slash.name) : undefined;
+    if (slash && named) return runCommand(named.name, slash.arg);
     setSending(true);
     setError(null);
     try {
@@ -268,15 +295,16 @@ export function Composer(props: {
     if (menu.length && !bareArg && (e.key === 'Tab' || (e.key === 'Enter' && !e.shiftKey && !e.isComposing))) {
       const item = menu[Math.min(choice, menu.length - 1)];
       e.preventDefault();
-      if (mention) item.pick();
+      if (inline) item.pick();
       else if (e.key === 'Tab') setText(argCommand ? item.label : `${item.label} `);
       else item.pick();
       return;
     }
-    if (e.key === 'Escape' && (mention || matches.length || argMatches.length)) {
+    if (e.key === 'Escape' && (mention || skillMatches.length || matches.length || argMatches.length)) {
       e.preventDefault();
       e.stopPropagation();
       setMention(null);
+      setDollar(null);
       if (matches.length || argMatches.length) setText('');
       return;
     }
@@ -324,7 +352,7 @@ export function Composer(props: {
         </div>
       )}
       {menu.length > 0 && (
-        <ul class="composer-menu" role="listbox" data-testid={mention ? 'mention-menu' : argCommand ? 'argument-menu' : 'slash-menu'}>
+        <ul class="composer-menu" role="listbox" data-testid={mention ? 'mention-menu' : skillMatches.length ? 'skill-menu' : argCommand ? 'argument-menu' : 'slash-menu'}>
           {menu.map((item, i) => (
             <li key={item.key}>
               <button
@@ -332,7 +360,7 @@ export function Composer(props: {
                 role="option"
                 aria-selected={i === choice}
                 class={`${i === choice ? 'active' : ''} ${item.disabled ? 'coming' : ''}`}
-                data-testid={mention ? 'mention-item' : argCommand ? 'argument-item' : 'slash-item'}
+                data-testid={mention ? 'mention-item' : skillMatches.length ? 'skill-item' : argCommand ? 'argument-item' : 'slash-item'}
                 data-name={item.key}
                 onMouseDown={(e) => e.preventDefault()}
                 onClick={item.pick}
@@ -358,6 +386,7 @@ export function Composer(props: {
             setText(el.value);
             setChoice(0);
             updateMention(el.value, el.selectionStart ?? el.value.length);
+            setDollar(skillAt(el.value, el.selectionStart ?? el.value.length));
           }}
           onKeyDown={onKeyDown}
           onPaste={onPaste}

@@ -21,7 +21,12 @@ import { Progress } from './Progress';
 import { Icon, type IconName } from './Icon';
 import { NeedsBadge } from './Sidebar';
 import { Meter } from './StatusLine';
-import type { SlashCommand } from '../commands';
+import { namesSkill, type SlashCommand } from '../commands';
+import type { SkillCatalog } from '../bindings/SkillCatalog';
+import type { ListSkills } from '../bindings/ListSkills';
+import type { ExpandCommand } from '../bindings/ExpandCommand';
+import type { ExpandedCommand } from '../bindings/ExpandedCommand';
+import type { RuntimeSettings } from '../bindings/RuntimeSettings';
 import type { ImagePart } from '../bindings/ImagePart';
 import type { Profiles } from '../bindings/Profiles';
 import type { ListAgents } from '../bindings/ListAgents';
@@ -59,6 +64,36 @@ export const SLASH_COMMANDS: SlashCommand[] = [
   { name: 'model', description: 'Choose the model for this session', available: true },
   { name: 'agent', description: 'Run this session as a profile: /agent NAME, /agent none; /agent lists them', available: true },
 ];
+
+/**
+ * The composer's entries for a workspace's custom commands and skills (`list_skills`), after
+ * the built-in ones: a built-in name wins over a file's, a command's over a skill's.
+ */
+export function customCommands(catalog: SkillCatalog | null, builtIn: SlashCommand[]): SlashCommand[] {
+  if (!catalog) return [];
+  const taken = new Set(builtIn.map((c) => c.name));
+  const out: SlashCommand[] = [];
+  for (const c of catalog.commands) {
+    if (taken.has(c.name)) continue;
+    taken.add(c.name);
+    const hint = c.argument_hint ? ` (${c.argument_hint})` : '';
+    out.push({ name: c.name, description: `${c.description}${hint}`, available: true, kind: 'command' });
+  }
+  for (const s of catalog.skills) {
+    if (taken.has(s.name)) continue;
+    taken.add(s.name);
+    out.push({ name: s.name, description: `skill: ${s.description}`, available: true, kind: 'skill' });
+  }
+  return out;
+}
+
+/** The per-turn choices a command file asks for, as the run config's `runtime`. */
+function turnChoice(expanded: ExpandedCommand): Partial<RuntimeSettings> | undefined {
+  const runtime: Partial<RuntimeSettings> = {};
+  if (expanded.model) runtime.model = expanded.model;
+  if (expanded.allowed_tools) runtime.tools = expanded.allowed_tools;
+  return Object.keys(runtime).length ? runtime : undefined;
+}
 
 /** What `/agent` alone answers: the profiles, and the one this session runs as. */
 export function describeProfiles(profiles: Profiles, current: string | null): string {
@@ -394,6 +429,29 @@ export function SessionPane(props: {
     // Only for completing names; /agent reads them again and shows any error.
     loadProfiles().catch(() => undefined);
   }, [platform, props.workspace]);
+  const [catalog, setCatalog] = useState<SkillCatalog | null>(null);
+  useEffect(() => {
+    setCatalog(null);
+    const args: ListSkills = { workspace: props.workspace };
+    // Only for completion: a backend without skills offers none.
+    platform.invoke('list_skills', args).then((found: SkillCatalog) => setCatalog(found), () => undefined);
+  }, [platform, props.workspace]);
+  const expand = async (text: string): Promise<ExpandedCommand> => {
+    const args: ExpandCommand = { workspace: props.workspace, text };
+    return platform.invoke('expand_command', args);
+  };
+  const skillNames = (catalog?.skills ?? []).map((s) => s.name);
+  /** `/name args` of a custom command or a skill: sent as what it expands to, with its choices for that turn. */
+  const runCustom = async (name: string, arg: string): Promise<string | void> => {
+    const expanded = await expand(arg ? `/${name} ${arg}` : `/${name}`);
+    await send(expanded.content, [], turnChoice(expanded));
+    if (expanded.notices.length) return expanded.notices.join('\n');
+  };
+  /** A message naming `$skill`s goes with their instructions. */
+  const sendTyped = async (text: string, images: ImagePart[]) => {
+    if (namesSkill(text, skillNames)) return send((await expand(text)).content, images);
+    return send(text, images);
+  };
   const agent = agentChoice ? agentChoice.agent : (sessionInfo?.agent ?? null);
   const runAgent = async (arg: string): Promise<string> => {
     if (!arg) return describeProfiles(await loadProfiles(), agent);
@@ -414,15 +472,17 @@ export function SessionPane(props: {
     callbacks.current.onSessionsChanged();
     return name ? `This session runs as “${name}” from its next turn.` : 'This session runs as no profile from its next turn.';
   };
+  const custom = customCommands(catalog, SLASH_COMMANDS);
   const composerProps = {
-    commands: SLASH_COMMANDS.map((c) =>
+    commands: [...SLASH_COMMANDS.map((c) =>
       c.name === 'model'
         ? { ...c, available: canPick, reason: canPick ? undefined : 'one model server is configured; name more under "providers" in the config' }
         : c.name === 'agent'
           ? { ...c, choices: [...(profiles?.profiles ?? []).map((p) => ({ value: p.name, hint: p.description })), { value: 'none', hint: 'run as no profile' }] }
           : c,
-    ),
+    ), ...custom],
     onCommand: (name: string, arg: string) => {
+      if (custom.some((c) => c.name === name)) return runCustom(name, arg);
       if (name === 'agent') return runAgent(arg);
       if (name === 'new' || name === 'clear') callbacks.current.onNew?.();
       // Its error shows in the composer, like a failed send.
@@ -450,14 +510,14 @@ export function SessionPane(props: {
     ),
   };
 
-  const send = async (text: string, images: ImagePart[]) => {
+  const send = async (text: string, images: ImagePart[], runtime?: Partial<RuntimeSettings>) => {
     if (props.needsSetup) {
       // Nothing is configured: sending would only fail after retries. Set up first; the
       // text stays in the composer.
       props.onOpenSettings?.();
       throw new CommandError('setup', 'Choose a model first: the set-up opened. Your message is kept; send it once a model is chosen.');
     }
-    if (model) return model.submit(text, images);
+    if (model) return model.submit(text, images, runtime);
     // A new conversation: the session is created with the first message.
     const title = text.trim().split('\n')[0].slice(0, 60) || (images.length ? 'Image' : 'New conversation');
     const args: CreateSession = { workspace: props.workspace, title };
@@ -474,7 +534,7 @@ export function SessionPane(props: {
     callbacks.current.onCreated(info.session_id);
     // Send only once the new session's events reach us, or they could be missed.
     await created.whenStreaming();
-    await created.submit(text, images);
+    await created.submit(text, images, runtime);
   };
 
   if (!model || !state) {
@@ -491,7 +551,7 @@ export function SessionPane(props: {
             <p>Ask the agent about the files in this workspace. It can delegate pieces of work to sub-agents that run in their own tabs.</p>
           </div>
         </div>
-        <Composer running={false} onSend={send} onStop={async () => undefined} autoFocus {...composerProps} />
+        <Composer running={false} onSend={sendTyped} onStop={async () => undefined} autoFocus {...composerProps} />
       </div>
     );
   }
@@ -652,7 +712,7 @@ export function SessionPane(props: {
             onResumeAll={() => model.steerAll()}
             onDiscard={(id) => model.discard(id)}
           />
-          <Composer running={state.running} onSend={send} onStop={() => model.cancel()} autoFocus draft={draft} {...composerProps} />
+          <Composer running={state.running} onSend={sendTyped} onStop={() => model.cancel()} autoFocus draft={draft} {...composerProps} />
         </>
       )}
     </div>

@@ -4,6 +4,7 @@ import { toCommandError, type Platform, type ProbeResult } from '../platform';
 import { ErrorBox } from './ErrorBox';
 import { ModelServers } from './ModelServers';
 import { McpServers } from './McpServers';
+import { SkillsList } from './SkillsList';
 
 export interface ProviderForm {
   kind: 'openai' | 'anthropic';
@@ -271,6 +272,7 @@ export function Settings(props: {
           />
         )}
         {!props.welcome && <McpServers platform={platform} workspace={props.workspace ?? null} />}
+        {!props.welcome && <SkillsList platform={platform} workspace={props.workspace ?? null} />}
         {form && (
           <form
             class="settings-form"
