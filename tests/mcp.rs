@@ -1186,3 +1186,89 @@ async fn mcp_disabling_a_running_server_stops_it_now_and_its_tools_go() {
     );
     fx.shutdown().await;
 }
+
+/// tests/mcp-servers/raw_server.py (Python's standard library only) in `mode`, writing
+/// its marks (pid per start, `stalled`) into `marks`.
+fn raw_server(marks: &Path, mode: &str) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp-servers/raw_server.py");
+    json!({"command": "python3", "args": [script],
+           "env": {"MARK_DIR": marks, "MODE": mode}})
+}
+
+/// The pids the raw server wrote, one per start.
+fn raw_pids(marks: &Path) -> Vec<i32> {
+    std::fs::read_to_string(marks.join("pid"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+/// Waits (bounded) until the process is gone (or a zombie).
+async fn wait_gone(pid: i32) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    // SAFETY: signal 0 only asks whether the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 && !is_zombie(pid) {
+        assert!(tokio::time::Instant::now() < deadline, "{pid} still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Review R6: a server that sends `tools/list_changed` and then never answers the
+/// `tools/list` that follows must not wedge its supervisor: Restart still starts it anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_restart_works_while_a_server_stalls_after_tools_list_changed() {
+    let marks = tempfile::tempdir().unwrap();
+    let fx = Fixture::new(
+        json!({"mcp_servers": {"stall": raw_server(marks.path(), "stall_after_changed")}}),
+        Arc::new(|_| text("ok")),
+    )
+    .await;
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "start it").await;
+    result_of(&mut events, &id).await;
+    // The refresh after list_changed has reached the server, which does not answer it.
+    wait_file(&marks.path().join("stalled")).await;
+    let first = raw_pids(marks.path());
+    assert_eq!(first.len(), 1, "{first:?}");
+    std::fs::remove_file(marks.path().join("stalled")).unwrap();
+    fx.command("restart_mcp_server", json!({"name": "stall"}))
+        .await;
+    let list = wait_servers(&fx, None, |list| {
+        list[0]["state"] == "ready" && raw_pids(marks.path()).len() == 2
+    })
+    .await;
+    assert_eq!(list[0]["tools"][0]["name"], "peek", "{list}");
+    wait_gone(first[0]).await;
+    // The new process stalls the same way; the manager still stops it.
+    wait_file(&marks.path().join("stalled")).await;
+    tokio::time::timeout(WAIT, fx.shutdown())
+        .await
+        .expect("shutdown did not return");
+    for pid in raw_pids(marks.path()) {
+        wait_gone(pid).await;
+    }
+}
+
+/// Review R6: shutdown returns (and stops the process) while a supervisor waits for a
+/// `tools/list` answer that never comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_shutdown_returns_while_a_server_stalls_after_tools_list_changed() {
+    let marks = tempfile::tempdir().unwrap();
+    let fx = Fixture::new(
+        json!({"mcp_servers": {"stall": raw_server(marks.path(), "stall_after_changed")}}),
+        Arc::new(|_| text("ok")),
+    )
+    .await;
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "start it").await;
+    result_of(&mut events, &id).await;
+    wait_file(&marks.path().join("stalled")).await;
+    // Well under WAIT: the bound is the manager's, not this test's.
+    tokio::time::timeout(Duration::from_secs(10), fx.shutdown())
+        .await
+        .expect("shutdown did not return within 10 s");
+    for pid in raw_pids(marks.path()) {
+        wait_gone(pid).await;
+    }
+}

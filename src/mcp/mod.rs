@@ -449,12 +449,31 @@ impl McpManager {
         for server in &servers {
             server.stop.cancel();
         }
-        for server in servers {
-            let handle = server.task.lock().unwrap_or_else(|p| p.into_inner()).take();
-            if let Some(handle) = handle {
-                let _ = handle.await;
+        let handles: Vec<_> = servers
+            .iter()
+            .filter_map(|server| server.task.lock().unwrap_or_else(|p| p.into_inner()).take())
+            .collect();
+        stop_all(handles).await;
+    }
+}
+
+/// How long a stopping supervisor may take (closing its connection waits up to 2 s for
+/// the server to go) before it is aborted, which kills its process group all the same.
+const SUPERVISOR_STOP: Duration = Duration::from_secs(5);
+
+/// Waits for supervisors that were told to stop, together, up to [`SUPERVISOR_STOP`];
+/// the ones still running then are aborted (a stop must never wait on a server).
+async fn stop_all(mut handles: Vec<tokio::task::JoinHandle<()>>) {
+    let all = futures::future::join_all(handles.iter_mut());
+    if tokio::time::timeout(SUPERVISOR_STOP, all).await.is_err() {
+        for handle in &handles {
+            if !handle.is_finished() {
+                tracing::warn!("an MCP supervisor did not stop in time; aborting it");
+                handle.abort();
             }
         }
+        // Aborted tasks end at their next poll; their connections' Drop kills the servers.
+        let _ = futures::future::join_all(handles).await;
     }
 }
 
@@ -544,6 +563,88 @@ async fn endpoint(server: &Server) -> Result<Endpoint, String> {
     })
 }
 
+/// A tool-list refresh after `tools/list_changed`, bounded by the start-up timeout.
+type Refresh = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<
+                    Result<Vec<ToolInfo>, client::ClientError>,
+                    tokio::time::error::Elapsed,
+                >,
+            > + Send,
+    >,
+>;
+
+/// Serves a ready server until it stops (`None`), exits (`Some(false)`) or is asked to
+/// restart (`Some(true)`). A `tools/list_changed` refresh runs beside the other events,
+/// never inside one of them (review R6): a server that announces a change and then does
+/// not answer `tools/list` must not keep stop, restart or its own exit from being seen.
+async fn serve_ready(
+    server: &Server,
+    connection: &client::Connection,
+    peer: &Peer,
+    server_info: &Option<String>,
+    changed: &mut mpsc::UnboundedReceiver<()>,
+) -> Option<bool> {
+    let name = &server.key.name;
+    let mut refresh: Option<Refresh> = None;
+    // A change announced while a refresh is in flight: that answer may predate it, so
+    // one more refresh follows.
+    let mut again = false;
+    let start_refresh = || -> Refresh {
+        let peer = peer.clone();
+        let limit = server.config.startup_timeout();
+        Box::pin(async move { tokio::time::timeout(limit, peer.list_tools()).await })
+    };
+    loop {
+        tokio::select! {
+            _ = server.stop.cancelled() => return None,
+            _ = connection.closed() => return Some(false),
+            _ = server.restart.notified() => {
+                tracing::info!(server = %name, "MCP server restarting (asked)");
+                return Some(true);
+            }
+            Some(()) = changed.recv() => {
+                if refresh.is_some() {
+                    again = true;
+                } else {
+                    refresh = Some(start_refresh());
+                }
+            }
+            listed = async {
+                match refresh.as_mut() {
+                    Some(pending) => pending.await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                refresh = again.then(start_refresh);
+                again = false;
+                match listed {
+                    Ok(Ok(tools)) => {
+                        tracing::info!(server = %name, tools = tools.len(), "MCP tools changed");
+                        server.set(
+                            Phase::Ready {
+                                peer: peer.clone(),
+                                tools,
+                                server_info: server_info.clone(),
+                            },
+                            false,
+                        );
+                    }
+                    // The old list stays: calls may still work, and a crash is still seen.
+                    Ok(Err(err)) => {
+                        tracing::warn!(server = %name, "listing changed tools failed: {err}")
+                    }
+                    Err(_) => tracing::warn!(
+                        server = %name,
+                        "listing changed tools timed out; keeping the old list"
+                    ),
+                }
+            }
+        }
+    }
+}
+
 /// Runs one server for as long as it is wanted: start, serve, restart after a crash.
 async fn supervise(server: Arc<Server>) {
     let name = server.key.name.clone();
@@ -580,8 +681,16 @@ async fn supervise(server: Arc<Server>) {
             Ok(connection) => {
                 let peer = connection.peer();
                 let server_info = connection.server_info();
-                let listed =
-                    tokio::time::timeout(server.config.startup_timeout(), peer.list_tools()).await;
+                // Bounded, and cancellable by stop: a server that never answers its first
+                // `tools/list` must not hold up a shutdown for the start-up timeout.
+                let listed = tokio::select! {
+                    listed = tokio::time::timeout(server.config.startup_timeout(), peer.list_tools()) => listed,
+                    _ = server.stop.cancelled() => {
+                        connection.close().await;
+                        server.set(Phase::Stopped, false);
+                        return;
+                    }
+                };
                 match listed {
                     Ok(Ok(tools)) => {
                         failures = 0;
@@ -594,31 +703,14 @@ async fn supervise(server: Arc<Server>) {
                             },
                             false,
                         );
-                        let mut restarted = false;
-                        loop {
-                            tokio::select! {
-                                _ = server.stop.cancelled() => {
-                                    connection.close().await;
-                                    server.set(Phase::Stopped, false);
-                                    return;
-                                }
-                                _ = connection.closed() => break,
-                                _ = server.restart.notified() => {
-                                    tracing::info!(server = %name, "MCP server restarting (asked)");
-                                    restarted = true;
-                                    break;
-                                }
-                                Some(()) = changed.recv() => {
-                                    match peer.list_tools().await {
-                                        Ok(tools) => {
-                                            tracing::info!(server = %name, tools = tools.len(), "MCP tools changed");
-                                            server.set(Phase::Ready { peer: peer.clone(), tools, server_info: server_info.clone() }, false);
-                                        }
-                                        Err(err) => tracing::warn!(server = %name, "listing changed tools failed: {err}"),
-                                    }
-                                }
-                            }
-                        }
+                        let restarted =
+                            serve_ready(&server, &connection, &peer, &server_info, &mut changed)
+                                .await;
+                        let Some(restarted) = restarted else {
+                            connection.close().await;
+                            server.set(Phase::Stopped, false);
+                            return;
+                        };
                         if restarted {
                             connection.close().await;
                             // Straight back to the top: a fresh start, no backoff.
