@@ -27,6 +27,10 @@ pub struct Config {
     /// MCP servers (issue #15), each as an entry of `.mcp.json`'s `mcpServers`.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub mcp_servers: std::collections::BTreeMap<String, crate::mcp::McpServerConfig>,
+    /// How the runtime treats workspace `.mcp.json` servers (idle stop, the variables
+    /// they may read).
+    #[serde(skip_serializing_if = "crate::mcp::config::McpSettingsConfig::is_default")]
+    pub mcp: crate::mcp::config::McpSettingsConfig,
     /// Bounds of every run (a profile's `max_turns` overrides `max_steps` for its children).
     pub limits: LimitsConfig,
 }

@@ -1272,3 +1272,91 @@ async fn mcp_shutdown_returns_while_a_server_stalls_after_tools_list_changed() {
         wait_gone(pid).await;
     }
 }
+
+/// Writes `<workspace>/.mcp.json` with one raw server called `name`, trusts it, and runs
+/// one turn of a new session there; returns the session and its events.
+async fn turn_in_workspace(
+    fx: &Fixture,
+    workspace: &Path,
+    name: &str,
+    marks: &Path,
+) -> (String, Subscription) {
+    std::fs::create_dir_all(workspace).unwrap();
+    let file = json!({"mcpServers": {name: raw_server(marks, "plain")}});
+    std::fs::write(workspace.join(".mcp.json"), file.to_string()).unwrap();
+    fx.command(
+        "trust_mcp_workspace",
+        json!({"workspace": workspace, "allow": true}),
+    )
+    .await;
+    let info = fx
+        .service
+        .create_session(workspace.to_str().unwrap(), None)
+        .unwrap();
+    let controller = fx.service.controller(&info.session_id).unwrap();
+    let (mut events, _) = controller.subscribe();
+    fx.submit(&info.session_id, "use it").await;
+    result_of(&mut events, &info.session_id).await;
+    (info.session_id, events)
+}
+
+/// Review R9: the servers of workspaces no turn uses any more stop after
+/// `mcp.workspace_idle_stop_sec`, and start again with the next turn there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_workspace_servers_stop_when_idle_and_start_again_with_the_next_turn() {
+    let fx = Fixture::new(
+        json!({"mcp": {"workspace_idle_stop_sec": 1}}),
+        Arc::new(|_| text("ok")),
+    )
+    .await;
+    let mut marks = Vec::new();
+    let mut sessions = Vec::new();
+    for n in 0..3 {
+        let mark = tempfile::tempdir().unwrap();
+        let ws = fx.root.join(format!("project-{n}"));
+        sessions.push(turn_in_workspace(&fx, &ws, "notes", mark.path()).await);
+        let tools = tool_names(&fx.mock.requests().pop().unwrap());
+        assert!(tools.contains(&"mcp__notes__peek".to_string()), "{tools:?}");
+        marks.push((mark, ws));
+    }
+    // Nobody uses them now: every process goes, none is left per visited workspace.
+    for (mark, _) in &marks {
+        let pids = raw_pids(mark.path());
+        assert_eq!(pids.len(), 1, "{pids:?}");
+        wait_gone(pids[0]).await;
+    }
+    // The next turn in the first workspace starts its server again, and offers its tools.
+    let (id, events) = &mut sessions[0];
+    fx.submit(id, "again").await;
+    result_of(events, id).await;
+    let tools = tool_names(&fx.mock.requests().pop().unwrap());
+    assert!(tools.contains(&"mcp__notes__peek".to_string()), "{tools:?}");
+    assert_eq!(raw_pids(marks[0].0.path()).len(), 2);
+    for (mark, _) in &marks[1..] {
+        assert_eq!(
+            raw_pids(mark.path()).len(),
+            1,
+            "only the used one restarted"
+        );
+    }
+    tokio::time::timeout(WAIT, fx.shutdown()).await.unwrap();
+}
+
+/// Review R9: a trust answer stops the workspace's running servers it replaces (they
+/// used to leave the list and keep their process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_refusing_a_trusted_workspace_stops_its_running_server() {
+    let fx = Fixture::new(json!({}), Arc::new(|_| text("ok"))).await;
+    let mark = tempfile::tempdir().unwrap();
+    let ws = fx.ws.clone();
+    turn_in_workspace(&fx, &ws, "notes", mark.path()).await;
+    let pids = raw_pids(mark.path());
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    fx.command(
+        "trust_mcp_workspace",
+        json!({"workspace": ws, "allow": false}),
+    )
+    .await;
+    wait_gone(pids[0]).await;
+    tokio::time::timeout(WAIT, fx.shutdown()).await.unwrap();
+}

@@ -45,6 +45,33 @@ pub struct McpServerConfig {
     pub allow_read_only: Option<bool>,
 }
 
+/// The config's `mcp` block: rules for servers of workspace `.mcp.json` files, which the
+/// repository (not the person) wrote.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpSettingsConfig {
+    /// Seconds a workspace's servers keep running after the last turn or call that used
+    /// them (default 600); they start again with the next turn there. Each visited
+    /// workspace would otherwise keep a process per server until the app quits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace_idle_stop_sec: Option<f64>,
+    /// The only environment variables a workspace `.mcp.json` may read with `${VAR}`
+    /// (never a provider's key, even when listed). A repository's file must not be able
+    /// to hand the person's secrets to a program or URL it chose.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workspace_env: Vec<String>,
+}
+
+impl McpSettingsConfig {
+    pub fn is_default(&self) -> bool {
+        *self == McpSettingsConfig::default()
+    }
+
+    pub fn workspace_idle_stop(&self) -> Duration {
+        seconds(self.workspace_idle_stop_sec, 600.0)
+    }
+}
+
 /// How a server is reached, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Transport {

@@ -7,8 +7,9 @@ pub mod trust;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -65,8 +66,13 @@ struct Server {
     /// stale retry wake-up never restarts a healthy server.
     restart: Notify,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// Our environment variables a stdio server does not inherit (the providers' keys).
-    hidden_env: Arc<Mutex<Vec<String>>>,
+    /// The manager's [`McpSettings`], as the last `prepare` read them.
+    settings: Arc<Mutex<McpSettings>>,
+    /// When a turn or a call last used it: a workspace server idle for longer than
+    /// `mcp.workspace_idle_stop_sec` is stopped (review R9).
+    last_used: Mutex<Instant>,
+    /// Calls in flight: a server is never idle during one, however long it takes.
+    calls: AtomicUsize,
 }
 
 impl Server {
@@ -96,29 +102,127 @@ impl Server {
     fn tool_timeout(&self) -> Duration {
         self.config.tool_timeout()
     }
+
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// Marks a call in flight until the guard is dropped.
+    fn in_call(self: &Arc<Self>) -> CallGuard {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.touch();
+        CallGuard(self.clone())
+    }
+
+    /// A workspace server whose supervisor runs and that nothing used for `idle`.
+    fn idle_for(&self, idle: Duration) -> bool {
+        self.key.workspace.is_some()
+            && !self.task_is_none()
+            // A slow start is not idleness: the turn that wants it waits for it.
+            && !matches!(self.state.borrow().phase, Phase::Starting)
+            && self.calls.load(Ordering::SeqCst) == 0
+            && self
+                .last_used
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .elapsed()
+                >= idle
+    }
+}
+
+/// See [`Server::in_call`].
+struct CallGuard(Arc<Server>);
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.calls.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What `prepare` reads from the config (only when there are servers at all).
+#[derive(Debug, Clone, Default)]
+pub struct McpSettings {
+    /// Our environment variables a stdio server does not inherit (the providers' keys).
+    pub hidden_env: Vec<String>,
+    /// `tools.policy`: no workspace server may take a tool name one of its entries covers.
+    pub policy: BTreeMap<String, ToolPolicy>,
+    /// `mcp.workspace_env`: the variables a workspace `.mcp.json` may read.
+    pub workspace_env: Vec<String>,
+    /// `mcp.workspace_idle_stop_sec`.
+    pub idle_stop: Duration,
+}
+
+type Servers = Arc<Mutex<BTreeMap<Key, Arc<Server>>>>;
+
+fn lock_servers(servers: &Servers) -> std::sync::MutexGuard<'_, BTreeMap<Key, Arc<Server>>> {
+    servers.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Stops the workspace servers nothing used for `idle`; the next turn in their
+/// workspace starts them again (its `prepare` finds no entry and makes one).
+fn reap_idle(servers: &Servers, idle: Duration) {
+    let mut servers = lock_servers(servers);
+    let idle_keys: Vec<Key> = servers
+        .iter()
+        .filter(|(_, server)| server.idle_for(idle))
+        .map(|(key, _)| key.clone())
+        .collect();
+    for key in idle_keys {
+        if let Some(server) = servers.remove(&key) {
+            tracing::info!(server = %key.name, workspace = ?key.workspace, "MCP server idle; stopping it");
+            server.stop.cancel();
+        }
+    }
 }
 
 /// Every MCP server of the runtime.
 pub struct McpManager {
     data_dir: PathBuf,
-    servers: Mutex<BTreeMap<Key, Arc<Server>>>,
+    servers: Servers,
     root: CancellationToken,
-    /// See [`Server::hidden_env`]; refreshed by every `prepare` that has servers.
-    hidden_env: Arc<Mutex<Vec<String>>>,
+    /// Refreshed by every `prepare` that has servers.
+    settings: Arc<Mutex<McpSettings>>,
+    /// Stops idle workspace servers; started with the first workspace server.
+    reaper: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl McpManager {
     pub fn new(data_dir: PathBuf, root: CancellationToken) -> Self {
         McpManager {
             data_dir,
-            servers: Mutex::new(BTreeMap::new()),
+            servers: Arc::default(),
             root,
-            hidden_env: Arc::default(),
+            settings: Arc::default(),
+            reaper: Mutex::new(None),
         }
     }
 
     fn servers(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Arc<Server>>> {
-        self.servers.lock().unwrap_or_else(|p| p.into_inner())
+        lock_servers(&self.servers)
+    }
+
+    /// Starts the reaper of idle workspace servers unless it runs already.
+    fn ensure_reaper(&self) {
+        let mut reaper = self.reaper.lock().unwrap_or_else(|p| p.into_inner());
+        if reaper.as_ref().is_some_and(|task| !task.is_finished()) {
+            return;
+        }
+        let servers = self.servers.clone();
+        let settings = self.settings.clone();
+        let root = self.root.clone();
+        *reaper = Some(tokio::spawn(async move {
+            loop {
+                let idle = settings.lock().unwrap_or_else(|p| p.into_inner()).idle_stop;
+                // Stops within a quarter of the idle time of its end; never a busy loop.
+                let tick = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+                tokio::select! {
+                    _ = tokio::time::sleep(tick) => {}
+                    _ = root.cancelled() => return,
+                }
+                reap_idle(&servers, idle);
+            }
+        }));
     }
 
     /// The servers a workspace's sessions use, with the config each runs with: the
@@ -179,12 +283,12 @@ impl McpManager {
         configured: &BTreeMap<String, McpServerConfig>,
         workspace: &Path,
         cancel: &CancellationToken,
-        hidden_env: impl FnOnce() -> Vec<String>,
+        settings: impl FnOnce() -> McpSettings,
     ) -> Vec<String> {
         if configured.is_empty() && !workspace.join(".mcp.json").exists() {
             return Vec::new();
         }
-        *self.hidden_env.lock().unwrap_or_else(|p| p.into_inner()) = hidden_env();
+        *self.settings.lock().unwrap_or_else(|p| p.into_inner()) = settings();
         let wanted = self.wanted(configured, workspace);
         let untrusted: Vec<String> = wanted
             .iter()
@@ -221,6 +325,11 @@ impl McpManager {
                         server
                     }
                 };
+                // This turn uses it: the idle clock starts again.
+                server.touch();
+                if key_is_workspace(&server.key) {
+                    self.ensure_reaper();
+                }
                 let status = server.status();
                 match status.phase {
                     Phase::Failed { crashed: true, .. } => {
@@ -269,7 +378,9 @@ impl McpManager {
             kick: Notify::new(),
             restart: Notify::new(),
             task: Mutex::new(None),
-            hidden_env: self.hidden_env.clone(),
+            settings: self.settings.clone(),
+            last_used: Mutex::new(Instant::now()),
+            calls: AtomicUsize::new(0),
         });
         if !waiting {
             let handle = tokio::spawn(supervise(server.clone()));
@@ -295,6 +406,7 @@ impl McpManager {
             let Phase::Ready { tools: listed, .. } = server.status().phase else {
                 continue;
             };
+            server.touch();
             for info in listed {
                 let name = tool_name(&server.key.name, &info.name);
                 if !names.insert(name.clone()) {
@@ -436,9 +548,20 @@ impl McpManager {
         let file = config::workspace_file(workspace)
             .ok_or_else(|| format!("{} has no .mcp.json", workspace.display()))?;
         trust::record(&self.data_dir, workspace, &file.sha256, allow)?;
-        // Entries waiting for trust are rebuilt by the next prepare.
-        self.servers()
-            .retain(|key, _| key.workspace.as_deref() != Some(workspace));
+        // Every entry of the workspace is rebuilt by the next prepare, from the answer;
+        // the running ones stop now (review R9: a removed entry that kept its process
+        // was listed, restarted and shut down by nobody).
+        let mut servers = self.servers();
+        let keys: Vec<Key> = servers
+            .keys()
+            .filter(|key| key.workspace.as_deref() == Some(workspace))
+            .cloned()
+            .collect();
+        for key in keys {
+            if let Some(server) = servers.remove(&key) {
+                server.stop.cancel();
+            }
+        }
         Ok(())
     }
 
@@ -477,6 +600,10 @@ async fn stop_all(mut handles: Vec<tokio::task::JoinHandle<()>>) {
     }
 }
 
+fn key_is_workspace(key: &Key) -> bool {
+    key.workspace.is_some()
+}
+
 impl Server {
     fn task_is_none(&self) -> bool {
         self.task
@@ -494,9 +621,25 @@ pub fn policy_for(policy: &BTreeMap<String, ToolPolicy>, tool: &str) -> Option<T
     })
 }
 
+/// What `prepare` needs from the config (see [`McpSettings`]).
+pub fn settings(config: &crate::config::Config) -> McpSettings {
+    McpSettings {
+        hidden_env: provider_keys(config),
+        policy: config.tools.policy.clone(),
+        workspace_env: config.mcp.workspace_env.clone(),
+        idle_stop: config.mcp.workspace_idle_stop(),
+    }
+}
+
+/// The same as [`settings`], under the name `controller/run.rs` calls it by (it used to
+/// return only the hidden variables).
+pub fn provider_key_env(config: &crate::config::Config) -> McpSettings {
+    settings(config)
+}
+
 /// The variables that hold the configured providers' keys (and the usual ones): stdio
 /// servers do not inherit them.
-pub fn provider_key_env(config: &crate::config::Config) -> Vec<String> {
+fn provider_keys(config: &crate::config::Config) -> Vec<String> {
     let mut names = crate::tools::secret_env(&config.provider);
     for block in config.providers.values() {
         for name in crate::tools::secret_env(block) {
@@ -551,9 +694,10 @@ async fn endpoint(server: &Server) -> Result<Endpoint, String> {
             cwd,
             // An entry's own `env` may still pass one on by name (`${OPENAI_API_KEY}`).
             remove_env: server
-                .hidden_env
+                .settings
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
+                .hidden_env
                 .clone(),
         },
         config::Transport::Http { url, headers } => Endpoint::Http {

@@ -108,6 +108,8 @@ impl Tool for McpTool {
                 "arguments must be an object".into(),
             ));
         };
+        // In flight: the idle reaper leaves the server alone until the call ends.
+        let _in_call = self.server.in_call();
         let timeout = self.server.tool_timeout();
         // Dropping the call (Stop, timeout) sends `notifications/cancelled` to the server.
         let result = tokio::select! {
