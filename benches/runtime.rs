@@ -995,6 +995,7 @@ async fn mcp(base: &Path, runs: usize, calls: usize) {
         env: Vec::new(),
         cwd: None,
         remove_env: Vec::new(),
+        clear_env: false,
     };
     let connection =
         bumblehive::mcp::client::connect("bare", endpoint, Duration::from_secs(30), tx)

@@ -58,6 +58,9 @@ struct Status {
 struct Server {
     key: Key,
     config: McpServerConfig,
+    /// The trust digest a workspace server was trusted with: checked again before each
+    /// start, so a program a command edited never runs unasked (security review 7).
+    trusted: Option<String>,
     state: watch::Sender<Status>,
     stop: CancellationToken,
     /// Wakes a supervisor that waits to retry (a turn wants it, or the person restarts it).
@@ -185,6 +188,9 @@ pub struct McpManager {
     settings: Arc<Mutex<McpSettings>>,
     /// Stops idle workspace servers; started with the first workspace server.
     reaper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Per workspace, the trust digest the last listing showed: a trust answer is for
+    /// that content, even if the file was swapped between the listing and the click.
+    shown: Mutex<BTreeMap<PathBuf, String>>,
 }
 
 impl McpManager {
@@ -195,6 +201,7 @@ impl McpManager {
             root,
             settings: Arc::default(),
             reaper: Mutex::new(None),
+            shown: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -232,8 +239,9 @@ impl McpManager {
         &self,
         configured: &BTreeMap<String, McpServerConfig>,
         workspace: &Path,
-    ) -> Vec<(Key, Option<McpServerConfig>)> {
-        let mut wanted: Vec<(Key, Option<McpServerConfig>)> = configured
+    ) -> Vec<(Key, Option<McpServerConfig>, Option<String>)> {
+        let policy = self.policy();
+        let mut wanted: Vec<(Key, Option<McpServerConfig>, Option<String>)> = configured
             .iter()
             .filter(|(_, c)| c.enabled())
             .map(|(name, c)| {
@@ -243,6 +251,7 @@ impl McpManager {
                         name: name.clone(),
                     },
                     Some(c.clone()),
+                    None,
                 )
             })
             .collect();
@@ -259,11 +268,19 @@ impl McpManager {
                         {
                             continue;
                         }
+                        if let Some(reason) = name_refused(name, configured, &policy) {
+                            tracing::warn!("{}: {reason}", file.path.display());
+                            continue;
+                        }
                         let key = Key {
                             workspace: Some(workspace.to_path_buf()),
                             name: name.clone(),
                         };
-                        wanted.push((key, trusted.then(|| server.clone())));
+                        wanted.push((
+                            key,
+                            trusted.then(|| server.clone()),
+                            trusted.then(|| file.sha256.clone()),
+                        ));
                     }
                 }
                 Err(err) => tracing::warn!("{err}"),
@@ -292,8 +309,8 @@ impl McpManager {
         let wanted = self.wanted(configured, workspace);
         let untrusted: Vec<String> = wanted
             .iter()
-            .filter(|(key, config)| key.workspace.is_some() && config.is_none())
-            .map(|(key, _)| key.name.clone())
+            .filter(|(key, config, _)| key.workspace.is_some() && config.is_none())
+            .map(|(key, _, _)| key.name.clone())
             .collect();
         let mut waits = Vec::new();
         {
@@ -305,22 +322,26 @@ impl McpManager {
                 .cloned()
                 .collect();
             for key in scope_keys {
-                if !wanted.iter().any(|(k, _)| *k == key) {
+                if !wanted.iter().any(|(k, _, _)| *k == key) {
                     if let Some(old) = servers.remove(&key) {
                         old.stop.cancel();
                     }
                 }
             }
-            for (key, config) in wanted {
+            for (key, config, trusted) in wanted {
                 let existing = servers.get(&key).cloned();
                 let server = match (existing, config) {
                     (Some(server), None) if server.task_is_none() => server,
-                    (Some(server), Some(config)) if server.config == config => server,
+                    (Some(server), Some(config))
+                        if server.config == config && server.trusted == trusted =>
+                    {
+                        server
+                    }
                     (old, config) => {
                         if let Some(old) = old {
                             old.stop.cancel();
                         }
-                        let server = self.spawn(key.clone(), config);
+                        let server = self.spawn(key.clone(), config, trusted);
                         servers.insert(key, server.clone());
                         server
                     }
@@ -360,11 +381,17 @@ impl McpManager {
     }
 
     /// A server entry and its supervisor (`None` config: waiting for trust, no process).
-    fn spawn(&self, key: Key, config: Option<McpServerConfig>) -> Arc<Server> {
+    fn spawn(
+        &self,
+        key: Key,
+        config: Option<McpServerConfig>,
+        trusted: Option<String>,
+    ) -> Arc<Server> {
         let waiting = config.is_none();
         let server = Arc::new(Server {
             key,
             config: config.unwrap_or_default(),
+            trusted,
             state: watch::channel(Status {
                 generation: 0,
                 phase: if waiting {
@@ -391,6 +418,7 @@ impl McpManager {
 
     /// The tools of the ready servers a run in `workspace` uses.
     pub fn tools(&self, workspace: &Path) -> Vec<Arc<dyn Tool>> {
+        let policy = self.policy();
         let servers = self.servers();
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
         let mut names = std::collections::HashSet::new();
@@ -409,6 +437,13 @@ impl McpManager {
             server.touch();
             for info in listed {
                 let name = tool_name(&server.key.name, &info.name);
+                // Config servers come first (their keys sort first), so a workspace
+                // server never takes a config server's tool name; nor one the person's
+                // policy names (security review 12).
+                if server.key.workspace.is_some() && policy_for(&policy, &name).is_some() {
+                    tracing::warn!(server = %server.key.name, "the workspace tool {name} is left out: tools.policy names it");
+                    continue;
+                }
                 if !names.insert(name.clone()) {
                     tracing::warn!(server = %server.key.name, tool = %info.name, "two MCP tools share the name {name}; the second is left out");
                     continue;
@@ -425,9 +460,16 @@ impl McpManager {
         configured: &BTreeMap<String, McpServerConfig>,
         workspace: Option<&Path>,
     ) -> Vec<McpServerInfo> {
+        let policy = self.policy();
+        let settings = self
+            .settings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let servers = self.servers();
         let mut out = Vec::new();
         let describe = |key: Key, config: &McpServerConfig, enabled: bool| {
+            let key_workspace = key.workspace.clone();
             let status = servers.get(&key).map(|s| s.status());
             let (state, error, tools, server_info) = match status.map(|s| s.phase) {
                 _ if !enabled => (McpServerState::Disabled, None, Vec::new(), None),
@@ -465,6 +507,8 @@ impl McpManager {
                 state,
                 error,
                 server_info,
+                launch: Some(launch_of(config, key_workspace.as_deref(), &settings)),
+                trust_sha256: None,
             }
         };
         for (name, config) in configured {
@@ -477,12 +521,18 @@ impl McpManager {
         if let Some(workspace) = workspace {
             if let Some(file) = config::workspace_file(workspace) {
                 let trusted = trust::decision(&self.data_dir, workspace, &file.sha256);
+                self.shown
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(workspace.to_path_buf(), file.sha256.clone());
                 match file.servers {
                     Ok(listed) => {
                         for (name, config) in listed {
                             if configured.contains_key(&name) {
                                 continue;
                             }
+                            let refused = name_refused(&name, configured, &policy);
+                            let files = file.programs.get(&name).cloned().unwrap_or_default();
                             let key = Key {
                                 workspace: Some(workspace.to_path_buf()),
                                 name,
@@ -493,6 +543,20 @@ impl McpManager {
                             if !known && trusted.is_none() && enabled {
                                 info.state = McpServerState::WaitingForTrust;
                             }
+                            if let Some(reason) = refused {
+                                info.state = McpServerState::Failed;
+                                info.error = Some(reason);
+                            }
+                            if let Some(launch) = info.launch.as_mut() {
+                                launch.program_files = files
+                                    .into_iter()
+                                    .map(|f| crate::protocol::McpProgramFile {
+                                        path: f.path.display().to_string(),
+                                        sha256: f.sha256,
+                                    })
+                                    .collect();
+                            }
+                            info.trust_sha256 = Some(file.sha256.clone());
                             out.push(info);
                         }
                     }
@@ -505,6 +569,8 @@ impl McpManager {
                         error: Some(message),
                         tools: Vec::new(),
                         server_info: None,
+                        launch: None,
+                        trust_sha256: Some(file.sha256.clone()),
                     }),
                 }
             }
@@ -547,7 +613,16 @@ impl McpManager {
     pub fn trust(&self, workspace: &Path, allow: bool) -> Result<(), String> {
         let file = config::workspace_file(workspace)
             .ok_or_else(|| format!("{} has no .mcp.json", workspace.display()))?;
-        trust::record(&self.data_dir, workspace, &file.sha256, allow)?;
+        // What the person was shown, not what the file holds now: a file swapped after
+        // the listing does not match the answer, so it is asked about again.
+        let shown = self
+            .shown
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(workspace)
+            .cloned()
+            .unwrap_or(file.sha256);
+        trust::record(&self.data_dir, workspace, &shown, allow)?;
         // Every entry of the workspace is rebuilt by the next prepare, from the answer;
         // the running ones stop now (review R9: a removed entry that kept its process
         // was listed, restarted and shut down by nobody).
@@ -597,6 +672,117 @@ async fn stop_all(mut handles: Vec<tokio::task::JoinHandle<()>>) {
         }
         // Aborted tasks end at their next poll; their connections' Drop kills the servers.
         let _ = futures::future::join_all(handles).await;
+    }
+}
+
+impl McpManager {
+    fn policy(&self) -> BTreeMap<String, ToolPolicy> {
+        self.settings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .policy
+            .clone()
+    }
+}
+
+/// Why a workspace server may not run under this name, if it may not (security review
+/// 12): its tools would be named like a config server's (`docs.` and `docs` are both
+/// `mcp__docs__*`), or like tools the person's `tools.policy` decides for.
+fn name_refused(
+    name: &str,
+    configured: &BTreeMap<String, McpServerConfig>,
+    policy: &BTreeMap<String, ToolPolicy>,
+) -> Option<String> {
+    let sanitised = config::sanitise(name);
+    if let Some(other) = configured
+        .keys()
+        .find(|other| config::sanitise(other) == sanitised)
+    {
+        return Some(format!(
+            "the workspace server {name:?} is not started: its tools would be named like those of your config's server {other:?} (mcp__{sanitised}); rename it in .mcp.json"
+        ));
+    }
+    if let Some(entry) = policy
+        .keys()
+        .find(|entry| server_of_tool(entry) == Some(sanitised.as_str()))
+    {
+        return Some(format!(
+            "the workspace server {name:?} is not started: your tools.policy entry {entry:?} is for tools of that name; rename it in .mcp.json, or move it to your config's mcp_servers"
+        ));
+    }
+    None
+}
+
+/// How an entry starts, for the person (see [`crate::protocol::McpLaunch`]).
+fn launch_of(
+    server: &McpServerConfig,
+    workspace: Option<&Path>,
+    settings: &McpSettings,
+) -> crate::protocol::McpLaunch {
+    let show = |values: &BTreeMap<String, String>| -> Vec<String> {
+        values
+            .iter()
+            .map(|(name, value)| {
+                if config::literal(value) {
+                    name.clone()
+                } else {
+                    format!("{name}={value}")
+                }
+            })
+            .collect()
+    };
+    let mut notes = Vec::new();
+    if let Some(workspace) = workspace {
+        if server.allow_read_only.is_some() {
+            notes.push(
+                "allow_read_only is ignored in a workspace .mcp.json: every call asks".into(),
+            );
+        }
+        for (name, value) in server.env.iter().chain(&server.headers) {
+            if let Some(reason) = config::workspace_value_refused(
+                name,
+                value,
+                &settings.workspace_env,
+                &settings.hidden_env,
+            ) {
+                notes.push(format!("it will not start: {reason}"));
+            }
+        }
+        if server.url.is_none() {
+            notes.push(format!(
+                "it runs outside the sandbox in {}, with files a command there can change",
+                server
+                    .cwd
+                    .as_ref()
+                    .map_or(workspace.to_path_buf(), |cwd| workspace.join(cwd))
+                    .display()
+            ));
+        }
+    }
+    crate::protocol::McpLaunch {
+        command: server.command.iter().chain(&server.args).cloned().collect(),
+        cwd: server.cwd.clone(),
+        url: server.url.clone(),
+        env: show(&server.env),
+        headers: show(&server.headers),
+        program_files: Vec::new(),
+        notes,
+    }
+}
+
+/// Whether `workspace`'s `.mcp.json` (with its program files) still has this trust
+/// digest; the error says that it changed.
+pub fn check_trust_digest(workspace: &str, sha256: &str) -> Result<(), String> {
+    let path = Path::new(workspace);
+    let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let now = config::workspace_file(&path).map(|file| file.sha256);
+    if now.as_deref() == Some(sha256) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}'s .mcp.json or a program it runs changed since it was shown; look at it again",
+            path.display()
+        ))
     }
 }
 
@@ -658,53 +844,93 @@ pub fn listed(list: &[String], tool: &str) -> bool {
             .is_some_and(|server| list.iter().any(|t| *t == format!("mcp__{server}")))
 }
 
-/// Fills in `${VAR}` and `keyring:` references of a server's env and headers.
+/// Fills in `${VAR}` and `keyring:` references of a server's env and headers. A
+/// workspace server (the repository's entry, security review 8) gets no keyring entry,
+/// only the variables `mcp.workspace_env` lists (never a provider's key), and inherits
+/// only the basic environment commands get, not every secret the app was started with.
 async fn endpoint(server: &Server) -> Result<Endpoint, String> {
-    let base = server
-        .key
-        .workspace
+    let workspace = server.key.workspace.clone();
+    let base = workspace
         .clone()
         .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
-    let resolve = |values: BTreeMap<String, String>| async move {
-        let mut out = Vec::new();
-        for (name, value) in values {
-            let filled = match config::secret_ref(&value) {
-                config::SecretRef::Keyring(entry) => crate::providers::read_secret(entry)
-                    .await
-                    .map_err(|err| format!("{name}: {err}"))?,
-                config::SecretRef::Text(text) => {
-                    config::expand_env(text, |var| std::env::var(var).ok())
-                        .map_err(|err| format!("{name}: {err}"))?
-                }
-            };
-            out.push((name, filled));
-        }
-        Ok::<_, String>(out)
-    };
+    let settings = server
+        .settings
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let rules = workspace.is_some().then_some(&settings);
     Ok(match server.config.transport(&base)? {
         config::Transport::Stdio {
             command,
             args,
             env,
             cwd,
-        } => Endpoint::Stdio {
-            command,
-            args,
-            env: resolve(env).await?,
-            cwd,
-            // An entry's own `env` may still pass one on by name (`${OPENAI_API_KEY}`).
-            remove_env: server
-                .settings
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .hidden_env
-                .clone(),
-        },
+        } => {
+            let own = resolve(env, rules).await?;
+            let (env, clear_env) = match rules {
+                None => (own, false),
+                Some(rules) => {
+                    let mut inherited: Vec<(String, String)> = std::env::vars()
+                        .filter(|(name, _)| {
+                            (crate::sandbox::BASE_ENV.contains(&name.as_str())
+                                || name.starts_with("LC_")
+                                || rules.workspace_env.contains(name))
+                                && !rules.hidden_env.contains(name)
+                        })
+                        .collect();
+                    inherited.extend(own);
+                    (inherited, true)
+                }
+            };
+            Endpoint::Stdio {
+                command,
+                args,
+                env,
+                // A workspace's server runs in the workspace (as other clients run
+                // project servers), so its relative paths are the ones trusted.
+                cwd: cwd.or(workspace),
+                // A config entry's own `env` may still pass one on by name
+                // (`${OPENAI_API_KEY}`).
+                remove_env: settings.hidden_env.clone(),
+                clear_env,
+            }
+        }
         config::Transport::Http { url, headers } => Endpoint::Http {
             url,
-            headers: resolve(headers).await?,
+            headers: resolve(headers, rules).await?,
         },
     })
+}
+
+/// `values` with their references filled in; `rules` for a workspace server's entry.
+async fn resolve(
+    values: BTreeMap<String, String>,
+    rules: Option<&McpSettings>,
+) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (name, value) in values {
+        if let Some(rules) = rules {
+            if let Some(reason) = config::workspace_value_refused(
+                &name,
+                &value,
+                &rules.workspace_env,
+                &rules.hidden_env,
+            ) {
+                return Err(reason);
+            }
+        }
+        let filled = match config::secret_ref(&value) {
+            config::SecretRef::Keyring(entry) => crate::providers::read_secret(entry)
+                .await
+                .map_err(|err| format!("{name}: {err}"))?,
+            config::SecretRef::Text(text) => {
+                config::expand_env(text, |var| std::env::var(var).ok())
+                    .map_err(|err| format!("{name}: {err}"))?
+            }
+        };
+        out.push((name, filled));
+    }
+    Ok(out)
 }
 
 /// A tool-list refresh after `tools/list_changed`, bounded by the start-up timeout.
@@ -789,11 +1015,27 @@ async fn serve_ready(
     }
 }
 
+/// A workspace server's `.mcp.json` and program files are as they were trusted (checked
+/// before every start: a crash, a restart, a command that edited its script).
+fn still_trusted(server: &Server) -> bool {
+    match (&server.key.workspace, &server.trusted) {
+        (Some(workspace), Some(trusted)) => {
+            config::workspace_file(workspace).is_some_and(|file| file.sha256 == *trusted)
+        }
+        _ => true,
+    }
+}
+
 /// Runs one server for as long as it is wanted: start, serve, restart after a crash.
 async fn supervise(server: Arc<Server>) {
     let name = server.key.name.clone();
     let mut failures: u32 = 0;
     loop {
+        if !still_trusted(&server) {
+            tracing::warn!(server = %name, "the .mcp.json or a program it runs changed since it was trusted; asking again");
+            server.set(Phase::WaitingForTrust, true);
+            return;
+        }
         server.set(Phase::Starting, true);
         let (changed_tx, mut changed) = mpsc::unbounded_channel();
         let started = async {
