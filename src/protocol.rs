@@ -1017,6 +1017,10 @@ pub mod commands {
         pub skipped: Vec<String>,
         /// The turn's changes were undone.
         pub undone: bool,
+        /// Its undo history was cleared to keep the checkpoint store within its bound:
+        /// it can no longer be shown or undone.
+        #[serde(default)]
+        pub pruned: bool,
     }
 
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
