@@ -897,7 +897,14 @@ async fn mcp(base: &Path, runs: usize, calls: usize) {
         let cancel = Default::default();
         let started = Instant::now();
         for _ in 0..10_000 {
-            let _ = manager.prepare(&empty, &workspace, &cancel, Vec::new).await;
+            let _ = manager
+                .prepare(
+                    &empty,
+                    &workspace,
+                    &cancel,
+                    bumblehive::mcp::McpSettings::default,
+                )
+                .await;
         }
         println!(
             "mcp: prepare with no server configured: {:.2} µs per run",
@@ -958,7 +965,14 @@ async fn mcp(base: &Path, runs: usize, calls: usize) {
     let manager = bumblehive::mcp::McpManager::new(root.join("calls"), Default::default());
     let cancel = tokio_util::sync::CancellationToken::new();
     let one: std::collections::BTreeMap<_, _> = servers.clone().into_iter().take(1).collect();
-    let _ = manager.prepare(&one, &workspace, &cancel, Vec::new).await;
+    let _ = manager
+        .prepare(
+            &one,
+            &workspace,
+            &cancel,
+            bumblehive::mcp::McpSettings::default,
+        )
+        .await;
     let mut registry = bumblehive::tools::ToolRegistry::default();
     for tool in manager.tools(&workspace) {
         registry.register(tool);
@@ -981,6 +995,7 @@ async fn mcp(base: &Path, runs: usize, calls: usize) {
         env: Vec::new(),
         cwd: None,
         remove_env: Vec::new(),
+        clear_env: false,
     };
     let connection =
         bumblehive::mcp::client::connect("bare", endpoint, Duration::from_secs(30), tx)

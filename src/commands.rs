@@ -234,6 +234,11 @@ pub async fn execute(
         }
         Command::TrustMcpWorkspace(a) => CommandOutput::TrustMcpWorkspace(
             blocking(service, move |s| {
+                // The answer is for what the person was shown (security review 6).
+                if let Some(sha256) = &a.sha256 {
+                    crate::mcp::check_trust_digest(&a.workspace, sha256)
+                        .map_err(crate::error::RuntimeError::InvalidArgument)?;
+                }
                 s.trust_mcp_workspace(&a.workspace, a.allow)
             })
             .await?,

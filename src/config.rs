@@ -27,8 +27,47 @@ pub struct Config {
     /// MCP servers (issue #15), each as an entry of `.mcp.json`'s `mcpServers`.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub mcp_servers: std::collections::BTreeMap<String, crate::mcp::McpServerConfig>,
+    /// How the runtime treats workspace `.mcp.json` servers (idle stop, the variables
+    /// they may read).
+    #[serde(skip_serializing_if = "crate::mcp::config::McpSettingsConfig::is_default")]
+    pub mcp: crate::mcp::config::McpSettingsConfig,
+    /// The bound of each workspace's undo history (review R8).
+    #[serde(skip_serializing_if = "CheckpointsConfig::is_default")]
+    pub checkpoints: CheckpointsConfig,
     /// Bounds of every run (a profile's `max_turns` overrides `max_steps` for its children).
     pub limits: LimitsConfig,
+}
+
+/// `checkpoints` in the config: past `max_store_mb` (a workspace's shadow store) or
+/// `max_age_days` (a record's age), the oldest undo records lose their snapshots.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckpointsConfig {
+    pub max_store_mb: u64,
+    pub max_age_days: u64,
+}
+
+impl Default for CheckpointsConfig {
+    fn default() -> Self {
+        CheckpointsConfig {
+            max_store_mb: 1024,
+            max_age_days: 30,
+        }
+    }
+}
+
+impl CheckpointsConfig {
+    pub fn is_default(&self) -> bool {
+        *self == CheckpointsConfig::default()
+    }
+
+    /// What [`crate::checkpoints::Checkpoints::set_limits`] takes.
+    pub fn limits(&self) -> crate::checkpoints::StoreLimits {
+        crate::checkpoints::StoreLimits {
+            max_bytes: self.max_store_mb.saturating_mul(1024 * 1024),
+            max_age: std::time::Duration::from_secs(self.max_age_days.saturating_mul(24 * 3600)),
+        }
+    }
 }
 
 /// `limits` in the config: how far one run may go on its own.

@@ -449,7 +449,17 @@ async fn run_once(
     controller.submit(prompt, None)?;
     // Done when nothing runs and every sub-agent's report has been delivered.
     service.wait_idle().await;
-    service.shutdown().await;
+    // Bounded as in `serve`: a server or task that does not stop must not keep the
+    // command from exiting (review R6).
+    if tokio::time::timeout(SERVICE_STOP, service.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "runs did not stop within {} s; exiting anyway",
+            SERVICE_STOP.as_secs()
+        );
+    }
     done.cancel();
     let failed = printer.await.unwrap_or(true) || controller.is_paused();
     Ok(if failed { 1 } else { 0 })

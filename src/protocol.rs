@@ -878,6 +878,11 @@ pub mod commands {
     pub struct TrustMcpWorkspace {
         pub workspace: String,
         pub allow: bool,
+        /// The `trust_sha256` the listing showed: refused if the file or a program it
+        /// runs changed since (security review 6).
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub sha256: Option<String>,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
@@ -1026,6 +1031,10 @@ pub mod commands {
         pub skipped: Vec<String>,
         /// The turn's changes were undone.
         pub undone: bool,
+        /// Its undo history was cleared to keep the checkpoint store within its bound:
+        /// it can no longer be shown or undone.
+        #[serde(default)]
+        pub pruned: bool,
     }
 
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -1274,6 +1283,43 @@ pub struct McpServerInfo {
     /// The name and version the server gave.
     #[ts(optional = nullable)]
     pub server_info: Option<String>,
+    /// What it runs or reaches (the trust question shows it; security review 6).
+    #[ts(optional = nullable)]
+    pub launch: Option<McpLaunch>,
+    /// A workspace server's trust digest (the `.mcp.json` and the program files it runs):
+    /// `trust_mcp_workspace` takes it back, so the answer is for exactly what was shown.
+    #[ts(optional = nullable)]
+    pub trust_sha256: Option<String>,
+}
+
+/// How an MCP server is started or reached, for the person to judge. Secrets never
+/// appear: a literal `env` or header value is named only, a reference (`${VAR}`,
+/// `keyring:ENTRY`) is shown as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct McpLaunch {
+    /// The command and its arguments (stdio); empty for HTTP.
+    pub command: Vec<String>,
+    #[ts(optional = nullable)]
+    pub cwd: Option<String>,
+    #[ts(optional = nullable)]
+    pub url: Option<String>,
+    /// `NAME` (a literal value) or `NAME=${VAR}` / `NAME=keyring:ENTRY`.
+    pub env: Vec<String>,
+    /// As `env`, for HTTP headers.
+    pub headers: Vec<String>,
+    /// Files inside the workspace it runs, which a command could change.
+    pub program_files: Vec<McpProgramFile>,
+    /// What the runtime ignores or refuses in this entry, in words.
+    pub notes: Vec<String>,
+}
+
+/// A workspace file an MCP server runs, with its SHA-256.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct McpProgramFile {
+    pub path: String,
+    pub sha256: String,
 }
 
 /// A local model server that answered a probe, with the models it lists.

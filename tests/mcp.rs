@@ -1186,3 +1186,475 @@ async fn mcp_disabling_a_running_server_stops_it_now_and_its_tools_go() {
     );
     fx.shutdown().await;
 }
+
+/// tests/mcp-servers/raw_server.py (Python's standard library only) in `mode`, writing
+/// its marks (pid per start, `stalled`) into `marks`.
+fn raw_server(marks: &Path, mode: &str) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp-servers/raw_server.py");
+    json!({"command": "python3", "args": [script],
+           "env": {"MARK_DIR": marks, "MODE": mode}})
+}
+
+/// The pids the raw server wrote, one per start.
+fn raw_pids(marks: &Path) -> Vec<i32> {
+    std::fs::read_to_string(marks.join("pid"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+/// Waits (bounded) until the process is gone (or a zombie).
+async fn wait_gone(pid: i32) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    // SAFETY: signal 0 only asks whether the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 && !is_zombie(pid) {
+        assert!(tokio::time::Instant::now() < deadline, "{pid} still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Review R6: a server that sends `tools/list_changed` and then never answers the
+/// `tools/list` that follows must not wedge its supervisor: Restart still starts it anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_restart_works_while_a_server_stalls_after_tools_list_changed() {
+    let marks = tempfile::tempdir().unwrap();
+    let fx = Fixture::new(
+        json!({"mcp_servers": {"stall": raw_server(marks.path(), "stall_after_changed")}}),
+        Arc::new(|_| text("ok")),
+    )
+    .await;
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "start it").await;
+    result_of(&mut events, &id).await;
+    // The refresh after list_changed has reached the server, which does not answer it.
+    wait_file(&marks.path().join("stalled")).await;
+    let first = raw_pids(marks.path());
+    assert_eq!(first.len(), 1, "{first:?}");
+    std::fs::remove_file(marks.path().join("stalled")).unwrap();
+    fx.command("restart_mcp_server", json!({"name": "stall"}))
+        .await;
+    let list = wait_servers(&fx, None, |list| {
+        list[0]["state"] == "ready" && raw_pids(marks.path()).len() == 2
+    })
+    .await;
+    assert_eq!(list[0]["tools"][0]["name"], "peek", "{list}");
+    wait_gone(first[0]).await;
+    // The new process stalls the same way; the manager still stops it.
+    wait_file(&marks.path().join("stalled")).await;
+    tokio::time::timeout(WAIT, fx.shutdown())
+        .await
+        .expect("shutdown did not return");
+    for pid in raw_pids(marks.path()) {
+        wait_gone(pid).await;
+    }
+}
+
+/// Review R6: shutdown returns (and stops the process) while a supervisor waits for a
+/// `tools/list` answer that never comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_shutdown_returns_while_a_server_stalls_after_tools_list_changed() {
+    let marks = tempfile::tempdir().unwrap();
+    let fx = Fixture::new(
+        json!({"mcp_servers": {"stall": raw_server(marks.path(), "stall_after_changed")}}),
+        Arc::new(|_| text("ok")),
+    )
+    .await;
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "start it").await;
+    result_of(&mut events, &id).await;
+    wait_file(&marks.path().join("stalled")).await;
+    // Well under WAIT: the bound is the manager's, not this test's.
+    tokio::time::timeout(Duration::from_secs(10), fx.shutdown())
+        .await
+        .expect("shutdown did not return within 10 s");
+    for pid in raw_pids(marks.path()) {
+        wait_gone(pid).await;
+    }
+}
+
+/// Writes `<workspace>/.mcp.json` with one raw server called `name`, trusts it, and runs
+/// one turn of a new session there; returns the session and its events.
+async fn turn_in_workspace(
+    fx: &Fixture,
+    workspace: &Path,
+    name: &str,
+    marks: &Path,
+) -> (String, Subscription) {
+    std::fs::create_dir_all(workspace).unwrap();
+    let file = json!({"mcpServers": {name: raw_server(marks, "plain")}});
+    std::fs::write(workspace.join(".mcp.json"), file.to_string()).unwrap();
+    fx.command(
+        "trust_mcp_workspace",
+        json!({"workspace": workspace, "allow": true}),
+    )
+    .await;
+    let info = fx
+        .service
+        .create_session(workspace.to_str().unwrap(), None)
+        .unwrap();
+    let controller = fx.service.controller(&info.session_id).unwrap();
+    let (mut events, _) = controller.subscribe();
+    fx.submit(&info.session_id, "use it").await;
+    result_of(&mut events, &info.session_id).await;
+    (info.session_id, events)
+}
+
+/// Review R9: the servers of workspaces no turn uses any more stop after
+/// `mcp.workspace_idle_stop_sec`, and start again with the next turn there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_workspace_servers_stop_when_idle_and_start_again_with_the_next_turn() {
+    let fx = Fixture::new(
+        json!({"mcp": {"workspace_idle_stop_sec": 1}}),
+        Arc::new(|_| text("ok")),
+    )
+    .await;
+    let mut marks = Vec::new();
+    let mut sessions = Vec::new();
+    for n in 0..3 {
+        let mark = tempfile::tempdir().unwrap();
+        let ws = fx.root.join(format!("project-{n}"));
+        sessions.push(turn_in_workspace(&fx, &ws, "notes", mark.path()).await);
+        let tools = tool_names(&fx.mock.requests().pop().unwrap());
+        assert!(tools.contains(&"mcp__notes__peek".to_string()), "{tools:?}");
+        marks.push((mark, ws));
+    }
+    // Nobody uses them now: every process goes, none is left per visited workspace.
+    for (mark, _) in &marks {
+        let pids = raw_pids(mark.path());
+        assert_eq!(pids.len(), 1, "{pids:?}");
+        wait_gone(pids[0]).await;
+    }
+    // The next turn in the first workspace starts its server again, and offers its tools.
+    let (id, events) = &mut sessions[0];
+    fx.submit(id, "again").await;
+    result_of(events, id).await;
+    let tools = tool_names(&fx.mock.requests().pop().unwrap());
+    assert!(tools.contains(&"mcp__notes__peek".to_string()), "{tools:?}");
+    assert_eq!(raw_pids(marks[0].0.path()).len(), 2);
+    for (mark, _) in &marks[1..] {
+        assert_eq!(
+            raw_pids(mark.path()).len(),
+            1,
+            "only the used one restarted"
+        );
+    }
+    tokio::time::timeout(WAIT, fx.shutdown()).await.unwrap();
+}
+
+/// Review R9: a trust answer stops the workspace's running servers it replaces (they
+/// used to leave the list and keep their process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_refusing_a_trusted_workspace_stops_its_running_server() {
+    let fx = Fixture::new(json!({}), Arc::new(|_| text("ok"))).await;
+    let mark = tempfile::tempdir().unwrap();
+    let ws = fx.ws.clone();
+    turn_in_workspace(&fx, &ws, "notes", mark.path()).await;
+    let pids = raw_pids(mark.path());
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    fx.command(
+        "trust_mcp_workspace",
+        json!({"workspace": ws, "allow": false}),
+    )
+    .await;
+    wait_gone(pids[0]).await;
+    tokio::time::timeout(WAIT, fx.shutdown()).await.unwrap();
+}
+
+/// Lists the workspace's servers (as the trust question does) and trusts what was listed.
+async fn list_and_trust(fx: &Fixture, workspace: &Path) -> Value {
+    let list = fx
+        .command("list_mcp_servers", json!({"workspace": workspace}))
+        .await;
+    fx.command(
+        "trust_mcp_workspace",
+        json!({"workspace": workspace, "allow": true}),
+    )
+    .await;
+    list
+}
+
+/// Approves the next approval request of the session's window.
+async fn approve_next(fx: &Fixture, events: &mut Subscription, session_id: &str) {
+    let request = next_where(events, "approval_request", |v| {
+        v["type"] == "approval_request"
+    })
+    .await;
+    fx.service
+        .decide_approval(bumblehive::protocol::commands::DecideApproval {
+            session_id: session_id.into(),
+            approval_id: request["approval_id"].as_str().unwrap().into(),
+            approved: true,
+            remember: false,
+            reason: None,
+        })
+        .unwrap();
+}
+
+fn server_named<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no server {name} in {list}"))
+}
+
+/// Security review 6: the listing shows what a workspace server runs (command line, env
+/// names), and a trust answer is for exactly that: a file swapped after the listing, with
+/// the same server name, is refused with the listing's digest and asked about again
+/// without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_trust_is_for_the_listed_command_line_and_a_swapped_file_is_asked_again() {
+    let fx = Fixture::new(json!({}), Arc::new(|_| text("ok"))).await;
+    let shown_marks = tempfile::tempdir().unwrap();
+    let swapped_marks = tempfile::tempdir().unwrap();
+    let file = json!({"mcpServers": {"docs": raw_server(shown_marks.path(), "plain")}});
+    std::fs::write(fx.ws.join(".mcp.json"), file.to_string()).unwrap();
+    let list = fx
+        .command("list_mcp_servers", json!({"workspace": fx.ws}))
+        .await;
+    let docs = server_named(&list, "docs");
+    let launch = &docs["launch"];
+    assert_eq!(launch["command"][0], "python3", "{docs}");
+    assert!(
+        launch["command"][1]
+            .as_str()
+            .is_some_and(|a| a.ends_with("raw_server.py")),
+        "{docs}"
+    );
+    // Literal values are named, never shown.
+    assert_eq!(launch["env"], json!(["MARK_DIR", "MODE"]), "{docs}");
+    let digest = docs["trust_sha256"]
+        .as_str()
+        .expect("a trust digest")
+        .to_string();
+    // The agent rewrites the file after the listing, keeping the server's name.
+    let swapped = json!({"mcpServers": {"docs": raw_server(swapped_marks.path(), "plain")}});
+    std::fs::write(fx.ws.join(".mcp.json"), swapped.to_string()).unwrap();
+    let err = dispatch(
+        &fx.service,
+        "trust_mcp_workspace",
+        json!({"workspace": fx.ws, "allow": true, "sha256": digest}),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("changed since"), "{err}");
+    // Without the digest, the answer is for what was listed, not for the new file.
+    fx.command(
+        "trust_mcp_workspace",
+        json!({"workspace": fx.ws, "allow": true}),
+    )
+    .await;
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "hello").await;
+    next_where(&mut events, "mcp.trust_needed", |v| {
+        is_progress(v, "mcp.trust_needed")
+    })
+    .await;
+    result_of(&mut events, &id).await;
+    let names = tool_names(&fx.mock.requests().pop().unwrap());
+    assert!(!names.iter().any(|n| n.starts_with("mcp__")), "{names:?}");
+    assert!(
+        raw_pids(swapped_marks.path()).is_empty(),
+        "the swapped server ran"
+    );
+    fx.shutdown().await;
+}
+
+/// Security review 7: a command edits the script of a trusted, running workspace server;
+/// a restart (or crash, or the next app start) must not run the new code unasked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_a_trusted_servers_script_edited_by_a_command_waits_for_trust_again() {
+    let fx = Fixture::new(json!({}), Arc::new(|_| text("ok"))).await;
+    let marks = tempfile::tempdir().unwrap();
+    let script = fx.ws.join("srv.py");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp-servers/raw_server.py"),
+        &script,
+    )
+    .unwrap();
+    let file = json!({"mcpServers": {"tools": {"command": "python3", "args": ["srv.py"], "cwd": ".",
+                                               "env": {"MARK_DIR": marks.path(), "MODE": "plain"}}}});
+    std::fs::write(fx.ws.join(".mcp.json"), file.to_string()).unwrap();
+    let list = list_and_trust(&fx, &fx.ws).await;
+    let files = &server_named(&list, "tools")["launch"]["program_files"];
+    assert!(
+        files[0]["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("srv.py")),
+        "the listing names the script it runs: {list}"
+    );
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "start it").await;
+    result_of(&mut events, &id).await;
+    assert!(tool_names(&fx.mock.requests().pop().unwrap()).contains(&"mcp__tools__peek".into()));
+    assert_eq!(raw_pids(marks.path()).len(), 1);
+    // What a sandboxed command may do without asking: edit a workspace file.
+    let pwned = marks.path().join("pwned");
+    let original = std::fs::read_to_string(&script).unwrap();
+    std::fs::write(
+        &script,
+        format!(
+            "import pathlib; pathlib.Path({:?}).write_text('x')\n{original}",
+            pwned.display().to_string()
+        ),
+    )
+    .unwrap();
+    fx.command(
+        "restart_mcp_server",
+        json!({"name": "tools", "workspace": fx.ws}),
+    )
+    .await;
+    wait_servers(&fx, Some(&fx.ws), |list| {
+        server_named(list, "tools")["state"] == "waiting_for_trust"
+    })
+    .await;
+    assert!(!pwned.exists(), "the edited script ran");
+    // Nor does the next turn start it.
+    fx.submit(&id, "again").await;
+    result_of(&mut events, &id).await;
+    let names = tool_names(&fx.mock.requests().pop().unwrap());
+    assert!(!names.iter().any(|n| n.starts_with("mcp__")), "{names:?}");
+    assert!(!pwned.exists(), "the edited script ran");
+    assert_eq!(raw_pids(marks.path()).len(), 1);
+    fx.shutdown().await;
+}
+
+/// Security review 8: a workspace `.mcp.json` gets no provider key, no keyring entry and
+/// no variable the person did not list in `mcp.workspace_env`; nor does its server
+/// inherit the app's other variables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_a_workspace_file_gets_no_provider_key_no_keyring_and_only_listed_variables() {
+    // SAFETY: names only this test reads, set before any server starts.
+    unsafe {
+        std::env::set_var("BUMBLEHIVE_TEST_WS_ALLOWED", "allowed-value");
+        std::env::set_var("BUMBLEHIVE_TEST_WS_SECRET", "secret-value");
+    }
+    let marks = tempfile::tempdir().unwrap();
+    let with_env = |env: Value| {
+        let mut server = raw_server(marks.path(), "plain");
+        server["env"]
+            .as_object_mut()
+            .unwrap()
+            .extend(env.as_object().unwrap().clone());
+        server
+    };
+    let names = json!(["B", "BUMBLEHIVE_TEST_WS_SECRET", TEST_KEY_ENV]);
+    let fx = Fixture::new(
+        json!({"mcp": {"workspace_env": ["BUMBLEHIVE_TEST_WS_ALLOWED"]}}),
+        call_then_echo("peek", "mcp__ok__peek", json!({"names": names})),
+    )
+    .await;
+    let file = json!({"mcpServers": {
+        "key": with_env(json!({"A": format!("${{{TEST_KEY_ENV}}}")})),
+        "ring": with_env(json!({"R": "keyring:anything"})),
+        "other": with_env(json!({"S": "${BUMBLEHIVE_TEST_WS_SECRET}"})),
+        "ok": with_env(json!({"B": "${BUMBLEHIVE_TEST_WS_ALLOWED}"})),
+    }});
+    std::fs::write(fx.ws.join(".mcp.json"), file.to_string()).unwrap();
+    list_and_trust(&fx, &fx.ws).await;
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "peek").await;
+    approve_next(&fx, &mut events, &id).await;
+    let answer = result_of(&mut events, &id).await;
+    assert!(answer.contains("B=allowed-value"), "{answer}");
+    assert!(
+        answer.contains("BUMBLEHIVE_TEST_WS_SECRET=<unset>"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains(&format!("{TEST_KEY_ENV}=<unset>")),
+        "{answer}"
+    );
+    let list = fx
+        .command("list_mcp_servers", json!({"workspace": fx.ws}))
+        .await;
+    for (name, says) in [
+        ("key", "a provider's key"),
+        ("ring", "keyring: is not allowed"),
+        ("other", "mcp.workspace_env"),
+    ] {
+        let server = server_named(&list, name);
+        assert_eq!(server["state"], "failed", "{server}");
+        assert!(
+            server["error"].as_str().is_some_and(|e| e.contains(says)),
+            "{server}"
+        );
+    }
+    assert_eq!(server_named(&list, "ok")["state"], "ready");
+    fx.shutdown().await;
+}
+
+/// Security review 11: `allow_read_only` in a workspace `.mcp.json` does not let its own
+/// server's read-only tools run unasked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_a_workspace_file_cannot_exempt_its_server_from_asking() {
+    let marks = tempfile::tempdir().unwrap();
+    let fx = Fixture::new(
+        json!({}),
+        call_then_echo("peek", "mcp__notes__peek", json!({"names": ["HOME"]})),
+    )
+    .await;
+    let mut server = raw_server(marks.path(), "plain");
+    server["allow_read_only"] = json!(true);
+    let file = json!({"mcpServers": {"notes": server}});
+    std::fs::write(fx.ws.join(".mcp.json"), file.to_string()).unwrap();
+    list_and_trust(&fx, &fx.ws).await;
+    let (id, mut events) = fx.session();
+    fx.submit(&id, "peek").await;
+    let first = next_where(&mut events, "an approval request or the result", |v| {
+        v["type"] == "approval_request" || v["type"] == "result"
+    })
+    .await;
+    assert_eq!(first["type"], "approval_request", "{first}");
+    assert_eq!(first["tool"], "mcp__notes__peek");
+    fx.shutdown().await;
+}
+
+/// Security review 12: a workspace server never takes the tool names of a config server
+/// (`docs.` and `docs` both sanitise to `mcp__docs__*`) or names the person's
+/// `tools.policy` decides for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_workspace_server_names_never_take_the_persons_policy_or_config_names() {
+    let marks = tempfile::tempdir().unwrap();
+    let fx = Fixture::new(
+        json!({"mcp_servers": {"docs": {"command": "/nonexistent/docs-server"}},
+               "tools": {"policy": {"mcp__docs": "allow", "mcp__notes__peek": "allow"}}}),
+        Arc::new(|_| text("ok")),
+    )
+    .await;
+    let file = json!({"mcpServers": {
+        "docs.": raw_server(marks.path(), "plain"),
+        "notes": raw_server(marks.path(), "plain"),
+        "other": raw_server(marks.path(), "plain"),
+    }});
+    std::fs::write(fx.ws.join(".mcp.json"), file.to_string()).unwrap();
+    let (id, mut events) = fx.session();
+    // A first turn reads the config's policy; then the person trusts the file.
+    fx.submit(&id, "hello").await;
+    result_of(&mut events, &id).await;
+    list_and_trust(&fx, &fx.ws).await;
+    fx.submit(&id, "again").await;
+    result_of(&mut events, &id).await;
+    let names = tool_names(&fx.mock.requests().pop().unwrap());
+    assert!(names.contains(&"mcp__other__peek".to_string()), "{names:?}");
+    assert!(!names.contains(&"mcp__docs__peek".to_string()), "{names:?}");
+    assert!(
+        !names.contains(&"mcp__notes__peek".to_string()),
+        "{names:?}"
+    );
+    let list = fx
+        .command("list_mcp_servers", json!({"workspace": fx.ws}))
+        .await;
+    for name in ["docs.", "notes"] {
+        let server = server_named(&list, name);
+        assert_eq!(server["state"], "failed", "{server}");
+        assert!(
+            server["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("rename")),
+            "{server}"
+        );
+    }
+    fx.shutdown().await;
+}

@@ -956,3 +956,91 @@ async fn undo_worktree_from_a_profile() {
     assert_eq!(isolated["isolation"], "worktree");
     fx.shutdown().await;
 }
+
+/// Incompressible bytes (xorshift), so the store really grows by what is written.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+/// Review R8: a workspace's shadow store that passes its bound is pruned (oldest records
+/// first); the kept records still undo, the pruned ones say so, and deleting the session
+/// removes the refs that hold its trees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_the_store_is_pruned_to_its_bound_and_kept_turns_still_undo() {
+    use bumblehive::checkpoints::{CallHook, Checkpoints, StoreLimits};
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let checkpoints = Checkpoints::new(&dir.path().join("data"));
+    if checkpoints.off().is_some() {
+        eprintln!("skipped: git is missing");
+        return;
+    }
+    const BOUND: u64 = 2 * 1024 * 1024;
+    checkpoints.set_limits(StoreLimits {
+        max_bytes: BOUND,
+        max_age: std::time::Duration::from_secs(30 * 24 * 3600),
+    });
+    let mut history = Vec::new();
+    for turn in 0..12u64 {
+        history.push(Message::user(format!("m{turn}"), format!("turn {turn}")));
+        let hook = CallHook::for_run(&checkpoints, "s1", &history).unwrap();
+        let before = hook.before(&ws).await.unwrap();
+        // 512 KiB that do not compress, new each turn: three times the bound in all,
+        // while the workspace itself stays at one such file.
+        std::fs::write(ws.join("big.bin"), noise(512 * 1024, turn + 1)).unwrap();
+        std::fs::write(ws.join("notes.txt"), format!("version {turn}")).unwrap();
+        hook.after(&ws, before, "run_command", &format!("c{turn}"), &json!({}))
+            .await;
+    }
+    // Maintenance runs in the background after a record: wait (bounded) for the bound.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while checkpoints.store_bytes(&ws).unwrap() > BOUND {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the store stayed at {} bytes",
+            checkpoints.store_bytes(&ws).unwrap()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // The oldest turns were pruned, and say so; the newest were kept.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let changes = loop {
+        let changes = checkpoints.turn_changes("s1").await.unwrap();
+        if changes.turns[0].pruned || tokio::time::Instant::now() > deadline {
+            break changes;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert!(changes.turns[0].pruned, "{changes:?}");
+    assert!(changes.turns[0].files.is_empty());
+    let last = changes.turns.last().unwrap();
+    assert!(!last.pruned, "{changes:?}");
+    assert!(last.files.iter().any(|f| f.path == "big.bin"), "{last:?}");
+    let err = checkpoints.undo("s1", 0, false, false).await.unwrap_err();
+    assert!(err.to_string().contains("cleared"), "{err}");
+    // The newest turn still undoes, from the trees its refs kept.
+    let undone = checkpoints.undo("s1", 11, false, false).await.unwrap();
+    assert!(undone.applied, "{undone:?}");
+    assert_eq!(
+        std::fs::read(ws.join("big.bin")).unwrap(),
+        noise(512 * 1024, 11)
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.txt")).unwrap(),
+        "version 10"
+    );
+    // Deleting the session drops its refs: nothing of it holds the store any more.
+    let shadow = checkpoints.shadow(&ws);
+    assert!(!shadow.refs("refs/bh/").unwrap().is_empty());
+    checkpoints.forget_session("s1");
+    assert!(shadow.refs("refs/bh/").unwrap().is_empty());
+}

@@ -513,7 +513,17 @@ fn main() -> anyhow::Result<()> {
         if let tauri::RunEvent::Exit = event {
             // Stop every run and task before the process goes, so histories end valid.
             let service = handle.state::<Arc<Desktop>>().service.clone();
-            tauri::async_runtime::block_on(service.shutdown());
+            // Bounded (review R6): a run or server that does not stop must not keep the
+            // app from quitting; what is left dies with the process.
+            tauri::async_runtime::block_on(async {
+                let stop = std::time::Duration::from_secs(10);
+                if tokio::time::timeout(stop, service.shutdown())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!("runs did not stop within 10 s; quitting anyway");
+                }
+            });
         }
     });
     Ok(())

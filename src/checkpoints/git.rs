@@ -416,3 +416,102 @@ fn remove_empty_parents(workspace: &Path, file: &Path) {
         dir = current.parent();
     }
 }
+
+/// Keeping the store bounded (review R8): each record's trees are held by refs, so that
+/// `gc` keeps exactly what some record can still undo to, and drops the rest.
+impl Shadow {
+    /// Points each ref (`refs/bh/…`) at its tree, in one git process.
+    pub fn keep(&self, refs: &[(String, String)]) -> Result<(), CheckpointError> {
+        let input: String = refs
+            .iter()
+            .map(|(name, oid)| format!("update {name} {oid}\n"))
+            .collect();
+        self.run(&["update-ref", "--stdin"], Some(input.as_bytes()))
+            .map(|_| ())
+    }
+
+    /// Deletes refs, in one git process.
+    pub fn drop_refs(&self, names: &[String]) -> Result<(), CheckpointError> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let input: String = names
+            .iter()
+            .map(|name| format!("delete {name}\n"))
+            .collect();
+        self.run(&["update-ref", "--stdin"], Some(input.as_bytes()))
+            .map(|_| ())
+    }
+
+    /// The refs under `prefix` (e.g. `refs/bh/<session>/`).
+    pub fn refs(&self, prefix: &str) -> Result<Vec<String>, CheckpointError> {
+        if !self.git_dir.join("HEAD").exists() {
+            return Ok(Vec::new());
+        }
+        let out = self.run(&["for-each-ref", "--format=%(refname)", prefix], None)?;
+        Ok(String::from_utf8_lossy(&out)
+            .lines()
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// Bytes the store's objects take (loose and packed), as `git count-objects` says.
+    pub fn store_bytes(&self) -> Result<u64, CheckpointError> {
+        if !self.git_dir.join("HEAD").exists() {
+            return Ok(0);
+        }
+        let out = self.run(&["count-objects", "-v"], None)?;
+        let text = String::from_utf8_lossy(&out);
+        let kib: u64 = text
+            .lines()
+            .filter_map(|line| {
+                let (key, value) = line.split_once(": ")?;
+                matches!(key, "size" | "size-pack" | "size-garbage")
+                    .then(|| value.trim().parse::<u64>().ok())
+                    .flatten()
+            })
+            .sum();
+        Ok(kib * 1024)
+    }
+
+    /// Drops every object no ref and no index entry reaches, now (the store's own config
+    /// says never, so that nothing goes behind a record's back).
+    pub fn prune(&self) -> Result<(), CheckpointError> {
+        self.run(
+            &[
+                "-c",
+                "gc.pruneExpire=now",
+                "-c",
+                "gc.reflogExpire=now",
+                "-c",
+                "gc.reflogExpireUnreachable=now",
+                "gc",
+                "--prune=now",
+                "--quiet",
+            ],
+            None,
+        )
+        .map(|_| ())
+    }
+
+    /// Whether the store still has this object.
+    pub fn has(&self, oid: &str) -> bool {
+        self.run(&["cat-file", "-e", oid], None).is_ok()
+    }
+}
+
+impl Shadow {
+    /// Which of these objects the store has, in one git process.
+    pub fn present(&self, oids: &[String]) -> Result<BTreeMap<String, bool>, CheckpointError> {
+        if oids.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let input: String = oids.iter().map(|oid| format!("{oid}\n")).collect();
+        let out = self.run(&["cat-file", "--batch-check"], Some(input.as_bytes()))?;
+        Ok(oids
+            .iter()
+            .zip(String::from_utf8_lossy(&out).lines())
+            .map(|(oid, line)| (oid.clone(), !line.ends_with(" missing")))
+            .collect())
+    }
+}

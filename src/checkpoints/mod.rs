@@ -82,6 +82,9 @@ struct CallRecord {
     changed: Vec<String>,
     #[serde(default)]
     skipped: Vec<String>,
+    /// Its trees were dropped to keep the store bounded (a `Pruned` line says so).
+    #[serde(skip)]
+    pruned: bool,
 }
 
 /// A line of a session's record file.
@@ -94,6 +97,12 @@ enum Line {
         undo_from: usize,
         at: u64,
     },
+    /// The trees of every call in `pruned_workspace` that finished at or before
+    /// `pruned_until` are gone (the store passed its bound or they passed their age).
+    Pruned {
+        pruned_workspace: String,
+        pruned_until: u64,
+    },
 }
 
 /// The checkpoint store of one data dir.
@@ -105,6 +114,31 @@ pub struct Checkpoints {
     /// One lock per workspace: snapshots share the shadow index.
     locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
     clock: AtomicU64,
+    /// See [`StoreLimits`].
+    limits: Mutex<StoreLimits>,
+    /// Per shadow: held by every call between its two snapshots, whose before tree no
+    /// ref holds yet; the store is not pruned meanwhile.
+    pins: Mutex<HashMap<PathBuf, Arc<()>>>,
+    /// Shadows whose maintenance runs now (one at a time each), and whether another
+    /// record asked for it meanwhile (then it runs once more).
+    maintaining: Mutex<BTreeMap<PathBuf, bool>>,
+}
+
+/// How large one workspace's shadow store may grow and how old its records may get
+/// (review R8); past either, the oldest records' trees go (and the records say so).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StoreLimits {
+    pub max_bytes: u64,
+    pub max_age: std::time::Duration,
+}
+
+impl Default for StoreLimits {
+    fn default() -> Self {
+        StoreLimits {
+            max_bytes: 1024 * 1024 * 1024,
+            max_age: std::time::Duration::from_secs(30 * 24 * 3600),
+        }
+    }
 }
 
 impl Checkpoints {
@@ -119,6 +153,9 @@ impl Checkpoints {
             off: std::sync::OnceLock::new(),
             locks: Mutex::new(HashMap::new()),
             clock: AtomicU64::new(0),
+            limits: Mutex::new(StoreLimits::default()),
+            pins: Mutex::new(HashMap::new()),
+            maintaining: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -224,6 +261,16 @@ impl Checkpoints {
                         }
                     }
                 }
+                Ok(Line::Pruned {
+                    pruned_workspace,
+                    pruned_until,
+                }) => {
+                    for (call, _) in &mut calls {
+                        if call.workspace == pruned_workspace && call.finished <= pruned_until {
+                            call.pruned = true;
+                        }
+                    }
+                }
                 Err(err) => {
                     tracing::warn!(session = session_id, "skipping a checkpoint record: {err}")
                 }
@@ -235,6 +282,7 @@ impl Checkpoints {
     /// Forgets a deleted session's records (the shadow store stays: other sessions of
     /// the workspace share it).
     pub fn forget_session(&self, session_id: &str) {
+        self.drop_session_refs(session_id);
         let path = self.records_path(session_id);
         if let Err(err) = std::fs::remove_file(&path) {
             if err.kind() != std::io::ErrorKind::NotFound {
@@ -300,6 +348,16 @@ impl Checkpoints {
         let mut turns = Vec::new();
         for (turn, calls) in by_turn {
             let undone = calls.iter().all(|(_, undone)| *undone);
+            if calls.iter().any(|(call, _)| call.pruned) {
+                turns.push(TurnChange {
+                    message_index: turn,
+                    files: Vec::new(),
+                    skipped: Vec::new(),
+                    undone,
+                    pruned: true,
+                });
+                continue;
+            }
             let mut files = Vec::new();
             let mut skipped = BTreeSet::new();
             let plan = plan_files(calls.iter().map(|(c, _)| c));
@@ -343,6 +401,7 @@ impl Checkpoints {
                 files,
                 skipped: skipped.into_iter().collect(),
                 undone,
+                pruned: false,
             });
         }
         Ok(TurnChanges {
@@ -369,6 +428,12 @@ impl Checkpoints {
             .filter(|(call, undone)| !undone && call.turn >= from)
             .map(|(call, _)| call)
             .collect();
+        if let Some(pruned) = active.iter().find(|call| call.pruned) {
+            return Err(CheckpointError::Restore(format!(
+                "the undo history of turn {} and earlier was cleared to keep the checkpoint store within its bound (checkpoints.max_store_mb, checkpoints.max_age_days); later turns can still be undone",
+                pruned.turn
+            )));
+        }
         let plan = plan_files(active.iter());
         let mut workspaces: BTreeMap<String, Vec<(String, String, String)>> = BTreeMap::new();
         for ((workspace, path), (before, after)) in plan {
@@ -578,6 +643,8 @@ pub struct CallHook {
 pub struct Before {
     snapshot: git::Snapshot,
     started: u64,
+    /// Keeps the store from being pruned until the call's record holds its trees.
+    _pin: Arc<()>,
 }
 
 impl CallHook {
@@ -605,7 +672,11 @@ impl CallHook {
     /// the call still runs, it just cannot be undone.
     pub async fn before(&self, workspace: &Path) -> Option<Before> {
         match self.checkpoints.stamped_snapshot(workspace).await {
-            Ok((snapshot, started)) => Some(Before { snapshot, started }),
+            Ok((snapshot, started)) => Some(Before {
+                snapshot,
+                started,
+                _pin: self.checkpoints.pin(&self.checkpoints.shadow(workspace)),
+            }),
             Err(err) => {
                 tracing::warn!(session = %self.session_id, "no checkpoint before a call: {err}");
                 None
@@ -648,6 +719,8 @@ impl CallHook {
         let finished = checkpoints.tick();
         let work = shadow.clone();
         let before_tree = before.snapshot.tree.clone();
+        let before_skipped = before.snapshot.skipped.clone();
+        let keep = ref_names(&self.session_id, finished);
         let (after, changed, ignored) = tokio::task::spawn_blocking(move || {
             let _guard = guard;
             let after = work.snapshot()?;
@@ -660,6 +733,14 @@ impl CallHook {
             let ignored = named
                 .filter(|p| !changed.iter().any(|c| c == p))
                 .filter(|p| work.ignored(p));
+            let recorded = !changed.is_empty()
+                || ignored.is_some()
+                || after.skipped.iter().any(|s| !before_skipped.contains(s));
+            if recorded {
+                // Under the lock, before the record: no prune can drop its trees first.
+                let (before_ref, after_ref) = keep;
+                work.keep(&[(before_ref, before_tree), (after_ref, after.tree.clone())])?;
+            }
             Ok::<_, CheckpointError>((after, changed, ignored))
         })
         .await
@@ -687,8 +768,255 @@ impl CallHook {
             finished,
             changed,
             skipped: skipped.into_iter().collect(),
+            pruned: false,
         };
-        checkpoints.append(&self.session_id, &Line::Call(record))
+        let pin = before._pin;
+        checkpoints.append(&self.session_id, &Line::Call(record))?;
+        // The record's refs hold its trees now: the store may be pruned again.
+        drop(pin);
+        checkpoints.maintain_later(shadow);
+        Ok(())
+    }
+}
+
+/// A ref-safe form of a session id (ids are UUIDs; anything else is replaced).
+fn ref_part(session_id: &str) -> String {
+    session_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The refs holding a record's before and after trees: `refs/bh/<session>/<stamp>-b|-a`.
+fn ref_names(session_id: &str, finished: u64) -> (String, String) {
+    let base = format!("refs/bh/{}/{finished:020}", ref_part(session_id));
+    (format!("{base}-b"), format!("{base}-a"))
+}
+
+/// The session and stamp a record ref names.
+fn parse_ref(name: &str) -> Option<(String, u64)> {
+    let rest = name.strip_prefix("refs/bh/")?;
+    let (session, leaf) = rest.split_once('/')?;
+    let stamp = leaf.get(..20)?.parse().ok()?;
+    Some((session.to_string(), stamp))
+}
+
+/// Bounding the shadow stores (review R8).
+impl Checkpoints {
+    /// The bound of each workspace's store (`checkpoints.max_store_mb`,
+    /// `checkpoints.max_age_days` in the config).
+    pub fn set_limits(&self, limits: StoreLimits) {
+        *self.limits.lock().unwrap_or_else(|p| p.into_inner()) = limits;
+    }
+
+    fn limits(&self) -> StoreLimits {
+        *self.limits.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn pin(&self, shadow: &Shadow) -> Arc<()> {
+        self.pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(shadow.git_dir.clone())
+            .or_default()
+            .clone()
+    }
+
+    fn pinned(&self, shadow: &Shadow) -> bool {
+        self.pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&shadow.git_dir)
+            .is_some_and(|pin| Arc::strong_count(pin) > 1)
+    }
+
+    /// Bytes `workspace`'s shadow store takes.
+    pub fn store_bytes(&self, workspace: &Path) -> Result<u64, CheckpointError> {
+        self.shadow(workspace).store_bytes()
+    }
+
+    /// Deletes the refs of a session's records in every store its records name, so that
+    /// the next prune can drop what only it held.
+    fn drop_session_refs(&self, session_id: &str) {
+        let workspaces: BTreeSet<String> = match self.records(session_id) {
+            Ok(records) => records.into_iter().map(|(c, _)| c.workspace).collect(),
+            Err(_) => return,
+        };
+        let prefix = format!("refs/bh/{}/", ref_part(session_id));
+        for workspace in workspaces {
+            let shadow = self.shadow(Path::new(&workspace));
+            let dropped = shadow
+                .refs(&prefix)
+                .and_then(|refs| shadow.drop_refs(&refs));
+            if let Err(err) = dropped {
+                tracing::warn!(session = session_id, "cannot drop checkpoint refs: {err}");
+            }
+        }
+    }
+
+    /// Runs [`Checkpoints::maintain`] in the background (the call that triggered it does
+    /// not wait), unless it runs for that store already.
+    fn maintain_later(self: &Arc<Self>, shadow: Shadow) {
+        {
+            let mut running = self.maintaining.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(again) = running.get_mut(&shadow.git_dir) {
+                *again = true;
+                return;
+            }
+            running.insert(shadow.git_dir.clone(), false);
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(err) = this.maintain(&shadow.workspace).await {
+                    tracing::warn!("checkpoint store maintenance failed: {err}");
+                }
+                let mut running = this.maintaining.lock().unwrap_or_else(|p| p.into_inner());
+                match running.get_mut(&shadow.git_dir) {
+                    Some(again) if *again => *again = false,
+                    _ => {
+                        running.remove(&shadow.git_dir);
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Keeps `workspace`'s store within [`StoreLimits`]: records older than the age
+    /// bound lose their trees, then the oldest half, and again, while the store is over
+    /// its size bound; each affected session's records say so. Returns how many
+    /// records lost their trees. Skipped while a call is between its snapshots.
+    pub async fn maintain(self: &Arc<Self>, workspace: &Path) -> Result<usize, CheckpointError> {
+        self.check_on()?;
+        let shadow = self.shadow(workspace);
+        let guard = self.lock(&shadow).lock_owned().await;
+        if self.pinned(&shadow) {
+            return Ok(0);
+        }
+        let this = self.clone();
+        let now = self.tick();
+        tokio::task::spawn_blocking(move || {
+            let _guard = guard;
+            this.maintain_blocking(&shadow, now)
+        })
+        .await
+        .map_err(|err| CheckpointError::Git(format!("maintenance failed: {err}")))?
+    }
+
+    fn maintain_blocking(&self, shadow: &Shadow, now: u64) -> Result<usize, CheckpointError> {
+        let limits = self.limits();
+        let oldest_kept = now.saturating_sub(limits.max_age.as_nanos() as u64);
+        let mut refs: Vec<(u64, String, String)> = shadow
+            .refs("refs/bh/")?
+            .into_iter()
+            .filter_map(|name| parse_ref(&name).map(|(session, stamp)| (stamp, session, name)))
+            .collect();
+        refs.sort();
+        let expired = refs.partition_point(|(stamp, _, _)| *stamp < oldest_kept);
+        if expired == 0 && shadow.store_bytes()? <= limits.max_bytes {
+            return Ok(0);
+        }
+        // Records written before refs existed hold their trees from nothing: they get
+        // refs now, or the first prune would drop every one of them.
+        self.adopt(shadow, &mut refs)?;
+        let expired = refs.partition_point(|(stamp, _, _)| *stamp < oldest_kept);
+        let mut dropped: Vec<(u64, String, String)> =
+            refs.drain(..expired.min(refs.len())).collect();
+        shadow.drop_refs(&dropped.iter().map(|r| r.2.clone()).collect::<Vec<_>>())?;
+        shadow.prune()?;
+        // Halving, not one by one: each round is a full gc. The newest record is kept
+        // whatever it costs: what the workspace holds now (the index) is never pruned,
+        // so a workspace bigger than the bound would otherwise lose all its history.
+        while shadow.store_bytes()? > limits.max_bytes && refs.len() > 2 {
+            let half = (refs.len() / 2).max(1);
+            // Both refs of a record go together (they share the stamp).
+            let cut = refs[half - 1].0;
+            let end = refs.partition_point(|(stamp, _, _)| *stamp <= cut);
+            let round: Vec<(u64, String, String)> = refs.drain(..end).collect();
+            shadow.drop_refs(&round.iter().map(|r| r.2.clone()).collect::<Vec<_>>())?;
+            shadow.prune()?;
+            dropped.extend(round);
+        }
+        let mut until: BTreeMap<String, u64> = BTreeMap::new();
+        for (stamp, session, _) in &dropped {
+            let entry = until.entry(session.clone()).or_insert(0);
+            *entry = (*entry).max(*stamp);
+        }
+        let workspace = shadow.workspace.display().to_string();
+        for (session, pruned_until) in until {
+            self.append(
+                &session,
+                &Line::Pruned {
+                    pruned_workspace: workspace.clone(),
+                    pruned_until,
+                },
+            )?;
+        }
+        tracing::info!(
+            workspace = %workspace,
+            records = dropped.len() / 2,
+            "checkpoint store pruned to its bound"
+        );
+        Ok(dropped.len() / 2)
+    }
+
+    /// Gives refs to this store's records that have none (see `maintain_blocking`);
+    /// `refs` gains them, in order.
+    fn adopt(
+        &self,
+        shadow: &Shadow,
+        refs: &mut Vec<(u64, String, String)>,
+    ) -> Result<(), CheckpointError> {
+        let known: BTreeSet<String> = refs.iter().map(|r| r.2.clone()).collect();
+        let workspace = shadow.workspace.display().to_string();
+        let Ok(dir) = std::fs::read_dir(self.root.join("sessions")) else {
+            return Ok(());
+        };
+        let mut wanted: Vec<(u64, String, String, String)> = Vec::new();
+        for entry in dir.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            let Some(session) = name.strip_suffix(".jsonl") else {
+                continue;
+            };
+            for (call, _) in self.records(session)? {
+                if call.workspace != workspace || call.pruned {
+                    continue;
+                }
+                let (before, after) = ref_names(session, call.finished);
+                if known.contains(&before) {
+                    continue;
+                }
+                let part = ref_part(session);
+                wanted.push((call.finished, part.clone(), before, call.before.clone()));
+                wanted.push((call.finished, part, after, call.after.clone()));
+            }
+        }
+        let present = shadow.present(&wanted.iter().map(|w| w.3.clone()).collect::<Vec<_>>())?;
+        // A tree already gone cannot be kept (nothing was pruned before refs existed,
+        // but a store copied from elsewhere may lack some).
+        let wanted: Vec<(u64, String, String, String)> = wanted
+            .into_iter()
+            .filter(|w| present.get(&w.3).copied().unwrap_or(false))
+            .collect();
+        if !wanted.is_empty() {
+            let keep: Vec<(String, String)> =
+                wanted.iter().map(|w| (w.2.clone(), w.3.clone())).collect();
+            shadow.keep(&keep)?;
+        }
+        refs.extend(
+            wanted
+                .into_iter()
+                .map(|(stamp, session, name, _)| (stamp, session, name)),
+        );
+        refs.sort();
+        Ok(())
     }
 }
 

@@ -43,6 +43,8 @@ pub enum Endpoint {
         cwd: Option<std::path::PathBuf>,
         /// Variables of ours the server does not inherit.
         remove_env: Vec<String>,
+        /// Inherit nothing: `env` is the whole environment (a workspace's server).
+        clear_env: bool,
     },
     Http {
         url: String,
@@ -148,8 +150,12 @@ pub async fn connect(
             env,
             cwd,
             remove_env,
+            clear_env,
         } => {
             let mut cmd = tokio::process::Command::new(&command);
+            if clear_env {
+                cmd.env_clear();
+            }
             for name in remove_env {
                 cmd.env_remove(name);
             }

@@ -45,6 +45,33 @@ pub struct McpServerConfig {
     pub allow_read_only: Option<bool>,
 }
 
+/// The config's `mcp` block: rules for servers of workspace `.mcp.json` files, which the
+/// repository (not the person) wrote.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpSettingsConfig {
+    /// Seconds a workspace's servers keep running after the last turn or call that used
+    /// them (default 600); they start again with the next turn there. Each visited
+    /// workspace would otherwise keep a process per server until the app quits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace_idle_stop_sec: Option<f64>,
+    /// The only environment variables a workspace `.mcp.json` may read with `${VAR}`
+    /// (never a provider's key, even when listed). A repository's file must not be able
+    /// to hand the person's secrets to a program or URL it chose.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workspace_env: Vec<String>,
+}
+
+impl McpSettingsConfig {
+    pub fn is_default(&self) -> bool {
+        *self == McpSettingsConfig::default()
+    }
+
+    pub fn workspace_idle_stop(&self) -> Duration {
+        seconds(self.workspace_idle_stop_sec, 600.0)
+    }
+}
+
 /// How a server is reached, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Transport {
@@ -182,8 +209,52 @@ pub fn expand_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Resul
     Ok(out)
 }
 
+/// The variable names a value reads with `${VAR}`.
+pub fn env_refs(value: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            break;
+        };
+        names.push(&after[..end]);
+        rest = &after[end + 1..];
+    }
+    names
+}
+
+/// Why a workspace `.mcp.json` value may not be used, if it may not (security review 8):
+/// the repository wrote it, so it gets no keyring entry, no provider key, and only the
+/// variables the person listed in `mcp.workspace_env`.
+pub fn workspace_value_refused(
+    name: &str,
+    value: &str,
+    allowed: &[String],
+    hidden: &[String],
+) -> Option<String> {
+    if let SecretRef::Keyring(_) = secret_ref(value) {
+        return Some(format!(
+            "{name}: keyring: is not allowed in a workspace .mcp.json (only in your config's mcp_servers)"
+        ));
+    }
+    env_refs(value).into_iter().find_map(|var| {
+        if hidden.iter().any(|h| h == var) {
+            Some(format!(
+                "{name}: a workspace .mcp.json may not read ${{{var}}} (a provider's key)"
+            ))
+        } else if !allowed.iter().any(|a| a == var) {
+            Some(format!(
+                "{name}: a workspace .mcp.json may read ${{{var}}} only if your config lists it in mcp.workspace_env"
+            ))
+        } else {
+            None
+        }
+    })
+}
+
 /// Whether a value holds a literal (not a reference): those are hidden in `get_config`.
-fn literal(value: &str) -> bool {
+pub fn literal(value: &str) -> bool {
     !value.starts_with("keyring:") && !value.contains("${")
 }
 
@@ -213,12 +284,70 @@ pub fn redact(servers: &mut Value) {
     }
 }
 
-/// The `.mcp.json` of a workspace: its servers and the file's bytes (for the trust hash).
+/// The `.mcp.json` of a workspace: its servers, and what the person's trust covers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkspaceFile {
     pub path: PathBuf,
+    /// The trust digest (security review 6, 7): the file's bytes and, per server, the
+    /// digest of every program file inside the workspace it runs ([`program_files`]).
+    /// A command may edit a trusted server's script; that changes this digest, so the
+    /// person is asked again before the new code runs.
     pub sha256: String,
     pub servers: Result<BTreeMap<String, McpServerConfig>, String>,
+    /// Per server: the workspace files it runs, with their digests.
+    pub programs: BTreeMap<String, Vec<ProgramFile>>,
+}
+
+/// A file inside the workspace that a stdio server runs (its command, or an argument
+/// that names a file: `python3 srv.py`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgramFile {
+    pub path: PathBuf,
+    pub sha256: String,
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The files inside `workspace` a workspace server runs: its command and the arguments
+/// that are files there, resolved from its working folder (the workspace unless `cwd`
+/// says otherwise). Links are followed, and only targets inside the workspace count:
+/// what lies outside is not the repository's to change.
+pub fn program_files(workspace: &Path, server: &McpServerConfig) -> Vec<ProgramFile> {
+    let Ok(Transport::Stdio {
+        command, args, cwd, ..
+    }) = server.transport(workspace)
+    else {
+        return Vec::new();
+    };
+    let Ok(root) = workspace.canonicalize() else {
+        return Vec::new();
+    };
+    let base = cwd.unwrap_or_else(|| workspace.to_path_buf());
+    let mut files: Vec<ProgramFile> = Vec::new();
+    for part in std::iter::once(&command).chain(&args) {
+        // `--flag=x` and bare words like `stdio` are not files; `node` is on PATH.
+        if part.starts_with('-') || part.is_empty() {
+            continue;
+        }
+        let Ok(path) = base.join(part).canonicalize() else {
+            continue;
+        };
+        if !path.starts_with(&root) || !path.is_file() || files.iter().any(|f| f.path == path) {
+            continue;
+        }
+        // An unreadable file is recorded as such: becoming readable changes the digest.
+        let sha256 = std::fs::read(&path)
+            .map(|bytes| hex_sha256(&bytes))
+            .unwrap_or_else(|_| "unreadable".into());
+        files.push(ProgramFile { path, sha256 });
+    }
+    files
 }
 
 #[derive(Deserialize)]
@@ -232,21 +361,32 @@ struct McpJson {
 pub fn workspace_file(workspace: &Path) -> Option<WorkspaceFile> {
     let path = workspace.join(".mcp.json");
     let bytes = std::fs::read(&path).ok()?;
-    let sha256 = {
-        use sha2::Digest;
-        let digest = sha2::Sha256::digest(&bytes);
-        digest.iter().map(|b| format!("{b:02x}")).collect()
-    };
     let servers = serde_json::from_slice::<McpJson>(&bytes)
         .map_err(|err| format!("{} does not parse: {err}", path.display()))
         .and_then(|file| {
             validate(&file.mcp_servers).map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(file.mcp_servers)
         });
+    let programs: BTreeMap<String, Vec<ProgramFile>> = match &servers {
+        Ok(servers) => servers
+            .iter()
+            .map(|(name, server)| (name.clone(), program_files(workspace, server)))
+            .collect(),
+        Err(_) => BTreeMap::new(),
+    };
+    let mut covered = bytes.clone();
+    for (name, files) in &programs {
+        for file in files {
+            covered.extend_from_slice(
+                format!("\0{name}\0{}\0{}", file.path.display(), file.sha256).as_bytes(),
+            );
+        }
+    }
     Some(WorkspaceFile {
         path,
-        sha256,
+        sha256: hex_sha256(&covered),
         servers,
+        programs,
     })
 }
 

@@ -75,8 +75,11 @@ impl Tool for McpTool {
         arguments: Value,
     ) -> Result<crate::tools::ToolOutput, ToolError> {
         // The server's readOnlyHint is its own claim: it lets a call run unasked only when
-        // the person said so for this server (`allow_read_only`).
-        let access = if self.info.read_only_hint && self.server.config.allow_read_only == Some(true)
+        // the person said so for this server (`allow_read_only` in their config; a
+        // workspace `.mcp.json` cannot exempt its own server, security review 11).
+        let access = if self.info.read_only_hint
+            && self.server.config.allow_read_only == Some(true)
+            && self.server.key.workspace.is_none()
         {
             Access::Read
         } else {
@@ -108,6 +111,8 @@ impl Tool for McpTool {
                 "arguments must be an object".into(),
             ));
         };
+        // In flight: the idle reaper leaves the server alone until the call ends.
+        let _in_call = self.server.in_call();
         let timeout = self.server.tool_timeout();
         // Dropping the call (Stop, timeout) sends `notifications/cancelled` to the server.
         let result = tokio::select! {

@@ -3,4 +3,9 @@
 /**
  * The person's answer about a workspace's `.mcp.json` as it is now.
  */
-export type TrustMcpWorkspace = { workspace: string, allow: boolean, };
+export type TrustMcpWorkspace = { workspace: string, allow: boolean, 
+/**
+ * The `trust_sha256` the listing showed: refused if the file or a program it
+ * runs changed since (security review 6).
+ */
+sha256?: string | null, };

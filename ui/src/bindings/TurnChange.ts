@@ -14,4 +14,9 @@ skipped: Array<string>,
 /**
  * The turn's changes were undone.
  */
-undone: boolean, };
+undone: boolean, 
+/**
+ * Its undo history was cleared to keep the checkpoint store within its bound:
+ * it can no longer be shown or undone.
+ */
+pruned: boolean, };

@@ -28,6 +28,18 @@ export function mcpStateText(server: McpServerInfo): string {
   }
 }
 
+/** The command line (or URL) a server runs, as the trust question shows it. */
+export function launchText(server: McpServerInfo): string {
+  const launch = server.launch;
+  if (!launch) return server.transport;
+  return launch.url ?? launch.command.join(' ');
+}
+
+/** The trust digest of what is shown: the answer is refused if the file changed since. */
+function shownDigest(waiting: McpServerInfo[]): string | undefined {
+  return waiting.find((s) => s.trust_sha256)?.trust_sha256 ?? undefined;
+}
+
 export function McpServers(props: { platform: Platform; workspace: string | null }) {
   const { platform, workspace } = props;
   const [servers, setServers] = useState<McpServerInfo[] | null>(null);
@@ -74,13 +86,33 @@ export function McpServers(props: { platform: Platform; workspace: string | null
       )}
       {waiting.length > 0 && workspace && (
         <div class="mcp-trust" data-testid="mcp-trust">
-          This workspace's <code>.mcp.json</code> wants to start {waiting.map((s) => s.name).join(', ')}. They run programs the repository
-          chose, with your permissions. Start them?
+          This workspace's <code>.mcp.json</code> wants to start the servers below. They run programs the repository chose, outside the
+          sandbox, with your permissions, and a command can change the files they run (you are asked again when one changes). Start them?
+          <ul class="mcp-trust-servers" data-testid="mcp-trust-servers">
+            {waiting.map((s) => (
+              <li key={key(s)} data-testid="mcp-trust-server" data-name={s.name}>
+                <strong>{s.name}</strong> <code data-testid="mcp-trust-command">{launchText(s)}</code>
+                {s.launch?.cwd ? <span class="muted"> in {s.launch.cwd}</span> : null}
+                {s.launch && s.launch.env.length > 0 && <div class="muted">environment: {s.launch.env.join(', ')}</div>}
+                {s.launch && s.launch.headers.length > 0 && <div class="muted">headers: {s.launch.headers.join(', ')}</div>}
+                {s.launch?.program_files.map((f) => (
+                  <div class="muted" key={f.path}>
+                    runs {f.path} (SHA-256 {f.sha256.slice(0, 12)}…)
+                  </div>
+                ))}
+                {s.launch?.notes.map((note) => (
+                  <div class="muted" key={note}>
+                    {note}
+                  </div>
+                ))}
+              </li>
+            ))}
+          </ul>
           <div class="row">
-            <button type="button" class="primary" data-testid="mcp-trust-allow" onClick={() => void act(() => platform.invoke('trust_mcp_workspace', { workspace, allow: true }))}>
+            <button type="button" class="primary" data-testid="mcp-trust-allow" onClick={() => void act(() => platform.invoke('trust_mcp_workspace', { workspace, allow: true, sha256: shownDigest(waiting) }))}>
               Trust and start
             </button>
-            <button type="button" data-testid="mcp-trust-deny" onClick={() => void act(() => platform.invoke('trust_mcp_workspace', { workspace, allow: false }))}>
+            <button type="button" data-testid="mcp-trust-deny" onClick={() => void act(() => platform.invoke('trust_mcp_workspace', { workspace, allow: false, sha256: shownDigest(waiting) }))}>
               Don't start
             </button>
           </div>

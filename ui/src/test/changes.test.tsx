@@ -28,8 +28,8 @@ function changes(undone = false): TurnChanges {
   return {
     available: true,
     turns: [
-      { message_index: 0, files: [file('a.txt', 'modified'), file('b.txt', 'added')], skipped: ['build/out.log (ignored by .gitignore)'], undone },
-      { message_index: 4, files: [file('c.txt', 'deleted')], skipped: [], undone: false },
+      { message_index: 0, files: [file('a.txt', 'modified'), file('b.txt', 'added')], skipped: ['build/out.log (ignored by .gitignore)'], undone, pruned: false },
+      { message_index: 4, files: [file('c.txt', 'deleted')], skipped: [], undone: false, pruned: false },
     ],
   };
 }

@@ -17,7 +17,26 @@ describe('MCP servers in Settings', () => {
     let list: any[] = [
       { name: 'everything', workspace: null, transport: 'stdio', enabled: true, state: 'ready', error: null, tools: [echo], server_info: 'mcp-servers/everything 2.0.0' },
       { name: 'broken', workspace: null, transport: 'http', enabled: true, state: 'failed', error: 'cannot start: connection refused', tools: [], server_info: null },
-      { name: 'repo', workspace: '/ws', transport: 'stdio', enabled: true, state: 'waiting_for_trust', error: null, tools: [], server_info: null },
+      {
+        name: 'repo',
+        workspace: '/ws',
+        transport: 'stdio',
+        enabled: true,
+        state: 'waiting_for_trust',
+        error: null,
+        tools: [],
+        server_info: null,
+        launch: {
+          command: ['python3', 'srv.py', '--fast'],
+          cwd: null,
+          url: null,
+          env: ['TOKEN=${GH_TOKEN}', 'MODE'],
+          headers: [],
+          program_files: [{ path: '/ws/srv.py', sha256: 'abcdef0123456789' }],
+          notes: ['allow_read_only is ignored in a workspace .mcp.json: every call asks'],
+        },
+        trust_sha256: 'digest-shown',
+      },
     ];
     fake.handlers.list_mcp_servers = () => list;
     fake.handlers.set_mcp_server_enabled = ({ name, enabled }) => {
@@ -55,8 +74,14 @@ describe('MCP servers in Settings', () => {
     expect($(rows[2], 'mcp-toggle')).toBeNull();
     const trust = $(mounted.root, 'mcp-trust')!;
     expect(trust.textContent).toContain('repo');
+    // The question shows what would run (security review 6), and the answer carries the
+    // digest of what was shown.
+    expect($(trust, 'mcp-trust-command')!.textContent).toBe('python3 srv.py --fast');
+    expect(trust.textContent).toContain('TOKEN=${GH_TOKEN}, MODE');
+    expect(trust.textContent).toContain('runs /ws/srv.py (SHA-256 abcdef012345…)');
+    expect(trust.textContent).toContain('allow_read_only is ignored');
     await inAct(() => $(trust, 'mcp-trust-allow')!.click());
-    expect(fake.callsOf('trust_mcp_workspace')).toEqual([{ workspace: '/ws', allow: true }]);
+    expect(fake.callsOf('trust_mcp_workspace')).toEqual([{ workspace: '/ws', allow: true, sha256: 'digest-shown' }]);
     expect($(mounted.root, 'mcp-trust')).toBeNull();
   });
 
@@ -99,7 +124,26 @@ describe('MCP servers in Settings', () => {
   it('tells the session when a workspace .mcp.json waits for trust, once, with a way to Settings', async () => {
     const fake = workspacePlatform([info('p')]);
     fake.handlers.list_mcp_servers = () => [
-      { name: 'repo', workspace: '/ws', transport: 'stdio', enabled: true, state: 'waiting_for_trust', error: null, tools: [], server_info: null },
+      {
+        name: 'repo',
+        workspace: '/ws',
+        transport: 'stdio',
+        enabled: true,
+        state: 'waiting_for_trust',
+        error: null,
+        tools: [],
+        server_info: null,
+        launch: {
+          command: ['python3', 'srv.py', '--fast'],
+          cwd: null,
+          url: null,
+          env: ['TOKEN=${GH_TOKEN}', 'MODE'],
+          headers: [],
+          program_files: [{ path: '/ws/srv.py', sha256: 'abcdef0123456789' }],
+          notes: ['allow_read_only is ignored in a workspace .mcp.json: every call asks'],
+        },
+        trust_sha256: 'digest-shown',
+      },
     ];
     const mounted = await mountApp(fake, 'p');
     unmount = mounted.unmount;
