@@ -233,7 +233,11 @@ impl Shared {
         } = parts;
         let (data_dir_for_mcp, root_for_mcp) = (data_dir.clone(), root.clone());
         Shared {
-            checkpoints: crate::checkpoints::Checkpoints::new(&data_dir),
+            checkpoints: {
+                let checkpoints = crate::checkpoints::Checkpoints::new(&data_dir);
+                checkpoints.set_limits(config.checkpoints.limits());
+                checkpoints
+            },
             store,
             data_dir,
             config: RwLock::new(config),
@@ -511,6 +515,7 @@ impl Shared {
         let slots_changed =
             next.subagents.max_concurrent != self.read_config(|c| c.subagents.max_concurrent);
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
+        self.checkpoints.set_limits(next.checkpoints.limits());
         if slots_changed {
             // No child runs (the busy check), so the old pools hold no permit.
             self.slots.lock().unwrap_or_else(|p| p.into_inner()).clear();

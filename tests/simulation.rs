@@ -742,7 +742,13 @@ impl Sim {
                     .records
                     .iter()
                     .filter(|r| r.child_session_id == child.session_id)
-                    .map(|r| format!("{} {:?}", r.message_id, r.content.chars().take(120).collect::<String>()))
+                    .map(|r| {
+                        format!(
+                            "{} {:?}",
+                            r.message_id,
+                            r.content.chars().take(120).collect::<String>()
+                        )
+                    })
                     .collect();
                 self.fail(&format!(
                     "{}: reports recorded {numbers:?}, meta says {}: {records:#?}",

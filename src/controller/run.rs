@@ -141,7 +141,7 @@ async fn run(
     };
     // MCP servers start with the first run that can use them (nothing without any).
     let mcp_servers = ctl.shared.read_config(|c| c.mcp_servers.clone());
-    let hidden = || ctl.shared.read_config(crate::mcp::provider_key_env);
+    let hidden = || ctl.shared.read_config(crate::mcp::settings);
     let untrusted = ctl
         .shared
         .mcp

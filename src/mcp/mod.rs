@@ -817,12 +817,6 @@ pub fn settings(config: &crate::config::Config) -> McpSettings {
     }
 }
 
-/// The same as [`settings`], under the name `controller/run.rs` calls it by (it used to
-/// return only the hidden variables).
-pub fn provider_key_env(config: &crate::config::Config) -> McpSettings {
-    settings(config)
-}
-
 /// The variables that hold the configured providers' keys (and the usual ones): stdio
 /// servers do not inherit them.
 fn provider_keys(config: &crate::config::Config) -> Vec<String> {
