@@ -355,16 +355,14 @@ async fn undo_delegation(registry: Weak<Registry>, session_id: String) {
     }
 }
 
-/// The child of a `sub_agent` call, made and started: its task id and session id.
-async fn start_delegation(
-    registry: &Weak<Registry>,
+/// A `sub_agent` call's request, checked before anything is made: its profile exists, and
+/// a worktree is asked for only in a repository (the model's mistake to hear about, with
+/// nothing to clean up).
+async fn check_delegation(
+    registry: &Registry,
     ctx: &ToolContext,
-    request: Delegation,
-) -> Result<(String, String), String> {
-    let registry = registry
-        .upgrade()
-        .ok_or_else(|| "runtime unavailable".to_string())?;
-    let mut request = request;
+    mut request: Delegation,
+) -> Result<Delegation, String> {
     if let Some(agent) = &request.agent {
         let profiles = registry.shared.profiles(&ctx.workspace);
         let Some(profile) = profiles.get(agent) else {
@@ -379,14 +377,32 @@ async fn start_delegation(
         }
     }
     if request.worktree {
-        // Before anything is created: a folder that is not a repository is the model's
-        // mistake to hear about, with nothing to clean up.
         let ws = ctx.workspace.clone();
         tokio::task::spawn_blocking(move || crate::checkpoints::worktree::repository_of(&ws))
             .await
             .map_err(|err| err.to_string())?
             .map_err(|err| err.to_string())?;
     }
+    Ok(request)
+}
+
+/// A child made on disk (not yet started).
+struct Made {
+    meta: crate::store::SessionMeta,
+    task_id: String,
+    title: String,
+    parent: crate::protocol::SessionId,
+    content: String,
+    worktree: bool,
+}
+
+/// Makes the child on disk in one synchronous step, so a batch's children are made (and
+/// announced) in call order and a Stop cannot cut the making in half.
+fn make_child(
+    registry: &Registry,
+    ctx: &ToolContext,
+    request: &Delegation,
+) -> Result<Made, String> {
     let Delegation { title, task, .. } = request.clone();
     let parent = registry
         .controller(&ctx.session_id)
@@ -400,7 +416,7 @@ async fn start_delegation(
         .shared
         .store
         .create(NewSession {
-            workspace: workspace.clone(),
+            workspace,
             title: Some(title.clone()),
             parent_session_id: Some(parent.session_id().to_string()),
             task_id: Some(task_id.clone()),
@@ -410,24 +426,66 @@ async fn start_delegation(
             agent: request.agent.clone(),
         })
         .map_err(|err| err.to_string())?;
-    if request.worktree {
+    let made = Made {
+        meta,
+        task_id,
+        title,
+        parent: parent.session_id().to_string(),
+        content,
+        worktree: request.worktree,
+    };
+    if !made.worktree {
+        announce(registry, &made)?;
+    }
+    Ok(made)
+}
+
+/// `session_created` for the child, to its parent's subscribers (SPEC §3).
+fn announce(registry: &Registry, made: &Made) -> Result<Arc<SessionController>, String> {
+    let child = registry
+        .controller(&made.meta.session_id)
+        .map_err(|err| err.to_string())?;
+    child.emit(Event::SessionCreated {
+        session_id: made.meta.session_id.clone(),
+        parent_session_id: Some(made.parent.clone()),
+        task_id: Some(made.task_id.clone()),
+        title: made.title.clone(),
+    });
+    Ok(child)
+}
+
+/// Starts a made child: its worktree first when isolated, then its first run through
+/// its task. Returns its task id and session id.
+async fn start_delegation(
+    registry: &Weak<Registry>,
+    ctx: &ToolContext,
+    made: Made,
+) -> Result<(String, String), String> {
+    let registry = registry
+        .upgrade()
+        .ok_or_else(|| "runtime unavailable".to_string())?;
+    let Made {
+        meta,
+        task_id,
+        content,
+        worktree,
+        ..
+    } = &made;
+    let (meta, task_id, content) = (meta.clone(), task_id.clone(), content.clone());
+    let child = if *worktree {
         // The child's meta now names its worktree as its workspace.
         isolate(&registry, meta.clone(), &ctx.workspace).await?;
-    }
-    let child = registry
-        .controller(&meta.session_id)
-        .map_err(|err| err.to_string())?;
+        announce(&registry, &made)?
+    } else {
+        registry
+            .controller(&meta.session_id)
+            .map_err(|err| err.to_string())?
+    };
     if ctx.cancel.is_cancelled() {
         // The parent's run was stopped while the child was made: it never starts.
         child.settle_unstarted();
         return Err("the parent's run was stopped before the sub-agent started".into());
     }
-    child.emit(Event::SessionCreated {
-        session_id: meta.session_id.clone(),
-        parent_session_id: Some(parent.session_id().to_string()),
-        task_id: Some(task_id.clone()),
-        title: title.clone(),
-    });
     // The parent's run config: what its report keeps (SPEC §4); the child itself always
     // runs in its own workspace (its worktree when isolated; `controller::run`).
     let message = QueuedMessage {
@@ -477,12 +535,19 @@ impl Delegator for ServiceDelegator {
         // a Stop drops the future at any await, and what it began must still end in one
         // settled state (runtime review R1). When the call is gone before it read that the
         // child started, the parent never hears of it, so it neither runs nor reports.
+        let strong = self
+            .registry
+            .upgrade()
+            .ok_or_else(|| "runtime unavailable".to_string())?;
+        let request = check_delegation(&strong, ctx, request).await?;
+        let made = make_child(&strong, ctx, &request)?;
+        drop(strong);
         let registry = self.registry.clone();
         let ctx = ctx.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let undo_registry = registry.clone();
         tokio::spawn(async move {
-            let started = start_delegation(&registry, &ctx, request).await;
+            let started = start_delegation(&registry, &ctx, made).await;
             if let Err(Ok((_, session_id))) = tx.send(started) {
                 undo_delegation(undo_registry, session_id).await;
             }
