@@ -73,3 +73,8 @@ mod undo;
 // MCP servers for real: server-everything from npm (stdio and streamable HTTP) and a small
 // server on the Python `mcp` SDK; approval, Stop, crashes, list_changed, workspace trust.
 mod mcp;
+
+// Security review 2, findings 1-3: repositories planted with programs (hooks, fsmonitor,
+// filters, commondir, `.git` files, nested and new repositories); the runtime's own git
+// runs none of them.
+mod security_git;

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use super::CheckpointError;
 
@@ -37,66 +36,36 @@ pub struct Entry {
 
 /// Whether git can be run at all; the message says why not.
 pub fn available() -> Result<(), String> {
-    match Command::new("git").arg("--version").output() {
-        Ok(out) if out.status.success() => Ok(()),
-        Ok(out) => Err(format!(
-            "git --version failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-        Err(err) => Err(format!("git was not found ({err})")),
+    let mut git = crate::git::Git::new(Path::new("/"));
+    git.args(["--version"]);
+    match git.output(None) {
+        Ok(_) => Ok(()),
+        Err(crate::git::GitError::Spawn(err)) => Err(format!("git was not found ({err})")),
+        Err(err) => Err(err.to_string()),
     }
 }
 
 impl Shadow {
-    fn git(&self) -> Command {
-        let mut cmd = Command::new("git");
-        // Isolated from the person's own configuration and repository: the shadow's
-        // behaviour must not depend on their hooks, attributes or global excludes.
-        for var in [
-            "GIT_INDEX_FILE",
-            "GIT_OBJECT_DIRECTORY",
-            "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-            "GIT_CEILING_DIRECTORIES",
-            "GIT_NAMESPACE",
-        ] {
-            cmd.env_remove(var);
-        }
-        cmd.env("GIT_DIR", &self.git_dir)
+    /// Git on the shadow store: hardened like all of the runtime's git (`crate::git`),
+    /// with `GIT_DIR` in the data dir and the workspace as the work tree. The shadow's
+    /// config is the runtime's own, so nothing of it needs listing; the workspace's
+    /// `.gitattributes` may name filters, but no driver is configured here.
+    fn git(&self) -> crate::git::Git {
+        let mut git = crate::git::Git::new(&self.workspace);
+        git.env("GIT_DIR", &self.git_dir)
             .env("GIT_WORK_TREE", &self.workspace)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("LC_ALL", "C")
-            .current_dir(&self.workspace)
-            .stdin(Stdio::null());
-        cmd
+            // The shadow's index is the runtime's: its untracked cache is safe, and
+            // saves each snapshot a walk of unchanged folders.
+            .config("core.untrackedCache=true");
+        git
     }
 
     /// Runs git with `args` (and `input` on stdin); its stdout, or an error with stderr.
     fn run(&self, args: &[&str], input: Option<&[u8]>) -> Result<Vec<u8>, CheckpointError> {
-        let mut cmd = self.git();
-        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-        if input.is_some() {
-            cmd.stdin(Stdio::piped());
-        }
-        let mut child = cmd
-            .spawn()
-            .map_err(|err| CheckpointError::Git(format!("cannot run git: {err}")))?;
-        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
-            // Written from another thread: git may fill its stdout pipe before it has read
-            // all of a long input, and both sides would wait forever.
-            let input = input.to_vec();
-            let writer = std::thread::spawn(move || stdin.write_all(&input));
-            let out = child
-                .wait_with_output()
-                .map_err(|err| CheckpointError::Git(format!("git failed: {err}")))?;
-            let _ = writer.join();
-            return finish(args, out);
-        }
-        let out = child
-            .wait_with_output()
-            .map_err(|err| CheckpointError::Git(format!("git failed: {err}")))?;
-        finish(args, out)
+        let mut git = self.git();
+        git.args(args);
+        git.output(input)
+            .map_err(|err| CheckpointError::Git(err.to_string()))
     }
 
     /// Creates the shadow repository if it does not exist yet.
@@ -260,18 +229,6 @@ impl Shadow {
     pub fn ignored(&self, path: &str) -> bool {
         self.run(&["check-ignore", "-q", "--no-index", "--", path], None)
             .is_ok()
-    }
-}
-
-fn finish(args: &[&str], out: std::process::Output) -> Result<Vec<u8>, CheckpointError> {
-    if out.status.success() {
-        Ok(out.stdout)
-    } else {
-        Err(CheckpointError::Git(format!(
-            "git {} failed: {}",
-            args.first().copied().unwrap_or(""),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
     }
 }
 
