@@ -334,3 +334,139 @@ async fn security_git_worktree_still_applies_a_child_change() {
     worktree::remove(&info).unwrap();
     assert!(!child_ws.exists());
 }
+
+// ---------------------------------------------------------------------------------------
+// The sandbox side of finding 1: what a sandboxed command (real bubblewrap) can do to
+// `.git`.
+
+use crate::tools::{RecordingGate, context, yes};
+use serde_json::json;
+
+/// Runs `command` with `run_command` in the default sandbox, in `ws`; its result text.
+async fn sandboxed(ws: &Path, command: &str) -> String {
+    let ctx = context(ws, RecordingGate::new(|_| yes()));
+    let tools = crate::tools::with_command(bumblehive::sandbox::CommandSettings::default());
+    let result = tokio::time::timeout(
+        crate::support::WAIT * 4,
+        tools.call(&ctx, "run_command", json!({ "command": command })),
+    )
+    .await
+    .expect("run_command did not return");
+    match result {
+        Ok(text) => text,
+        Err(err) => err.to_string(),
+    }
+}
+
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).unwrap().ino()
+}
+
+/// Finding 1, variant 1 (and hooks): `.git` cannot be renamed or replaced by a copy
+/// whose config and hooks are writable, nor can config, hooks or info be changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_git_sandbox_cannot_rename_replace_or_plant_in_dot_git() {
+    let (_dir, root) = tmp();
+    let ws = root.join("ws");
+    repo_with_commit(&ws);
+    let config = std::fs::read(ws.join(".git/config")).unwrap();
+    let before = inode(&ws.join(".git"));
+    let out = sandboxed(
+        &ws,
+        "mv .git .git.orig && mkdir .git && cp -a .git.orig/. .git/ && printf '[core]\\n\\tfsmonitor = x\\n' >> .git/config; echo renamed:$?",
+    )
+    .await;
+    assert!(!ws.join(".git.orig").exists(), "{out}");
+    assert_eq!(inode(&ws.join(".git")), before, "{out}");
+    let out = sandboxed(
+        &ws,
+        "echo '[core] fsmonitor = x' >> .git/config; touch .git/hooks/pre-commit; \
+         mv .git/hooks .git/h2; mv .git/config .git/c2; rm -rf .git/info; \
+         echo '* filter=x' > .git/info/attributes; \
+         git add -A && git -c user.name=a -c user.email=a@a commit -qm in-sandbox && echo committed",
+    )
+    .await;
+    assert_eq!(
+        std::fs::read(ws.join(".git/config")).unwrap(),
+        config,
+        "{out}"
+    );
+    assert!(!ws.join(".git/hooks/pre-commit").exists(), "{out}");
+    assert!(
+        !ws.join(".git/h2").exists() && !ws.join(".git/c2").exists(),
+        "{out}"
+    );
+    assert!(!ws.join(".git/info/attributes").exists(), "{out}");
+    // Git itself still works in the sandbox (objects, index, refs).
+    assert!(out.contains("committed"), "{out}");
+}
+
+/// Finding 1, variant 3: a `.git` file (a submodule or linked worktree) cannot be
+/// rewritten, and the git dir it names inside the workspace is protected like `.git`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_git_sandbox_protects_a_git_file_and_its_git_dir() {
+    let (_dir, root) = tmp();
+    let ws = root.join("ws");
+    repo_with_commit(&ws);
+    std::fs::rename(ws.join(".git"), ws.join(".gd")).unwrap();
+    std::fs::write(ws.join(".git"), "gitdir: .gd\n").unwrap();
+    let config = std::fs::read(ws.join(".gd/config")).unwrap();
+    let out = sandboxed(
+        &ws,
+        "printf 'gitdir: /tmp/x\\n' > .git; echo '[core] fsmonitor = x' >> .gd/config; \
+         touch .gd/hooks/pre-commit; mv .gd .gd2; printf ../.cd > .gd/commondir; echo done",
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".git")).unwrap(),
+        "gitdir: .gd\n",
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read(ws.join(".gd/config")).unwrap(),
+        config,
+        "{out}"
+    );
+    assert!(!ws.join(".gd/hooks/pre-commit").exists(), "{out}");
+    assert!(
+        ws.join(".gd/HEAD").exists() && !ws.join(".gd2").exists(),
+        "{out}"
+    );
+    // A commondir cannot be kept from appearing (git dirs must stay writable), but it
+    // is reported in the result.
+    assert!(ws.join(".gd/commondir").exists(), "{out}");
+    assert!(out.contains(".git/commondir was created"), "{out}");
+}
+
+/// Finding 1, variants 2 and 4: what the sandbox cannot prevent is reported in the
+/// command's result: a planted `commondir`, a `git init` where there was no `.git`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_git_sandbox_reports_a_new_git_or_commondir() {
+    let (_dir, root) = tmp();
+    let ws = root.join("ws");
+    repo_with_commit(&ws);
+    let out = sandboxed(
+        &ws,
+        "mkdir .cd && printf ../.cd > .git/commondir; echo done",
+    )
+    .await;
+    assert!(
+        out.contains("[notice:") && out.contains(".git/commondir was created"),
+        "{out}"
+    );
+    std::fs::remove_file(ws.join(".git/commondir")).unwrap();
+    let out = sandboxed(&ws, "echo plain > plain.txt").await;
+    assert!(!out.contains("[notice:"), "nothing of .git changed: {out}");
+
+    let top = root.join("mono");
+    repo_with_commit(&top);
+    let pkg = top.join("pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    let out = sandboxed(&pkg, "git init -q && echo initialised").await;
+    assert!(out.contains("initialised"), "{out}");
+    assert!(
+        out.contains("a new .git appeared in the workspace"),
+        "{out}"
+    );
+}

@@ -129,18 +129,9 @@ pub(super) fn sandbox_argv(
         add(&[os("--bind"), folder.as_os_str(), folder.as_os_str()]);
     }
     // Git runs hooks and config-named programs (core.fsmonitor, core.pager, filters)
-    // outside the sandbox when the person uses it later: those two stay read-only.
-    let git = workspace.join(".git");
-    if git.is_dir() && !git.is_symlink() {
-        let hooks = git.join("hooks");
-        if !hooks.exists() {
-            let _ = std::fs::create_dir(&hooks);
-        }
-        for part in [git.join("config"), hooks] {
-            if part.exists() && !part.is_symlink() {
-                add(&[os("--ro-bind"), part.as_os_str(), part.as_os_str()]);
-            }
-        }
+    // outside the sandbox when the person uses it later: see `git_binds`.
+    for (flag, path) in git_binds(workspace) {
+        add(&[os(flag), path.as_os_str(), path.as_os_str()]);
     }
     add(&[
         os("--chdir"),
@@ -151,6 +142,99 @@ pub(super) fn sandbox_argv(
     ]);
     args.push(script.to_os_string());
     Ok(args)
+}
+
+/// The most git dirs (worktrees, submodules) of one workspace protected one by one: past
+/// it, the command line would grow without bound; the rest stay as they are (and the
+/// runtime's git is hardened regardless, `crate::git`).
+const MAX_GIT_DIRS: usize = 64;
+
+/// What of the workspace's `.git` is bound, and how (security review 2, finding 1): a
+/// `.git` folder onto itself, so that it is a mount point a command cannot rename or
+/// replace; a `.git` file read-only, and the git dir it names (when inside the workspace)
+/// like a `.git` folder; in each git dir the parts that decide which config and hooks git
+/// uses read-only: `config`, `hooks`, `info`, `commondir`, `config.worktree`, `gitdir`, and
+/// the same parts of its linked worktrees' and submodules' git dirs. Objects, refs, the
+/// index and HEAD stay writable, so git itself works in the sandbox. A part that does not
+/// exist yet (a `commondir`) cannot be bound; `GitWatch` reports one that appears.
+pub(super) fn git_binds(workspace: &Path) -> Vec<(&'static str, PathBuf)> {
+    let mut binds = Vec::new();
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let dot_git = workspace.join(".git");
+    let Ok(meta) = std::fs::symlink_metadata(&dot_git) else {
+        return binds;
+    };
+    let mut count = 0;
+    if meta.is_dir() {
+        binds.push(("--bind", dot_git.clone()));
+        protect_git_dir(&workspace, &dot_git, &mut binds, &mut count, 0);
+    } else if meta.is_file() {
+        binds.push(("--ro-bind", dot_git.clone()));
+        let named = crate::git::read_git_file(&dot_git).and_then(|p| p.canonicalize().ok());
+        if let Some(named) = named.filter(|n| n.starts_with(&workspace) && n.is_dir()) {
+            if named != workspace {
+                binds.push(("--bind", named.clone()));
+            }
+            protect_git_dir(&workspace, &named, &mut binds, &mut count, 0);
+        }
+    }
+    binds
+}
+
+fn protect_git_dir(
+    workspace: &Path,
+    git_dir: &Path,
+    binds: &mut Vec<(&'static str, PathBuf)>,
+    count: &mut usize,
+    depth: usize,
+) {
+    *count += 1;
+    if *count > MAX_GIT_DIRS || depth > 3 {
+        return;
+    }
+    // A main git dir (no commondir) gets `hooks` and `info` made when missing, so that
+    // they can be bound: a command could create them otherwise.
+    if !git_dir.join("commondir").exists() {
+        for folder in ["hooks", "info"] {
+            let path = git_dir.join(folder);
+            if std::fs::symlink_metadata(&path).is_err() {
+                let _ = std::fs::create_dir(&path);
+            }
+        }
+    }
+    for part in [
+        "config",
+        "hooks",
+        "info",
+        "commondir",
+        "config.worktree",
+        "gitdir",
+    ] {
+        // Bound where it really is (a part may be a symlink to a file in the workspace,
+        // which would stay writable); outside the workspace everything is read-only.
+        let Ok(real) = git_dir.join(part).canonicalize() else {
+            continue;
+        };
+        if real.starts_with(workspace) {
+            binds.push(("--ro-bind", real));
+        }
+    }
+    for nested in ["worktrees", "modules"] {
+        let Ok(entries) = std::fs::read_dir(git_dir.join(nested)) else {
+            continue;
+        };
+        let mut dirs: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        dirs.sort();
+        for dir in dirs {
+            protect_git_dir(workspace, &dir, binds, count, depth + 1);
+        }
+    }
 }
 
 /// Processes running under this user now, so the process limit is "this many more".

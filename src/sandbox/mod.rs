@@ -420,3 +420,141 @@ pub fn open_no_symlinks(
 pub fn harden_process() {
     platform::harden_process();
 }
+
+/// What a command changed of the workspace's `.git` that the sandbox could not keep
+/// read-only (security review 2, finding 1): a `.git` that appeared (`git init`), was
+/// replaced or removed, and a `commondir`, `config.worktree`, `config`, hooks or the
+/// `.git` file's target that are new or differ. Taken before a command and compared
+/// after it, when nothing of the command runs any more (its pid namespace is gone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitWatch {
+    root: PathBuf,
+    marks: GitMarks,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GitMarks {
+    /// `.git`: missing, a folder (device, inode), a file (its text), a symlink (its target).
+    dot_git: DotGit,
+    /// The parts of the git dir it leads to that decide config and hooks: contents
+    /// (small files) or names (the hooks folder).
+    parts: Vec<(String, Option<Vec<u8>>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DotGit {
+    Missing,
+    Folder(u64, u64),
+    File(Vec<u8>),
+    Link(PathBuf),
+    Other,
+}
+
+/// The parts compared; each read up to this many bytes.
+const WATCHED_PARTS: &[&str] = &["commondir", "config.worktree", "config", "gitdir"];
+const WATCH_BYTES: u64 = 256 * 1024;
+
+impl GitWatch {
+    /// The state of `<workspace>/.git` now.
+    pub fn new(workspace: &Path) -> GitWatch {
+        GitWatch {
+            root: workspace.to_path_buf(),
+            marks: GitMarks::of(workspace),
+        }
+    }
+
+    /// A notice for the tool result when `.git` changed in a way the sandbox cannot
+    /// prevent, in words for the model and the person; `None` when nothing did.
+    pub fn report(&self) -> Option<String> {
+        let now = GitMarks::of(&self.root);
+        if now == self.marks {
+            return None;
+        }
+        let mut what = Vec::new();
+        match (&self.marks.dot_git, &now.dot_git) {
+            (DotGit::Missing, DotGit::Missing) => {}
+            (DotGit::Missing, _) => what.push("a new .git appeared in the workspace".to_string()),
+            (_, DotGit::Missing) => what.push(".git was removed".to_string()),
+            (before, after) if before != after => {
+                what.push(".git was replaced or now points elsewhere".to_string())
+            }
+            _ => {}
+        }
+        if what.is_empty() {
+            for ((name, before), (_, after)) in self.marks.parts.iter().zip(&now.parts) {
+                match (before, after) {
+                    (None, Some(_)) => what.push(format!(".git/{name} was created")),
+                    (Some(_), None) => what.push(format!(".git/{name} was removed")),
+                    (Some(a), Some(b)) if a != b => what.push(format!(".git/{name} was changed")),
+                    _ => {}
+                }
+            }
+        }
+        if what.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "[notice: this command changed the workspace's git setup: {}. Git config and hooks can name programs: the runtime's own git runs none of them, but check {} before running git there yourself.]",
+            what.join("; "),
+            self.root.join(".git").display()
+        ))
+    }
+}
+
+impl GitMarks {
+    fn of(workspace: &Path) -> GitMarks {
+        use std::os::unix::fs::MetadataExt;
+        let dot = workspace.join(".git");
+        let (dot_git, git_dir) = match std::fs::symlink_metadata(&dot) {
+            Err(_) => (DotGit::Missing, None),
+            Ok(meta) if meta.is_dir() => (DotGit::Folder(meta.dev(), meta.ino()), Some(dot)),
+            Ok(meta) if meta.is_file() => (
+                DotGit::File(read_small(&dot).unwrap_or_default()),
+                crate::git::read_git_file(&dot),
+            ),
+            Ok(meta) if meta.file_type().is_symlink() => (
+                DotGit::Link(std::fs::read_link(&dot).unwrap_or_default()),
+                None,
+            ),
+            Ok(_) => (DotGit::Other, None),
+        };
+        let mut parts: Vec<(String, Option<Vec<u8>>)> = WATCHED_PARTS
+            .iter()
+            .map(|name| {
+                let bytes = git_dir.as_ref().and_then(|dir| read_small(&dir.join(name)));
+                (name.to_string(), bytes)
+            })
+            .collect();
+        let hooks = git_dir.as_ref().and_then(|dir| {
+            let mut names: Vec<String> = std::fs::read_dir(dir.join("hooks"))
+                .ok()?
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            Some(names.join("\n").into_bytes())
+        });
+        parts.push(("hooks".to_string(), hooks));
+        GitMarks { dot_git, parts }
+    }
+}
+
+/// A small file's bytes (a symlink's target instead of following it); `None` when missing.
+fn read_small(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    if let Ok(target) = std::fs::read_link(path) {
+        // A symlink in a part's place is a change of its own (git follows it).
+        let mut bytes = b"symlink to ".to_vec();
+        bytes.extend_from_slice(target.as_os_str().as_encoded_bytes());
+        return Some(bytes);
+    }
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let mut bytes = Vec::new();
+    file.take(WATCH_BYTES).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
