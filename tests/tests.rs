@@ -78,3 +78,7 @@ mod mcp;
 // filters, commondir, `.git` files, nested and new repositories); the runtime's own git
 // runs none of them.
 mod security_git;
+
+// Security review 2, findings 5 and 10: host sockets under /run and the runtime's data
+// dir and config are out of a sandboxed command's reach.
+mod security_hide;

@@ -95,9 +95,17 @@ pub(super) fn sandbox_argv(
         os("--tmpfs"),
         os("/tmp"),
     ]);
-    // The person's session bus, keyring and agent sockets live here.
-    if Path::new("/run/user").is_dir() {
-        add(&[os("--tmpfs"), os("/run/user")]);
+    // Host Unix sockets live under /run (security review 2, finding 5): the Docker
+    // socket (root on the host for the docker group), the system bus, systemd's, CUPS',
+    // and in /run/user the person's session bus, keyring and agent sockets. A read-only
+    // mount does not stop `connect()`, and no network namespace covers them: /run is an
+    // empty tmpfs, with back only what commands read from there (see `run_keep`).
+    for (flag, from, to) in run_keep(grant.network) {
+        if flag == "--tmpfs" {
+            add(&[os(flag), to.as_os_str()]);
+        } else {
+            add(&[os(flag), from.as_os_str(), to.as_os_str()]);
+        }
     }
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
@@ -113,6 +121,15 @@ pub(super) fn sandbox_argv(
             }
         }
     };
+    // The runtime's data dir and config (`super::hide`): those that hold the workspace
+    // (a worktree in the data dir) are hidden before the workspace is bound, the others
+    // after it (a data dir inside the workspace).
+    let (holding, other): (Vec<PathBuf>, Vec<PathBuf>) = super::hidden()
+        .into_iter()
+        .partition(|path| workspace.starts_with(path));
+    for path in &holding {
+        add(&[os("--tmpfs"), path.as_os_str()]);
+    }
     match &home {
         // The workspace lies in the home folder: hide the home folder, then show the workspace.
         Some(home) if workspace.starts_with(home) => {
@@ -124,6 +141,13 @@ pub(super) fn sandbox_argv(
             hide_home(&mut add, home);
         }
         None => add(&[os("--bind"), ws, ws]),
+    }
+    for path in &other {
+        if path.is_dir() {
+            add(&[os("--tmpfs"), path.as_os_str()]);
+        } else {
+            add(&[os("--ro-bind"), os("/dev/null"), path.as_os_str()]);
+        }
     }
     for folder in &grant.writable {
         add(&[os("--bind"), folder.as_os_str(), folder.as_os_str()]);
@@ -142,6 +166,51 @@ pub(super) fn sandbox_argv(
     ]);
     args.push(script.to_os_string());
     Ok(args)
+}
+
+/// How /run (and /var/run, where it is a folder of its own) is shown: an empty tmpfs, and
+/// back from the host only plain files and links commands read there, never a socket
+/// folder: with the network, the folder `/etc/resolv.conf` leads to (systemd-resolved's
+/// or resolvconf's), for name resolution; always, NixOS's system links
+/// (`/run/current-system` holds its PATH). `(flag, source, destination)` triples.
+fn run_keep(network: bool) -> Vec<(&'static str, PathBuf, PathBuf)> {
+    let mut keep = Vec::new();
+    for run in ["/run", "/var/run"] {
+        let path = Path::new(run);
+        // /var/run is a symlink to /run on most systems: hidden with it.
+        if path.is_dir() && !path.is_symlink() {
+            keep.push(("--tmpfs", path.to_path_buf(), path.to_path_buf()));
+        }
+    }
+    let mut back: Vec<PathBuf> = [
+        "/run/current-system",
+        "/run/booted-system",
+        "/run/opengl-driver",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    if network {
+        if let Some(folder) = Path::new("/etc/resolv.conf")
+            .canonicalize()
+            .ok()
+            .and_then(|real| real.parent().map(Path::to_path_buf))
+        {
+            back.push(folder);
+        }
+    }
+    for path in back {
+        let under_run = path.starts_with("/run") || path.starts_with("/var/run");
+        if !under_run || path == Path::new("/run") || path == Path::new("/var/run") {
+            continue;
+        }
+        match std::fs::read_link(&path) {
+            Ok(target) => keep.push(("--symlink", target, path)),
+            Err(_) if path.is_dir() => keep.push(("--ro-bind", path.clone(), path)),
+            Err(_) => {}
+        }
+    }
+    keep
 }
 
 /// The most git dirs (worktrees, submodules) of one workspace protected one by one: past

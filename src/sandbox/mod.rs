@@ -119,6 +119,38 @@ pub struct SandboxStatus {
 
 static SETTINGS: RwLock<Option<CommandSettings>> = RwLock::new(None);
 
+/// The runtime's own files, hidden from every sandboxed command ([`hide`]).
+static HIDDEN: RwLock<Vec<PathBuf>> = RwLock::new(Vec::new());
+
+/// Hides `paths` (the data dir with the server token and every session's history, the
+/// config file with any literal secrets) from every sandboxed command of this process,
+/// wherever they are: the home folder is hidden anyway, but a data dir or config outside
+/// it was readable (security review 2, finding 10). A folder becomes an empty tmpfs, a
+/// file reads as empty; a workspace inside a hidden folder (a worktree in the data dir)
+/// is still shown. Adds to what earlier calls hid (several services in one process);
+/// paths that no longer exist are skipped when a sandbox is built.
+pub fn hide(paths: &[PathBuf]) {
+    let mut hidden = HIDDEN.write().unwrap_or_else(|p| p.into_inner());
+    for path in paths {
+        if path.is_absolute() && path != Path::new("/") && !hidden.contains(path) {
+            hidden.push(path.clone());
+        }
+    }
+}
+
+/// What [`hide`] hid that exists now, where it really is.
+fn hidden() -> Vec<PathBuf> {
+    let hidden = HIDDEN.read().unwrap_or_else(|p| p.into_inner());
+    let mut real: Vec<PathBuf> = hidden
+        .iter()
+        .filter_map(|path| path.canonicalize().ok())
+        .filter(|path| path != Path::new("/"))
+        .collect();
+    real.sort();
+    real.dedup();
+    real
+}
+
 /// Sets the command settings the standard `run_command` uses (at start and on every
 /// config change). Until called, the defaults apply.
 pub fn configure(settings: &CommandSettings) {
