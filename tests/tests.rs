@@ -82,3 +82,7 @@ mod security_git;
 // Security review 2, findings 5 and 10: host sockets under /run and the runtime's data
 // dir and config are out of a sandboxed command's reach.
 mod security_hide;
+
+// Security review 2, finding 9: instruction and profile files follow no symlink out of the
+// project; a workspace profile replacing another says so.
+mod security_links;
