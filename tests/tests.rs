@@ -86,3 +86,6 @@ mod security_hide;
 // Security review 2, finding 9: instruction and profile files follow no symlink out of the
 // project; a workspace profile replacing another says so.
 mod security_links;
+
+// Security review 2, finding 14: `serve` under connection floods (the real binary).
+mod security_server;
