@@ -156,3 +156,35 @@ async fn security_hide_data_dir_and_config_outside_home() {
     assert!(out.contains("in-tree"), "{out}");
     bumblehive::sandbox::hide(&[]);
 }
+
+/// Inherited descriptors: a descriptor the runtime holds without close-on-exec (one it
+/// inherited from whatever started it, or a library's) is not open in a command, sandboxed
+/// or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_hide_commands_inherit_no_descriptor() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let secret = ws.join("held.txt");
+    std::fs::write(&secret, "held").unwrap();
+    let path = std::ffi::CString::new(secret.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path; the descriptor is closed at the end of the test.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
+    assert!(fd > 2);
+    let check = format!("ls /proc/self/fd; cat /proc/self/fd/{fd} && echo READ-INHERITED");
+    for policy in [
+        bumblehive::sandbox::CommandPolicy::Sandbox,
+        bumblehive::sandbox::CommandPolicy::Off,
+    ] {
+        let settings = bumblehive::sandbox::CommandSettings {
+            policy,
+            ..Default::default()
+        };
+        let out = sandboxed(&ws, settings, &check).await;
+        assert!(
+            !out.contains("READ-INHERITED"),
+            "{policy:?}: fd {fd} was inherited: {out}"
+        );
+    }
+    // SAFETY: our own descriptor from above.
+    unsafe { libc::close(fd) };
+}

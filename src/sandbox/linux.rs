@@ -480,7 +480,45 @@ pub(super) fn opened_path(file: &std::fs::File) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
 }
 
+/// The highest descriptor number to walk when the kernel has no `close_range`.
+pub(super) fn open_max() -> libc::c_int {
+    // SAFETY: sysconf only returns a value.
+    let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) };
+    libc::c_int::try_from(max)
+        .unwrap_or(65536)
+        .clamp(1024, 1 << 20)
+}
+
+/// Marks every descriptor from `first` on close-on-exec: `close_range` (Linux 5.11), else
+/// one `fcntl` per number up to `max`. Async-signal-safe (used between fork and exec).
+pub(super) fn cloexec_from(first: libc::c_int, max: libc::c_int) {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on descriptors.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if done == 0 {
+        return;
+    }
+    for fd in first..max {
+        // SAFETY: fcntl on a number that may not be open fails with EBADF, harmlessly.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
 pub(super) fn harden_process() {
+    // Whatever started the runtime may have left descriptors open without close-on-exec;
+    // every program the runtime starts (MCP servers included) would inherit them.
+    cloexec_from(3, open_max());
     // SAFETY: PR_SET_DUMPABLE takes an integer and touches no memory of ours.
     let done = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     if done != 0 {

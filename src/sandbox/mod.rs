@@ -365,6 +365,18 @@ fn spawn(
         cmd.current_dir(cwd);
     }
     let guard = CommandGuard(limits.and_then(|settings| platform::limit(&mut cmd, settings)));
+    // No descriptor of the runtime reaches a command: one it inherited from whatever
+    // started it, or one a library opened without close-on-exec, could be a socket or a
+    // file the command must not have. Marked close-on-exec in the child, from 3 on (a
+    // spare's script is put at 3 after this, without the flag).
+    let open_max = platform::open_max();
+    // SAFETY: only async-signal-safe calls (close_range or fcntl) on descriptors.
+    unsafe {
+        cmd.pre_exec(move || {
+            platform::cloexec_from(3, open_max);
+            Ok(())
+        });
+    }
     if let Some(script) = &script {
         use std::os::fd::AsRawFd;
         let fd = script.as_raw_fd();
