@@ -188,3 +188,34 @@ async fn security_hide_commands_inherit_no_descriptor() {
     // SAFETY: our own descriptor from above.
     unsafe { libc::close(fd) };
 }
+
+/// Review note: pids cgroups left by a runtime that exited before its clean-up thread ran
+/// (`bumblehive-<pid>-…` of a dead process) are removed when a command next makes one; a
+/// live process's are left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_hide_leftover_cgroups_are_removed() {
+    let base = Path::new("/sys/fs/cgroup/pids");
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 || !base.join("cgroup.procs").exists() {
+        eprintln!("skipped: needs root and a pids cgroup hierarchy");
+        return;
+    }
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let leftover = base.join(format!(
+        "bumblehive-{dead}-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let live = base.join(format!("bumblehive-1-{}", uuid::Uuid::new_v4().simple()));
+    for dir in [&leftover, &live] {
+        std::fs::create_dir(dir).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let out = sandboxed(&ws, Default::default(), "echo ran").await;
+    assert!(out.contains("ran"), "{out}");
+    assert!(!leftover.exists(), "a dead process's cgroup was left");
+    assert!(live.exists(), "a live process's cgroup was removed");
+    std::fs::remove_dir(&live).unwrap();
+}

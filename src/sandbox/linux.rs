@@ -335,6 +335,10 @@ impl Drop for Cgroup {
         // The namespace's processes are killed with its init; their exit is asynchronous,
         // so the (then empty) group is removed by a short-lived thread that retries.
         let path = std::mem::take(&mut self.0);
+        // Often already empty: then no thread is needed.
+        if std::fs::remove_dir(&path).is_ok() {
+            return;
+        }
         std::thread::spawn(move || {
             for _ in 0..50 {
                 if std::fs::remove_dir(&path).is_ok() || !path.exists() {
@@ -344,6 +348,41 @@ impl Drop for Cgroup {
             }
             tracing::warn!("could not remove the command cgroup {}", path.display());
         });
+    }
+}
+
+/// Removes the command cgroups a runtime left when it exited before their clean-up
+/// threads ran (shutdown with spares alive): those of a process that is gone, and the
+/// unnamed ones of older versions once a minute old (one just made by an older runtime
+/// still running is spared). `rmdir` refuses a cgroup with processes in it.
+fn sweep_cgroups(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("bumblehive-") else {
+            continue;
+        };
+        let stale = match rest.split_once('-') {
+            Some((pid, _)) => match pid.parse::<libc::pid_t>() {
+                Ok(pid) => {
+                    // SAFETY: kill with signal 0 only checks whether the process exists.
+                    let alive = unsafe { libc::kill(pid, 0) } == 0;
+                    !alive && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+                }
+                Err(_) => false,
+            },
+            None => entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > std::time::Duration::from_secs(60)),
+        };
+        if stale {
+            let _ = std::fs::remove_dir(entry.path());
+        }
     }
 }
 
@@ -357,7 +396,13 @@ fn pids_cgroup(max: u64) -> Option<Cgroup> {
         if !base.join("cgroup.procs").exists() {
             continue;
         }
-        let dir = base.join(format!("bumblehive-{}", uuid::Uuid::new_v4().simple()));
+        sweep_cgroups(base);
+        // Named with our pid, so that a later process knows when its owner is gone.
+        let dir = base.join(format!(
+            "bumblehive-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
         if std::fs::create_dir(&dir).is_err() {
             continue;
         }
