@@ -5,9 +5,14 @@
 //!   runtime's `/proc/<pid>/environ` and memory are not there), a private `/tmp`;
 //! - the home folder hidden (an empty tmpfs) except the workspace, which is writable, and
 //!   the read-only toolchain folders of [`CommandSettings::home_read_only`];
-//! - `.git/config` and `.git/hooks` read-only: git itself works (objects, index, refs,
-//!   commits), but a command cannot plant a hook or a `core.fsmonitor`/`core.pager` line
-//!   that git would later run *outside* the sandbox when the person uses it;
+//! - `.git` bound onto itself (it cannot be renamed or replaced) with `config`, `hooks`,
+//!   `info`, `commondir`, `config.worktree` and `gitdir` read-only, also for a `.git` file
+//!   and the git dir it names: git itself works (objects, index, refs, commits), but a
+//!   command cannot plant a hook or a `core.fsmonitor`/`core.pager` line that git would
+//!   later run *outside* the sandbox; what cannot be bound (a new `.git`, a new
+//!   `commondir`) is reported after the command ([`GitWatch`]);
+//! - `/run` and `/var/run` an empty tmpfs (no host Unix sockets), the runtime's data dir
+//!   and config hidden wherever they are ([`hide`]), no inherited descriptor;
 //! - no network unless allowed; a new pid namespace, so nothing outlives the command
 //!   (a `setsid` child included); process and memory limits;
 //! - an environment built from an allow-list ([`BASE_ENV`] plus the names the person
