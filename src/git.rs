@@ -13,9 +13,10 @@
 //! - no system or global config, no `GIT_*` variable of the runtime's environment, no
 //!   prompt, no lazy fetch.
 //!
-//! What is left: a repository's config that `include.path`s a file a command may still
-//! change between the listing and the run. The sandbox keeps `.git/config` read-only
-//! (`sandbox::linux`), and the fixed overrides hold whatever the listing saw.
+//! A config that `include.path`s a file of the work tree (which a command could rewrite
+//! between the listing and the run) is refused outright. What is left: a program-running
+//! key this list does not know of; the sandbox keeps `.git/config` read-only
+//! (`sandbox::linux`) so a command cannot add one.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -148,6 +149,18 @@ impl Git {
         list.locate(repo)
             .args(["config", "--list", "--includes", "-z"]);
         let listed = list.output(None)?;
+        if let Some(file) = included_from(&listed, repo) {
+            // A file of the work tree can be rewritten by a sandboxed command between
+            // the listing above and the command below, naming programs the listing did
+            // not see: such a repository is not run at all.
+            return Err(GitError::Failed {
+                command: "config".into(),
+                stderr: format!(
+                    "the repository's config includes {}, a file in the workspace that commands can change; git is not run on it",
+                    file.display()
+                ),
+            });
+        }
         let mut git = Git::new(cwd);
         for setting in overrides(&listed) {
             git.command.arg("-c").arg(setting);
@@ -233,6 +246,31 @@ fn run(command: &mut Command, input: Option<&[u8]>) -> std::io::Result<Output> {
         let _ = writer.join();
     }
     out
+}
+
+/// The first file an `include.path` / `includeIf.*.path` of the listing names that lies
+/// in the work tree. A relative path is taken from the git dir (where the repository's
+/// config is); `~/` paths are the person's and left alone.
+fn included_from(listed: &[u8], repo: &Repository) -> Option<PathBuf> {
+    let tree = repo
+        .work_tree
+        .canonicalize()
+        .unwrap_or_else(|_| repo.work_tree.clone());
+    for record in listed.split(|b| *b == 0) {
+        let record = String::from_utf8_lossy(record);
+        let (key, value) = record.split_once('\n').unwrap_or((&record, ""));
+        let include =
+            key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path"));
+        if !include || value.starts_with('~') {
+            continue;
+        }
+        let path = repo.git_dir.join(value);
+        let real = path.canonicalize().unwrap_or(path);
+        if real.starts_with(&tree) {
+            return Some(real);
+        }
+    }
+    None
 }
 
 /// The `-c` overrides for the programs a repository's config names under names it chose:

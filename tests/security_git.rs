@@ -470,3 +470,33 @@ async fn security_git_sandbox_reports_a_new_git_or_commondir() {
         "{out}"
     );
 }
+
+/// The rest of finding 2: a repository whose config includes a file of the workspace
+/// (which a sandboxed command could rewrite between the runtime's config listing and its
+/// git command) is not run at all; the prompt says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_git_environment_refuses_a_config_that_includes_a_workspace_file() {
+    let markers = Markers::new();
+    let (_dir, root) = tmp();
+    let ws = root.join("ws");
+    repo_with_commit(&ws);
+    let inc = ws.join("inc.cfg");
+    std::fs::write(
+        &inc,
+        format!(
+            "[filter \"evil\"]\n\tclean = \"{}\"\n",
+            markers.program("include-clean")
+        ),
+    )
+    .unwrap();
+    let mut config = std::fs::read_to_string(ws.join(".git/config")).unwrap();
+    config.push_str("[include]\n\tpath = ../inc.cfg\n");
+    std::fs::write(ws.join(".git/config"), config).unwrap();
+    let env = Environment::detect(&ws).await;
+    assert!(
+        matches!(&env.git, GitState::Unknown { reason } if reason.contains("includes")),
+        "{:?}",
+        env.git
+    );
+    assert_eq!(markers.left(), Vec::<String>::new());
+}
