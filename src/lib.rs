@@ -31,6 +31,7 @@ mod delegation;
 pub mod error;
 pub mod flush;
 pub mod frames;
+pub mod git;
 pub mod invariant;
 pub mod mcp;
 pub mod mentions;

@@ -138,6 +138,9 @@ fn build_service(config_path: &Path, data_dir: &Path) -> anyhow::Result<RuntimeS
     // Load first so a broken file stops the start with its line number, untouched.
     let config = Config::load(config_path)?;
     bumblehive::sandbox::configure(&config.tools.command);
+    // The token, the histories and the config's secrets stay out of commands' reach
+    // wherever they are (security review 2, finding 10).
+    bumblehive::sandbox::hide(&[data_dir.to_path_buf(), config_path.to_path_buf()]);
     Ok(RuntimeService::new(ServiceOptions {
         data_dir: data_dir.to_path_buf(),
         config_path: Some(config_path.to_path_buf()),

@@ -55,15 +55,32 @@ pub fn built_in() -> Vec<Profile> {
 /// `<user_dir>/agents/*.md`, then the built-ins. A name found earlier wins.
 pub fn load(workspace: &Path, user_dir: Option<&Path>) -> Profiles {
     let mut found = Profiles::default();
-    let mut sources: Vec<(PathBuf, Format)> = vec![
-        (workspace.join(".bumblehive/agents"), Format::Ours),
-        (workspace.join(".claude/agents"), Format::Claude),
-        (workspace.join(".codex/agents"), Format::Codex),
+    // The workspace's profile files must stay inside it: a link out (to a key file) would
+    // put the outside file in a child's system prompt (security review 2, finding 9).
+    let inside = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let mut sources: Vec<(PathBuf, Format, Option<&Path>)> = vec![
+        (
+            workspace.join(".bumblehive/agents"),
+            Format::Ours,
+            Some(&inside),
+        ),
+        (
+            workspace.join(".claude/agents"),
+            Format::Claude,
+            Some(&inside),
+        ),
+        (
+            workspace.join(".codex/agents"),
+            Format::Codex,
+            Some(&inside),
+        ),
     ];
     if let Some(user) = user_dir {
-        sources.push((user.join("agents"), Format::Ours));
+        sources.push((user.join("agents"), Format::Ours, None));
     }
-    for (dir, format) in sources {
+    for (dir, format, inside) in sources {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -77,22 +94,37 @@ pub fn load(workspace: &Path, user_dir: Option<&Path>) -> Profiles {
             if path.extension().and_then(|e| e.to_str()) != Some(wanted) {
                 continue;
             }
-            match read_profile(&path, format) {
-                Ok(profile) => {
-                    if found.get(&profile.name).is_none() {
-                        found.profiles.push(profile);
+            match read_profile(&path, format, inside) {
+                Ok(profile) => match found.profiles.iter_mut().find(|p| p.name == profile.name) {
+                    None => found.profiles.push(profile),
+                    Some(winner) if inside.is_none() => {
+                        replaced(winner, &profile.source, workspace)
                     }
-                }
+                    Some(_) => {}
+                },
                 Err(err) => found.errors.push(err),
             }
         }
     }
     for profile in built_in() {
-        if found.get(&profile.name).is_none() {
-            found.profiles.push(profile);
+        match found.profiles.iter_mut().find(|p| p.name == profile.name) {
+            None => found.profiles.push(profile),
+            Some(winner) => replaced(winner, "the built-in profile", workspace),
         }
     }
     found
+}
+
+/// Notes on a workspace profile that it replaces a user-level or built-in profile of the
+/// same name: a repository can take a name the person relies on (`explore`, their own).
+fn replaced(winner: &mut Profile, other: &str, workspace: &Path) {
+    // The person's own profile replacing a built-in one is their choice: no notice.
+    if !Path::new(&winner.source).starts_with(workspace) {
+        return;
+    }
+    winner.notices.push(format!(
+        "this workspace profile replaces {other} of the same name"
+    ));
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,9 +134,19 @@ enum Format {
     Codex,
 }
 
-fn read_profile(path: &Path, format: Format) -> Result<Profile, String> {
+fn read_profile(path: &Path, format: Format, inside: Option<&Path>) -> Result<Profile, String> {
     let at = |line: usize, message: &str| format!("{}:{line}: {message}", path.display());
-    let text = std::fs::read_to_string(path).map_err(|err| at(0, &err.to_string()))?;
+    let text = match inside {
+        Some(root) => crate::tools::paths::open_inside(path, root).and_then(|mut file| {
+            use std::io::Read;
+            let mut text = String::new();
+            file.read_to_string(&mut text)
+                .map(|_| text)
+                .map_err(|err| err.to_string())
+        }),
+        None => std::fs::read_to_string(path).map_err(|err| err.to_string()),
+    }
+    .map_err(|err| at(0, &err))?;
     let stem = path
         .file_stem()
         .and_then(|s| s.to_str())

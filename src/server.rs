@@ -44,7 +44,7 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest command body.
 pub const MAX_BODY: usize = 2 * 1024 * 1024;
-/// Connections served at once; more wait in the listen queue.
+/// Connections served at once that have sent a request; more get a 503 and are closed.
 pub const MAX_CONNECTIONS: usize = 256;
 /// How long a graceful shutdown waits for open requests before dropping them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
@@ -135,7 +135,23 @@ object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
 
 /// The API answers only its own Host (no DNS rebinding), no foreign Origin, and only
 /// with the token, all checked before the body is read.
-async fn guard_api(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// A refused request also closes its connection: a client without the token has no use
+/// for keep-alive, and would otherwise hold one of [`MAX_CONNECTIONS`] until the header
+/// timer of its next request (security review 2, finding 14).
+async fn guard_api(state: State<AppState>, request: Request, next: Next) -> Response {
+    let mut response = check_api(state, request, next).await;
+    if matches!(
+        response.status(),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
+    ) {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+async fn check_api(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let allowed = &state.options.allowed_hosts;
     if !allowed.is_empty() {
         let host = request
@@ -237,10 +253,29 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Serves `app` on `listener` until `stop` is cancelled: at most [`MAX_CONNECTIONS`] at
-/// once, each request's headers within [`HEADER_TIMEOUT`]; on stop, open connections get
-/// [`SHUTDOWN_GRACE`] to finish and are then dropped, so nothing a client holds open (a
-/// half-sent request, an event stream) keeps the process alive.
+/// Connections held at once that have not yet sent the headers of their first request:
+/// past it, the oldest of them is dropped for the new one (security review 2, finding 14).
+pub const MAX_PENDING: usize = 64;
+
+/// The connections that have sent no complete request yet, oldest first, each with what
+/// drops it.
+type Pending = std::sync::Mutex<std::collections::VecDeque<(u64, CancellationToken)>>;
+
+fn forget_pending(pending: &Pending, id: u64) {
+    pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|(other, _)| *other != id);
+}
+
+/// Serves `app` on `listener` until `stop` is cancelled. Every connection's headers are
+/// due within [`HEADER_TIMEOUT`] of accept (HTTP/1 only, no version sniffing, which ran
+/// without a timer). A connection counts against [`MAX_CONNECTIONS`] only once it has
+/// sent a whole request; before that at most [`MAX_PENDING`] are held and a new one
+/// drops the oldest, so silent or half-sent connections cannot keep the person's requests
+/// in the listen queue. On stop, open connections get [`SHUTDOWN_GRACE`] to finish and are
+/// then dropped, so nothing a client holds open (a half-sent request, an event stream)
+/// keeps the process alive.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
@@ -248,15 +283,10 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioIo, TokioTimer};
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let pending: Arc<Pending> = Arc::default();
     let mut connections = tokio::task::JoinSet::new();
+    let mut next_id: u64 = 0;
     loop {
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-            _ = stop.cancelled() => break,
-        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -269,25 +299,73 @@ pub async fn serve(
             },
             _ = stop.cancelled() => break,
         };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let id = next_id;
+        next_id += 1;
+        let drop_it = CancellationToken::new();
+        {
+            let mut waiting = pending.lock().unwrap_or_else(|p| p.into_inner());
+            while waiting.len() >= MAX_PENDING {
+                match waiting.pop_front() {
+                    Some((_, oldest)) => oldest.cancel(),
+                    None => break,
+                }
+            }
+            waiting.push_back((id, drop_it.clone()));
+        }
+        let inner = hyper_util::service::TowerToHyperService::new(app.clone());
         let stop = stop.clone();
+        let pending = pending.clone();
+        let permits = permits.clone();
         connections.spawn(async move {
-            let _permit = permit;
-            let mut builder =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            builder
-                .http1()
+            // Taken at the first complete request, held while the connection lives.
+            let held: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>> =
+                Arc::default();
+            let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+            let service = {
+                let (pending, held) = (pending.clone(), held.clone());
+                hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                    let inner = inner.clone();
+                    let admitted = if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                        forget_pending(&pending, id);
+                        let permit = permits.clone().try_acquire_owned().ok();
+                        let admitted = permit.is_some();
+                        *held.lock().unwrap_or_else(|p| p.into_inner()) = permit;
+                        admitted
+                    } else {
+                        true
+                    };
+                    async move {
+                        if !admitted {
+                            let mut busy = error_response(
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                "busy",
+                                "too many connections; try again",
+                            );
+                            busy.headers_mut()
+                                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                            return Ok::<_, Infallible>(busy);
+                        }
+                        hyper::service::Service::call(&inner, request).await
+                    }
+                })
+            };
+            let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT);
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
             tokio::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => {}
+                // Dropped for a newer connection while it had sent no whole request.
+                _ = drop_it.cancelled() => {}
                 _ = stop.cancelled() => {
                     connection.as_mut().graceful_shutdown();
                     let _ = connection.await;
                 }
             }
+            forget_pending(&pending, id);
+            drop(held);
         });
         while connections.try_join_next().is_some() {}
     }

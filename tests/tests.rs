@@ -85,3 +85,19 @@ mod mcp;
 // Agent Skills and custom commands: the list in the request, the skill loaded on use, its
 // script under approvals, a profile's skills, list_skills and expand_command (names start with skills_).
 mod skills;
+
+// Security review 2, findings 1-3: repositories planted with programs (hooks, fsmonitor,
+// filters, commondir, `.git` files, nested and new repositories); the runtime's own git
+// runs none of them.
+mod security_git;
+
+// Security review 2, findings 5 and 10: host sockets under /run and the runtime's data
+// dir and config are out of a sandboxed command's reach.
+mod security_hide;
+
+// Security review 2, finding 9: instruction and profile files follow no symlink out of the
+// project; a workspace profile replacing another says so.
+mod security_links;
+
+// Security review 2, finding 14: `serve` under connection floods (the real binary).
+mod security_server;

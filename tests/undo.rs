@@ -1044,3 +1044,93 @@ async fn undo_the_store_is_pruned_to_its_bound_and_kept_turns_still_undo() {
     checkpoints.forget_session("s1");
     assert!(shadow.refs("refs/bh/").unwrap().is_empty());
 }
+
+/// Security review 2, finding 4: a turn's commands remove a recorded folder and put a
+/// symlink to an outside folder in its place (hidden with `.gitignore`); undoing the turn
+/// writes nothing through the link (the outside file keeps its content), refuses, and
+/// names the path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_writes_nothing_through_a_planted_symlink() {
+    let fx = Fx::new().await;
+    fx.put("conf/authorized_keys", "REPO-KEY\n");
+    let outside = tempfile::tempdir().unwrap();
+    let keys = outside.path().join("authorized_keys");
+    std::fs::write(&keys, "MINE\n").unwrap();
+    let (session, mut events) = fx.session();
+    let link = format!(
+        "ln -s {} conf && echo conf >> .gitignore",
+        outside.path().display()
+    );
+    // Two steps of one turn, as the review's probe did: each call gets its own snapshots.
+    fx.mock.push_sse(openai::tool_answer(
+        &[("c1", "run_command", json!({"command": "rm -rf conf"}))],
+        (10, 5),
+    ));
+    fx.turn(
+        &session,
+        &mut events,
+        "tidy up",
+        &[("c2", "run_command", json!({"command": link}))],
+    )
+    .await;
+    let undo = dispatch(
+        &fx.service,
+        "undo_turn",
+        json!({"session_id": session, "message_index": 0, "force": true}),
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(&keys).unwrap(),
+        "MINE\n",
+        "undo wrote through the symlink: {undo:?}"
+    );
+    let err = undo.expect_err("the undo must refuse");
+    assert!(err.to_string().contains("conf"), "{err}");
+    fx.shutdown().await;
+}
+
+/// Security review 2, finding 13: a command that turns a recorded folder into a symlink
+/// does not stop later checkpoints: the next turn's write is recorded and undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_survives_a_symlinked_folder() {
+    let fx = Fx::new().await;
+    fx.put("conf/a.txt", "a\n");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (session, mut events) = fx.session();
+    let link = format!("rm -rf conf && ln -s {} conf", elsewhere.path().display());
+    fx.turn(
+        &session,
+        &mut events,
+        "link it",
+        &[("c1", "run_command", json!({"command": link}))],
+    )
+    .await;
+    fx.turn(
+        &session,
+        &mut events,
+        "write notes",
+        &[(
+            "c2",
+            "write_file",
+            json!({"path": "notes.txt", "content": "notes\n"}),
+        )],
+    )
+    .await;
+    assert_eq!(fx.get("notes.txt").as_deref(), Some("notes\n"));
+    let second = fx
+        .history(&session)
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.role == bumblehive::protocol::Role::User)
+        .nth(1)
+        .map(|(i, _)| i)
+        .unwrap();
+    let undone = fx
+        .ok(
+            "undo_turn",
+            json!({"session_id": session, "message_index": second}),
+        )
+        .await;
+    assert_eq!(fx.get("notes.txt"), None, "{undone}");
+    fx.shutdown().await;
+}

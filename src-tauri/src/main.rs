@@ -409,6 +409,9 @@ fn main() -> anyhow::Result<()> {
     let runtime = shell_runtime()?;
     tauri::async_runtime::set(runtime.handle().clone());
     let config = Config::load(&args.config)?;
+    // The data dir and config stay out of sandboxed commands' reach wherever they are
+    // (security review 2, finding 10).
+    bumblehive::sandbox::hide(&[args.data_dir.clone(), args.config.clone()]);
     let service = RuntimeService::new(ServiceOptions {
         data_dir: args.data_dir.clone(),
         config_path: Some(args.config.clone()),

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use super::CheckpointError;
 
@@ -37,66 +36,36 @@ pub struct Entry {
 
 /// Whether git can be run at all; the message says why not.
 pub fn available() -> Result<(), String> {
-    match Command::new("git").arg("--version").output() {
-        Ok(out) if out.status.success() => Ok(()),
-        Ok(out) => Err(format!(
-            "git --version failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-        Err(err) => Err(format!("git was not found ({err})")),
+    let mut git = crate::git::Git::new(Path::new("/"));
+    git.args(["--version"]);
+    match git.output(None) {
+        Ok(_) => Ok(()),
+        Err(crate::git::GitError::Spawn(err)) => Err(format!("git was not found ({err})")),
+        Err(err) => Err(err.to_string()),
     }
 }
 
 impl Shadow {
-    fn git(&self) -> Command {
-        let mut cmd = Command::new("git");
-        // Isolated from the person's own configuration and repository: the shadow's
-        // behaviour must not depend on their hooks, attributes or global excludes.
-        for var in [
-            "GIT_INDEX_FILE",
-            "GIT_OBJECT_DIRECTORY",
-            "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-            "GIT_CEILING_DIRECTORIES",
-            "GIT_NAMESPACE",
-        ] {
-            cmd.env_remove(var);
-        }
-        cmd.env("GIT_DIR", &self.git_dir)
+    /// Git on the shadow store: hardened like all of the runtime's git (`crate::git`),
+    /// with `GIT_DIR` in the data dir and the workspace as the work tree. The shadow's
+    /// config is the runtime's own, so nothing of it needs listing; the workspace's
+    /// `.gitattributes` may name filters, but no driver is configured here.
+    fn git(&self) -> crate::git::Git {
+        let mut git = crate::git::Git::new(&self.workspace);
+        git.env("GIT_DIR", &self.git_dir)
             .env("GIT_WORK_TREE", &self.workspace)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("LC_ALL", "C")
-            .current_dir(&self.workspace)
-            .stdin(Stdio::null());
-        cmd
+            // The shadow's index is the runtime's: its untracked cache is safe, and
+            // saves each snapshot a walk of unchanged folders.
+            .config("core.untrackedCache=true");
+        git
     }
 
     /// Runs git with `args` (and `input` on stdin); its stdout, or an error with stderr.
     fn run(&self, args: &[&str], input: Option<&[u8]>) -> Result<Vec<u8>, CheckpointError> {
-        let mut cmd = self.git();
-        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-        if input.is_some() {
-            cmd.stdin(Stdio::piped());
-        }
-        let mut child = cmd
-            .spawn()
-            .map_err(|err| CheckpointError::Git(format!("cannot run git: {err}")))?;
-        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
-            // Written from another thread: git may fill its stdout pipe before it has read
-            // all of a long input, and both sides would wait forever.
-            let input = input.to_vec();
-            let writer = std::thread::spawn(move || stdin.write_all(&input));
-            let out = child
-                .wait_with_output()
-                .map_err(|err| CheckpointError::Git(format!("git failed: {err}")))?;
-            let _ = writer.join();
-            return finish(args, out);
-        }
-        let out = child
-            .wait_with_output()
-            .map_err(|err| CheckpointError::Git(format!("git failed: {err}")))?;
-        finish(args, out)
+        let mut git = self.git();
+        git.args(args);
+        git.output(input)
+            .map_err(|err| CheckpointError::Git(err.to_string()))
     }
 
     /// Creates the shadow repository if it does not exist yet.
@@ -162,8 +131,10 @@ impl Shadow {
         )?;
         let mut update = Vec::new();
         let mut drop_big = Vec::new();
+        let mut gone = Vec::new();
         let mut skipped = Vec::new();
         let mut seen = std::collections::HashSet::new();
+        let mut links = BTreeMap::new();
         for raw in listed.split(|b| *b == 0).filter(|p| !p.is_empty()) {
             if !seen.insert(raw) {
                 continue;
@@ -172,6 +143,19 @@ impl Shadow {
             if path.ends_with('/') {
                 // `ls-files --others` names a folder with its own `.git` as a whole.
                 skipped.push(format!("{path} (a nested git repository)"));
+                continue;
+            }
+            // A recorded file whose folder is a symlink now (security review 2, finding
+            // 13): `update-index --remove` refuses a path "beyond a symbolic link", which
+            // failed every later snapshot. It is gone from the workspace as recorded; the
+            // link itself is recorded as a link.
+            if let Some(link) = beyond_link(&self.workspace, &path, &mut links) {
+                gone.extend_from_slice(raw);
+                gone.push(0);
+                let note = format!("{link}/ (a symlink now: nothing behind it is recorded)");
+                if !skipped.contains(&note) {
+                    skipped.push(note);
+                }
                 continue;
             }
             match std::fs::symlink_metadata(self.workspace.join(&path)) {
@@ -189,9 +173,23 @@ impl Shadow {
                 }
             }
         }
+        // Removed first, so that the link can take the folder's name in the index.
+        if !gone.is_empty() {
+            self.run(
+                &["update-index", "-z", "--force-remove", "--stdin"],
+                Some(&gone),
+            )?;
+        }
         if !update.is_empty() {
             self.run(
-                &["update-index", "-z", "--add", "--remove", "--stdin"],
+                &[
+                    "update-index",
+                    "-z",
+                    "--add",
+                    "--remove",
+                    "--replace",
+                    "--stdin",
+                ],
                 Some(&update),
             )?;
         }
@@ -207,7 +205,34 @@ impl Shadow {
             skipped,
         })
     }
+}
 
+/// The first folder of `path` (relative to the workspace) that is a symlink or not a
+/// folder now, if any; `known` remembers each folder's answer for the other paths.
+fn beyond_link(workspace: &Path, path: &str, known: &mut BTreeMap<String, bool>) -> Option<String> {
+    let mut prefix = String::new();
+    let mut parts = path.split('/').peekable();
+    while let Some(part) = parts.next() {
+        if parts.peek().is_none() {
+            break;
+        }
+        if !prefix.is_empty() {
+            prefix.push('/');
+        }
+        prefix.push_str(part);
+        let plain = *known.entry(prefix.clone()).or_insert_with(|| {
+            std::fs::symlink_metadata(workspace.join(&prefix))
+                .map(|meta| meta.is_dir())
+                .unwrap_or(true)
+        });
+        if !plain {
+            return Some(prefix);
+        }
+    }
+    None
+}
+
+impl Shadow {
     /// How `to` differs from `from`, limited to `paths` when given.
     pub fn diff_trees(
         &self,
@@ -263,18 +288,6 @@ impl Shadow {
     }
 }
 
-fn finish(args: &[&str], out: std::process::Output) -> Result<Vec<u8>, CheckpointError> {
-    if out.status.success() {
-        Ok(out.stdout)
-    } else {
-        Err(CheckpointError::Git(format!(
-            "git {} failed: {}",
-            args.first().copied().unwrap_or(""),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
-}
-
 /// `:<old mode> <new mode> <old oid> <new oid> <status>\0<path>\0`, repeated.
 fn parse_diff_tree(out: &[u8]) -> Result<Vec<Entry>, CheckpointError> {
     let mut fields = out.split(|b| *b == 0);
@@ -304,57 +317,150 @@ fn parse_diff_tree(out: &[u8]) -> Result<Vec<Entry>, CheckpointError> {
     Ok(entries)
 }
 
+/// A workspace path's folders, opened one name at a time from the workspace, each with
+/// `O_NOFOLLOW` (security review 2, finding 4): a recorded folder that a command turned
+/// into a symlink is never written, removed or listed through.
+struct Walked {
+    /// The workspace's descriptor, then one per folder of the path.
+    chain: Vec<std::fs::File>,
+    /// The folders' names (one fewer than `chain`), and the last name.
+    folders: Vec<std::ffi::OsString>,
+    name: std::ffi::OsString,
+}
+
+/// Opens the folders of `rel` (relative to the workspace); with `create`, missing ones
+/// are made, each inside the one opened before it. `None` when one is missing (and not
+/// made); an error naming the folder when one is a symlink or a file now.
+fn walk(workspace: &Path, rel: &str, create: bool) -> Result<Option<Walked>, CheckpointError> {
+    use crate::tools::paths;
+    use std::path::Component;
+    let mut names = Vec::new();
+    for component in Path::new(rel).components() {
+        match component {
+            Component::Normal(name) => names.push(name.to_os_string()),
+            // A recorded path is plain and relative; anything else is refused.
+            _ => {
+                return Err(CheckpointError::Restore(format!(
+                    "{rel} is not a plain path inside the workspace"
+                )));
+            }
+        }
+    }
+    let name = names
+        .pop()
+        .ok_or_else(|| CheckpointError::Restore(format!("{rel} names no file")))?;
+    // The workspace itself is where it really is (its parents are outside the
+    // workspace, so no command of the sandbox changes them).
+    let root = workspace
+        .canonicalize()
+        .map_err(|err| CheckpointError::io(workspace, err))?;
+    let mut chain =
+        vec![paths::open_folder(&root, false).map_err(|err| CheckpointError::io(&root, err))?];
+    let folder = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    for (i, part) in names.iter().enumerate() {
+        let Some(dir) = chain.last() else { break };
+        let opened = match paths::open_at(dir, part, folder, 0) {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && create => {
+                match paths::mkdir_at(dir, part) {
+                    Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => Err(err),
+                    _ => paths::open_at(dir, part, folder, 0),
+                }
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            other => other,
+        };
+        match opened {
+            Ok(file) => chain.push(file),
+            Err(_) => {
+                let shown: Vec<String> = names[..=i]
+                    .iter()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .collect();
+                return Err(CheckpointError::Restore(format!(
+                    "{rel}: {} is a symlink or a file now, not the folder that was recorded; nothing is written through it",
+                    shown.join("/")
+                )));
+            }
+        }
+    }
+    Ok(Some(Walked {
+        chain,
+        folders: names,
+        name,
+    }))
+}
+
+/// Whether `rel` can be restored without going through a symlink: the check an undo
+/// makes for every path before it changes any.
+pub fn check_restorable(shadow: &Shadow, rel: &str) -> Result<(), CheckpointError> {
+    walk(&shadow.workspace, rel, false).map(drop)
+}
+
 /// Puts `path` (relative to the workspace) in the state `entry` describes, one file at a
 /// time and atomically: a new content is written beside it and renamed over it, so a
-/// process killed meanwhile leaves the old file or the new one, never a mix.
+/// process killed meanwhile leaves the old file or the new one, never a mix. Every step
+/// is relative to a folder descriptor opened without following symlinks ([`walk`]).
 pub fn restore_entry(
     shadow: &Shadow,
     entry: &Entry,
     contents: &BTreeMap<String, Vec<u8>>,
 ) -> Result<(), CheckpointError> {
+    use crate::tools::paths;
     let target = shadow.workspace.join(&entry.path);
+    let is_dir = |stat: &libc::stat| stat.st_mode & libc::S_IFMT == libc::S_IFDIR;
     match &entry.to {
         None => {
-            match std::fs::symlink_metadata(&target) {
-                Ok(meta) if meta.is_dir() => {
+            let Some(walked) = walk(&shadow.workspace, &entry.path, false)? else {
+                return Ok(());
+            };
+            let Some(dir) = walked.chain.last() else {
+                return Ok(());
+            };
+            match paths::stat_at(dir, &walked.name)
+                .map_err(|err| CheckpointError::io(&target, err))?
+            {
+                Some(stat) if is_dir(&stat) => {
                     return Err(CheckpointError::Restore(format!(
                         "{} is a folder now; it was not removed",
                         entry.path
                     )));
                 }
-                Ok(_) => std::fs::remove_file(&target)
+                Some(_) => paths::unlink_at(dir, &walked.name)
                     .map_err(|err| CheckpointError::io(&target, err))?,
-                Err(_) => {}
+                None => {}
             }
-            remove_empty_parents(&shadow.workspace, &target);
+            remove_empty_parents(&walked);
             Ok(())
         }
         Some((mode, oid)) => {
             let bytes = contents.get(oid).ok_or_else(|| {
                 CheckpointError::Restore(format!("no content for {}", entry.path))
             })?;
-            let parent = target
-                .parent()
+            let walked = walk(&shadow.workspace, &entry.path, true)?
                 .ok_or_else(|| CheckpointError::Restore(format!("{} has no folder", entry.path)))?;
-            std::fs::create_dir_all(parent).map_err(|err| CheckpointError::io(parent, err))?;
-            if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+            let Some(dir) = walked.chain.last() else {
+                return Err(CheckpointError::Restore(format!(
+                    "{} has no folder",
+                    entry.path
+                )));
+            };
+            let now = paths::stat_at(dir, &walked.name)
+                .map_err(|err| CheckpointError::io(&target, err))?;
+            if now.as_ref().is_some_and(is_dir) {
                 return Err(CheckpointError::Restore(format!(
                     "{} is a folder now; the file was not put back",
                     entry.path
                 )));
             }
-            let name = target
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let tmp = parent.join(format!(
-                ".{name}.{}{TEMP_SUFFIX}",
+            let tmp = std::ffi::OsString::from(format!(
+                ".{}.{}{TEMP_SUFFIX}",
+                walked.name.to_string_lossy(),
                 uuid::Uuid::new_v4().simple()
             ));
-            let written =
-                write_temp(&tmp, mode, bytes).and_then(|()| std::fs::rename(&tmp, &target));
+            let written = write_temp(dir, &tmp, mode, bytes)
+                .and_then(|()| paths::rename_at(dir, &tmp, &walked.name));
             if let Err(err) = written {
-                let _ = std::fs::remove_file(&tmp);
+                let _ = paths::unlink_at(dir, &tmp);
                 return Err(CheckpointError::io(&target, err));
             }
             Ok(())
@@ -365,55 +471,83 @@ pub fn restore_entry(
 /// The suffix of an undo's temporary files (`.<name>.<uuid><suffix>`).
 const TEMP_SUFFIX: &str = ".bumblehive-undo";
 
-/// Removes the temporary files an earlier, killed undo left in `folder`.
-pub fn remove_stale_temps(folder: &Path) {
-    let Ok(entries) = std::fs::read_dir(folder) else {
+/// Removes the temporary files an earlier, killed undo left in the folder of `rel` (a
+/// workspace path), found without following symlinks.
+pub fn remove_stale_temps(shadow: &Shadow, rel: &str) {
+    use std::os::fd::AsRawFd;
+    let Ok(Some(walked)) = walk(&shadow.workspace, rel, false) else {
+        return;
+    };
+    let Some(dir) = walked.chain.last() else {
+        return;
+    };
+    // The folder's entries through its descriptor, never through its name.
+    let Ok(entries) = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
         return;
     };
     for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') && name.ends_with(TEMP_SUFFIX) {
-            let _ = std::fs::remove_file(entry.path());
+        let name = entry.file_name();
+        let text = name.to_string_lossy();
+        if text.starts_with('.') && text.ends_with(TEMP_SUFFIX) {
+            let _ = crate::tools::paths::unlink_at(dir, &name);
         }
     }
 }
 
-fn write_temp(tmp: &Path, mode: &str, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `bytes` as the new file `tmp` in `dir` (a symlink for mode 120000).
+fn write_temp(
+    dir: &std::fs::File,
+    tmp: &std::ffi::OsStr,
+    mode: &str,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    use crate::tools::paths;
+    use std::os::fd::AsRawFd;
     if mode == "120000" {
-        let link = String::from_utf8_lossy(bytes).into_owned();
-        #[cfg(unix)]
-        return std::os::unix::fs::symlink(link, tmp);
-        #[cfg(not(unix))]
-        return std::fs::write(tmp, link);
+        let link = std::ffi::CString::new(bytes.to_vec())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))?;
+        let name = paths::c_name(tmp)?;
+        // SAFETY: both strings are NUL-terminated and `dir` is open for the call.
+        return paths::check(unsafe {
+            libc::symlinkat(link.as_ptr(), dir.as_raw_fd(), name.as_ptr())
+        })
+        .map(drop);
     }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(tmp)?;
+    let mut file = paths::open_at(
+        dir,
+        tmp,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        0o600,
+    )?;
     file.write_all(bytes)?;
     // Flushed before the rename: after a power loss the file is old or new, not empty.
     file.sync_all()?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let bits = if mode == "100755" { 0o755 } else { 0o644 };
-        std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(bits))?;
-    }
+    use std::os::unix::fs::PermissionsExt;
+    let bits = if mode == "100755" { 0o755 } else { 0o644 };
+    file.set_permissions(std::fs::Permissions::from_mode(bits))?;
     Ok(())
 }
 
-/// Removes folders that a deletion left empty, up to (not including) the workspace.
-fn remove_empty_parents(workspace: &Path, file: &Path) {
-    let mut dir = file.parent();
-    while let Some(current) = dir {
-        if current == workspace || !current.starts_with(workspace) {
+/// Removes folders that a deletion left empty, up to (not including) the workspace, each
+/// by its name in the folder opened before it.
+fn remove_empty_parents(walked: &Walked) {
+    use std::os::fd::AsRawFd;
+    for i in (0..walked.folders.len()).rev() {
+        let Ok(name) = crate::tools::paths::c_name(&walked.folders[i]) else {
+            break;
+        };
+        // SAFETY: `name` is NUL-terminated and the parent descriptor is open. `rmdir`
+        // refuses a folder that is not empty: nothing else is touched.
+        let removed = unsafe {
+            libc::unlinkat(
+                walked.chain[i].as_raw_fd(),
+                name.as_ptr(),
+                libc::AT_REMOVEDIR,
+            )
+        };
+        if removed != 0 {
             break;
         }
-        // `remove_dir` refuses a folder that is not empty: nothing else is touched.
-        if std::fs::remove_dir(current).is_err() {
-            break;
-        }
-        dir = current.parent();
     }
 }
 

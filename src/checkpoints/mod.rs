@@ -587,20 +587,31 @@ fn plan_restore(
 }
 
 fn apply(shadow: &Shadow, entries: &[(Entry, Option<Vec<u8>>)]) -> Result<(), CheckpointError> {
+    // Every path first: one whose folder a command turned into a symlink (to the home
+    // folder, say) refuses the whole undo before any file changes (security review 2,
+    // finding 4). Each write below goes through folder descriptors as well.
+    let mut blocked = Vec::new();
+    for (entry, _) in entries {
+        match git::check_restorable(shadow, &entry.path) {
+            Ok(()) => {}
+            Err(CheckpointError::Restore(why)) => blocked.push(why),
+            Err(err) => blocked.push(err.to_string()),
+        }
+    }
+    if !blocked.is_empty() {
+        return Err(CheckpointError::Restore(format!(
+            "nothing was restored: {}",
+            blocked.join("; ")
+        )));
+    }
     // An undo killed half-way left its temporary files where it was writing: the same
     // folders this one writes in. They are ours, so they go.
-    let folders: BTreeSet<PathBuf> = entries
-        .iter()
-        .filter_map(|(e, _)| {
-            shadow
-                .workspace
-                .join(&e.path)
-                .parent()
-                .map(Path::to_path_buf)
-        })
-        .collect();
-    for folder in folders {
-        git::remove_stale_temps(&folder);
+    let mut seen = BTreeSet::new();
+    for (entry, _) in entries {
+        let folder = Path::new(&entry.path).parent().map(Path::to_path_buf);
+        if seen.insert(folder) {
+            git::remove_stale_temps(shadow, &entry.path);
+        }
     }
     for (entry, content) in entries {
         let mut contents = BTreeMap::new();

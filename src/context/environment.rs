@@ -1,4 +1,4 @@
-//! The environment a run works in, for the system prompt: the date, OS, shell, workspace, and whether it is a git repository (branch and a short status), found once per run with one bounded `git` call.
+//! The environment a run works in, for the system prompt: the date, OS, shell, workspace, and whether it is a git repository (branch and a short status), found once per run with bounded, hardened `git` calls (`crate::git`: the repository's config runs nothing).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -86,20 +86,55 @@ fn shell_name() -> String {
 }
 
 async fn git_state(workspace: &Path) -> GitState {
-    // No `.git` (folder or file) in the workspace or above it and no GIT_DIR: not a
-    // repository, known without starting git (a few milliseconds per run otherwise).
-    if std::env::var_os("GIT_DIR").is_none()
-        && !workspace.ancestors().any(|dir| dir.join(".git").exists())
-    {
+    // No `.git` (folder or file) in the workspace or above it: not a repository, known
+    // without starting git (a few milliseconds per run otherwise). `GIT_DIR` of the
+    // runtime's environment is not looked at: the runtime's git takes no `GIT_*` (see
+    // `crate::git`).
+    let Some(repo) = crate::git::discover(workspace) else {
         return GitState::None;
-    }
-    let mut command = tokio::process::Command::new("git");
+    };
+    // Hardened (security review 2, findings 1-2): the repository's config may have been
+    // planted by a command or come with the folder, and this runs outside the sandbox.
+    // Submodules are not looked into: their config is not listed, and git would start a
+    // `git status` of its own in each one.
+    let cwd = workspace.to_path_buf();
+    let prepared = tokio::task::spawn_blocking(move || {
+        let mut git = crate::git::Git::repository(&repo, &cwd)?;
+        git.args([
+            "--no-optional-locks",
+            "status",
+            "--porcelain=v1",
+            "--branch",
+            "--ignore-submodules=all",
+        ]);
+        Ok::<_, crate::git::GitError>(git.into_command())
+    });
+    let mut command = match tokio::time::timeout(GIT_TIMEOUT, prepared).await {
+        Ok(Ok(Ok(command))) => tokio::process::Command::from(command),
+        Ok(Ok(Err(crate::git::GitError::Spawn(err))))
+            if err.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return GitState::Unknown {
+                reason: "git is not installed".into(),
+            };
+        }
+        Ok(Ok(Err(err))) => {
+            return GitState::Unknown {
+                reason: err.to_string(),
+            };
+        }
+        Ok(Err(err)) => {
+            return GitState::Unknown {
+                reason: format!("cannot run git: {err}"),
+            };
+        }
+        Err(_) => {
+            return GitState::Unknown {
+                reason: format!("git config took longer than {} s", GIT_TIMEOUT.as_secs()),
+            };
+        }
+    };
     command
-        .arg("--no-optional-locks")
-        .args(["status", "--porcelain=v1", "--branch"])
-        .current_dir(workspace)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);

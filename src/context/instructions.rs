@@ -79,22 +79,27 @@ pub fn load(workspace: &Path, root_hint: Option<&Path>, user_dir: Option<&Path>)
         .collect();
     folders.reverse();
 
-    let mut candidates: Vec<PathBuf> = Vec::new();
+    // Each candidate with the folder it must stay in: the project's files may not lead
+    // out of the project through a symlink (the outside file would go to the provider
+    // unasked); the user's own file is the person's, wherever it leads.
+    let mut candidates: Vec<(PathBuf, Option<&Path>)> = Vec::new();
     if let Some(user_dir) = user_dir {
         // The user file has no fallback: CLAUDE.md in a config folder is another tool's.
         let path = user_dir.join(PRIMARY);
         if let Some(found) = present(&path, &mut notices) {
-            candidates.push(found);
+            candidates.push((found, None));
         }
     }
     for folder in &folders {
         let primary = folder.join(PRIMARY);
         match present(&primary, &mut notices) {
-            Some(found) if readable(&found, &mut notices) => candidates.push(found),
+            Some(found) if readable(&found, &root, &mut notices) => {
+                candidates.push((found, Some(&root)))
+            }
             _ => {
                 let fallback = folder.join(FALLBACK);
                 if let Some(found) = present(&fallback, &mut notices) {
-                    candidates.push(found);
+                    candidates.push((found, Some(&root)));
                 }
             }
         }
@@ -102,16 +107,27 @@ pub fn load(workspace: &Path, root_hint: Option<&Path>, user_dir: Option<&Path>)
 
     // A user folder inside the project would otherwise be read twice.
     let mut seen = std::collections::HashSet::new();
-    candidates
-        .retain(|path| seen.insert(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone())));
+    candidates.retain(|(path, _)| {
+        seen.insert(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()))
+    });
 
     let mut instructions = Instructions {
         notices,
         ..Instructions::default()
     };
     let mut room = INSTRUCTIONS_CAP;
-    for path in candidates {
-        let bytes = match std::fs::read(&path) {
+    for (path, inside) in candidates {
+        let read = match inside {
+            Some(root) => crate::tools::paths::open_inside(&path, root).and_then(|mut file| {
+                use std::io::Read;
+                let mut bytes = Vec::new();
+                file.read_to_end(&mut bytes)
+                    .map(|_| bytes)
+                    .map_err(|err| err.to_string())
+            }),
+            None => std::fs::read(&path).map_err(|err| err.to_string()),
+        };
+        let bytes = match read {
             Ok(bytes) => bytes,
             Err(err) => {
                 instructions
@@ -187,13 +203,14 @@ fn present(path: &Path, notices: &mut Vec<String>) -> Option<PathBuf> {
     }
 }
 
-/// Whether a present file can be read as a file; says why not (a directory, a broken link,
-/// no permission), so the folder's `CLAUDE.md` is read instead.
-fn readable(path: &Path, notices: &mut Vec<String>) -> bool {
+/// Whether a present file can be read as a file inside `root`; says why not (a
+/// directory, a broken link, no permission, a link out of the project), so the folder's
+/// `CLAUDE.md` is read instead.
+fn readable(path: &Path, root: &Path, notices: &mut Vec<String>) -> bool {
     let problem = match std::fs::metadata(path) {
-        Ok(meta) if meta.is_file() => match std::fs::File::open(path) {
+        Ok(meta) if meta.is_file() => match crate::tools::paths::open_inside(path, root) {
             Ok(_) => return true,
-            Err(err) => err.to_string(),
+            Err(err) => err,
         },
         Ok(_) => "not a file".to_string(),
         Err(err) => err.to_string(),

@@ -95,9 +95,17 @@ pub(super) fn sandbox_argv(
         os("--tmpfs"),
         os("/tmp"),
     ]);
-    // The person's session bus, keyring and agent sockets live here.
-    if Path::new("/run/user").is_dir() {
-        add(&[os("--tmpfs"), os("/run/user")]);
+    // Host Unix sockets live under /run (security review 2, finding 5): the Docker
+    // socket (root on the host for the docker group), the system bus, systemd's, CUPS',
+    // and in /run/user the person's session bus, keyring and agent sockets. A read-only
+    // mount does not stop `connect()`, and no network namespace covers them: /run is an
+    // empty tmpfs, with back only what commands read from there (see `run_keep`).
+    for (flag, from, to) in run_keep(grant.network) {
+        if flag == "--tmpfs" {
+            add(&[os(flag), to.as_os_str()]);
+        } else {
+            add(&[os(flag), from.as_os_str(), to.as_os_str()]);
+        }
     }
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
@@ -113,6 +121,15 @@ pub(super) fn sandbox_argv(
             }
         }
     };
+    // The runtime's data dir and config (`super::hide`): those that hold the workspace
+    // (a worktree in the data dir) are hidden before the workspace is bound, the others
+    // after it (a data dir inside the workspace).
+    let (holding, other): (Vec<PathBuf>, Vec<PathBuf>) = super::hidden()
+        .into_iter()
+        .partition(|path| workspace.starts_with(path));
+    for path in &holding {
+        add(&[os("--tmpfs"), path.as_os_str()]);
+    }
     match &home {
         // The workspace lies in the home folder: hide the home folder, then show the workspace.
         Some(home) if workspace.starts_with(home) => {
@@ -125,22 +142,20 @@ pub(super) fn sandbox_argv(
         }
         None => add(&[os("--bind"), ws, ws]),
     }
+    for path in &other {
+        if path.is_dir() {
+            add(&[os("--tmpfs"), path.as_os_str()]);
+        } else {
+            add(&[os("--ro-bind"), os("/dev/null"), path.as_os_str()]);
+        }
+    }
     for folder in &grant.writable {
         add(&[os("--bind"), folder.as_os_str(), folder.as_os_str()]);
     }
     // Git runs hooks and config-named programs (core.fsmonitor, core.pager, filters)
-    // outside the sandbox when the person uses it later: those two stay read-only.
-    let git = workspace.join(".git");
-    if git.is_dir() && !git.is_symlink() {
-        let hooks = git.join("hooks");
-        if !hooks.exists() {
-            let _ = std::fs::create_dir(&hooks);
-        }
-        for part in [git.join("config"), hooks] {
-            if part.exists() && !part.is_symlink() {
-                add(&[os("--ro-bind"), part.as_os_str(), part.as_os_str()]);
-            }
-        }
+    // outside the sandbox when the person uses it later: see `git_binds`.
+    for (flag, path) in git_binds(workspace) {
+        add(&[os(flag), path.as_os_str(), path.as_os_str()]);
     }
     add(&[
         os("--chdir"),
@@ -151,6 +166,144 @@ pub(super) fn sandbox_argv(
     ]);
     args.push(script.to_os_string());
     Ok(args)
+}
+
+/// How /run (and /var/run, where it is a folder of its own) is shown: an empty tmpfs, and
+/// back from the host only plain files and links commands read there, never a socket
+/// folder: with the network, the folder `/etc/resolv.conf` leads to (systemd-resolved's
+/// or resolvconf's), for name resolution; always, NixOS's system links
+/// (`/run/current-system` holds its PATH). `(flag, source, destination)` triples.
+fn run_keep(network: bool) -> Vec<(&'static str, PathBuf, PathBuf)> {
+    let mut keep = Vec::new();
+    for run in ["/run", "/var/run"] {
+        let path = Path::new(run);
+        // /var/run is a symlink to /run on most systems: hidden with it.
+        if path.is_dir() && !path.is_symlink() {
+            keep.push(("--tmpfs", path.to_path_buf(), path.to_path_buf()));
+        }
+    }
+    let mut back: Vec<PathBuf> = [
+        "/run/current-system",
+        "/run/booted-system",
+        "/run/opengl-driver",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    if network {
+        if let Some(folder) = Path::new("/etc/resolv.conf")
+            .canonicalize()
+            .ok()
+            .and_then(|real| real.parent().map(Path::to_path_buf))
+        {
+            back.push(folder);
+        }
+    }
+    for path in back {
+        let under_run = path.starts_with("/run") || path.starts_with("/var/run");
+        if !under_run || path == Path::new("/run") || path == Path::new("/var/run") {
+            continue;
+        }
+        match std::fs::read_link(&path) {
+            Ok(target) => keep.push(("--symlink", target, path)),
+            Err(_) if path.is_dir() => keep.push(("--ro-bind", path.clone(), path)),
+            Err(_) => {}
+        }
+    }
+    keep
+}
+
+/// The most git dirs (worktrees, submodules) of one workspace protected one by one: past
+/// it, the command line would grow without bound; the rest stay as they are (and the
+/// runtime's git is hardened regardless, `crate::git`).
+const MAX_GIT_DIRS: usize = 64;
+
+/// What of the workspace's `.git` is bound, and how (security review 2, finding 1): a
+/// `.git` folder onto itself, so that it is a mount point a command cannot rename or
+/// replace; a `.git` file read-only, and the git dir it names (when inside the workspace)
+/// like a `.git` folder; in each git dir the parts that decide which config and hooks git
+/// uses read-only: `config`, `hooks`, `info`, `commondir`, `config.worktree`, `gitdir`, and
+/// the same parts of its linked worktrees' and submodules' git dirs. Objects, refs, the
+/// index and HEAD stay writable, so git itself works in the sandbox. A part that does not
+/// exist yet (a `commondir`) cannot be bound; `GitWatch` reports one that appears.
+pub(super) fn git_binds(workspace: &Path) -> Vec<(&'static str, PathBuf)> {
+    let mut binds = Vec::new();
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let dot_git = workspace.join(".git");
+    let Ok(meta) = std::fs::symlink_metadata(&dot_git) else {
+        return binds;
+    };
+    let mut count = 0;
+    if meta.is_dir() {
+        binds.push(("--bind", dot_git.clone()));
+        protect_git_dir(&workspace, &dot_git, &mut binds, &mut count, 0);
+    } else if meta.is_file() {
+        binds.push(("--ro-bind", dot_git.clone()));
+        let named = crate::git::read_git_file(&dot_git).and_then(|p| p.canonicalize().ok());
+        if let Some(named) = named.filter(|n| n.starts_with(&workspace) && n.is_dir()) {
+            if named != workspace {
+                binds.push(("--bind", named.clone()));
+            }
+            protect_git_dir(&workspace, &named, &mut binds, &mut count, 0);
+        }
+    }
+    binds
+}
+
+fn protect_git_dir(
+    workspace: &Path,
+    git_dir: &Path,
+    binds: &mut Vec<(&'static str, PathBuf)>,
+    count: &mut usize,
+    depth: usize,
+) {
+    *count += 1;
+    if *count > MAX_GIT_DIRS || depth > 3 {
+        return;
+    }
+    // A main git dir (no commondir) gets `hooks` and `info` made when missing, so that
+    // they can be bound: a command could create them otherwise.
+    if !git_dir.join("commondir").exists() {
+        for folder in ["hooks", "info"] {
+            let path = git_dir.join(folder);
+            if std::fs::symlink_metadata(&path).is_err() {
+                let _ = std::fs::create_dir(&path);
+            }
+        }
+    }
+    for part in [
+        "config",
+        "hooks",
+        "info",
+        "commondir",
+        "config.worktree",
+        "gitdir",
+    ] {
+        // Bound where it really is (a part may be a symlink to a file in the workspace,
+        // which would stay writable); outside the workspace everything is read-only.
+        let Ok(real) = git_dir.join(part).canonicalize() else {
+            continue;
+        };
+        if real.starts_with(workspace) {
+            binds.push(("--ro-bind", real));
+        }
+    }
+    for nested in ["worktrees", "modules"] {
+        let Ok(entries) = std::fs::read_dir(git_dir.join(nested)) else {
+            continue;
+        };
+        let mut dirs: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        dirs.sort();
+        for dir in dirs {
+            protect_git_dir(workspace, &dir, binds, count, depth + 1);
+        }
+    }
 }
 
 /// Processes running under this user now, so the process limit is "this many more".
@@ -182,6 +335,10 @@ impl Drop for Cgroup {
         // The namespace's processes are killed with its init; their exit is asynchronous,
         // so the (then empty) group is removed by a short-lived thread that retries.
         let path = std::mem::take(&mut self.0);
+        // Often already empty: then no thread is needed.
+        if std::fs::remove_dir(&path).is_ok() {
+            return;
+        }
         std::thread::spawn(move || {
             for _ in 0..50 {
                 if std::fs::remove_dir(&path).is_ok() || !path.exists() {
@@ -191,6 +348,41 @@ impl Drop for Cgroup {
             }
             tracing::warn!("could not remove the command cgroup {}", path.display());
         });
+    }
+}
+
+/// Removes the command cgroups a runtime left when it exited before their clean-up
+/// threads ran (shutdown with spares alive): those of a process that is gone, and the
+/// unnamed ones of older versions once a minute old (one just made by an older runtime
+/// still running is spared). `rmdir` refuses a cgroup with processes in it.
+fn sweep_cgroups(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("bumblehive-") else {
+            continue;
+        };
+        let stale = match rest.split_once('-') {
+            Some((pid, _)) => match pid.parse::<libc::pid_t>() {
+                Ok(pid) => {
+                    // SAFETY: kill with signal 0 only checks whether the process exists.
+                    let alive = unsafe { libc::kill(pid, 0) } == 0;
+                    !alive && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+                }
+                Err(_) => false,
+            },
+            None => entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > std::time::Duration::from_secs(60)),
+        };
+        if stale {
+            let _ = std::fs::remove_dir(entry.path());
+        }
     }
 }
 
@@ -204,7 +396,13 @@ fn pids_cgroup(max: u64) -> Option<Cgroup> {
         if !base.join("cgroup.procs").exists() {
             continue;
         }
-        let dir = base.join(format!("bumblehive-{}", uuid::Uuid::new_v4().simple()));
+        sweep_cgroups(base);
+        // Named with our pid, so that a later process knows when its owner is gone.
+        let dir = base.join(format!(
+            "bumblehive-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
         if std::fs::create_dir(&dir).is_err() {
             continue;
         }
@@ -327,7 +525,45 @@ pub(super) fn opened_path(file: &std::fs::File) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
 }
 
+/// The highest descriptor number to walk when the kernel has no `close_range`.
+pub(super) fn open_max() -> libc::c_int {
+    // SAFETY: sysconf only returns a value.
+    let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) };
+    libc::c_int::try_from(max)
+        .unwrap_or(65536)
+        .clamp(1024, 1 << 20)
+}
+
+/// Marks every descriptor from `first` on close-on-exec: `close_range` (Linux 5.11), else
+/// one `fcntl` per number up to `max`. Async-signal-safe (used between fork and exec).
+pub(super) fn cloexec_from(first: libc::c_int, max: libc::c_int) {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on descriptors.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if done == 0 {
+        return;
+    }
+    for fd in first..max {
+        // SAFETY: fcntl on a number that may not be open fails with EBADF, harmlessly.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
 pub(super) fn harden_process() {
+    // Whatever started the runtime may have left descriptors open without close-on-exec;
+    // every program the runtime starts (MCP servers included) would inherit them.
+    cloexec_from(3, open_max());
     // SAFETY: PR_SET_DUMPABLE takes an integer and touches no memory of ours.
     let done = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     if done != 0 {

@@ -5,9 +5,14 @@
 //!   runtime's `/proc/<pid>/environ` and memory are not there), a private `/tmp`;
 //! - the home folder hidden (an empty tmpfs) except the workspace, which is writable, and
 //!   the read-only toolchain folders of [`CommandSettings::home_read_only`];
-//! - `.git/config` and `.git/hooks` read-only: git itself works (objects, index, refs,
-//!   commits), but a command cannot plant a hook or a `core.fsmonitor`/`core.pager` line
-//!   that git would later run *outside* the sandbox when the person uses it;
+//! - `.git` bound onto itself (it cannot be renamed or replaced) with `config`, `hooks`,
+//!   `info`, `commondir`, `config.worktree` and `gitdir` read-only, also for a `.git` file
+//!   and the git dir it names: git itself works (objects, index, refs, commits), but a
+//!   command cannot plant a hook or a `core.fsmonitor`/`core.pager` line that git would
+//!   later run *outside* the sandbox; what cannot be bound (a new `.git`, a new
+//!   `commondir`) is reported after the command ([`GitWatch`]);
+//! - `/run` and `/var/run` an empty tmpfs (no host Unix sockets), the runtime's data dir
+//!   and config hidden wherever they are ([`hide`]), no inherited descriptor;
 //! - no network unless allowed; a new pid namespace, so nothing outlives the command
 //!   (a `setsid` child included); process and memory limits;
 //! - an environment built from an allow-list ([`BASE_ENV`] plus the names the person
@@ -118,6 +123,38 @@ pub struct SandboxStatus {
 }
 
 static SETTINGS: RwLock<Option<CommandSettings>> = RwLock::new(None);
+
+/// The runtime's own files, hidden from every sandboxed command ([`hide`]).
+static HIDDEN: RwLock<Vec<PathBuf>> = RwLock::new(Vec::new());
+
+/// Hides `paths` (the data dir with the server token and every session's history, the
+/// config file with any literal secrets) from every sandboxed command of this process,
+/// wherever they are: the home folder is hidden anyway, but a data dir or config outside
+/// it was readable (security review 2, finding 10). A folder becomes an empty tmpfs, a
+/// file reads as empty; a workspace inside a hidden folder (a worktree in the data dir)
+/// is still shown. Adds to what earlier calls hid (several services in one process);
+/// paths that no longer exist are skipped when a sandbox is built.
+pub fn hide(paths: &[PathBuf]) {
+    let mut hidden = HIDDEN.write().unwrap_or_else(|p| p.into_inner());
+    for path in paths {
+        if path.is_absolute() && path != Path::new("/") && !hidden.contains(path) {
+            hidden.push(path.clone());
+        }
+    }
+}
+
+/// What [`hide`] hid that exists now, where it really is.
+fn hidden() -> Vec<PathBuf> {
+    let hidden = HIDDEN.read().unwrap_or_else(|p| p.into_inner());
+    let mut real: Vec<PathBuf> = hidden
+        .iter()
+        .filter_map(|path| path.canonicalize().ok())
+        .filter(|path| path != Path::new("/"))
+        .collect();
+    real.sort();
+    real.dedup();
+    real
+}
 
 /// Sets the command settings the standard `run_command` uses (at start and on every
 /// config change). Until called, the defaults apply.
@@ -333,6 +370,18 @@ fn spawn(
         cmd.current_dir(cwd);
     }
     let guard = CommandGuard(limits.and_then(|settings| platform::limit(&mut cmd, settings)));
+    // No descriptor of the runtime reaches a command: one it inherited from whatever
+    // started it, or one a library opened without close-on-exec, could be a socket or a
+    // file the command must not have. Marked close-on-exec in the child, from 3 on (a
+    // spare's script is put at 3 after this, without the flag).
+    let open_max = platform::open_max();
+    // SAFETY: only async-signal-safe calls (close_range or fcntl) on descriptors.
+    unsafe {
+        cmd.pre_exec(move || {
+            platform::cloexec_from(3, open_max);
+            Ok(())
+        });
+    }
     if let Some(script) = &script {
         use std::os::fd::AsRawFd;
         let fd = script.as_raw_fd();
@@ -419,4 +468,142 @@ pub fn open_no_symlinks(
 /// binary and the desktop shell both).
 pub fn harden_process() {
     platform::harden_process();
+}
+
+/// What a command changed of the workspace's `.git` that the sandbox could not keep
+/// read-only (security review 2, finding 1): a `.git` that appeared (`git init`), was
+/// replaced or removed, and a `commondir`, `config.worktree`, `config`, hooks or the
+/// `.git` file's target that are new or differ. Taken before a command and compared
+/// after it, when nothing of the command runs any more (its pid namespace is gone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitWatch {
+    root: PathBuf,
+    marks: GitMarks,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GitMarks {
+    /// `.git`: missing, a folder (device, inode), a file (its text), a symlink (its target).
+    dot_git: DotGit,
+    /// The parts of the git dir it leads to that decide config and hooks: contents
+    /// (small files) or names (the hooks folder).
+    parts: Vec<(String, Option<Vec<u8>>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DotGit {
+    Missing,
+    Folder(u64, u64),
+    File(Vec<u8>),
+    Link(PathBuf),
+    Other,
+}
+
+/// The parts compared; each read up to this many bytes.
+const WATCHED_PARTS: &[&str] = &["commondir", "config.worktree", "config", "gitdir"];
+const WATCH_BYTES: u64 = 256 * 1024;
+
+impl GitWatch {
+    /// The state of `<workspace>/.git` now.
+    pub fn new(workspace: &Path) -> GitWatch {
+        GitWatch {
+            root: workspace.to_path_buf(),
+            marks: GitMarks::of(workspace),
+        }
+    }
+
+    /// A notice for the tool result when `.git` changed in a way the sandbox cannot
+    /// prevent, in words for the model and the person; `None` when nothing did.
+    pub fn report(&self) -> Option<String> {
+        let now = GitMarks::of(&self.root);
+        if now == self.marks {
+            return None;
+        }
+        let mut what = Vec::new();
+        match (&self.marks.dot_git, &now.dot_git) {
+            (DotGit::Missing, DotGit::Missing) => {}
+            (DotGit::Missing, _) => what.push("a new .git appeared in the workspace".to_string()),
+            (_, DotGit::Missing) => what.push(".git was removed".to_string()),
+            (before, after) if before != after => {
+                what.push(".git was replaced or now points elsewhere".to_string())
+            }
+            _ => {}
+        }
+        if what.is_empty() {
+            for ((name, before), (_, after)) in self.marks.parts.iter().zip(&now.parts) {
+                match (before, after) {
+                    (None, Some(_)) => what.push(format!(".git/{name} was created")),
+                    (Some(_), None) => what.push(format!(".git/{name} was removed")),
+                    (Some(a), Some(b)) if a != b => what.push(format!(".git/{name} was changed")),
+                    _ => {}
+                }
+            }
+        }
+        if what.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "[notice: this command changed the workspace's git setup: {}. Git config and hooks can name programs: the runtime's own git runs none of them, but check {} before running git there yourself.]",
+            what.join("; "),
+            self.root.join(".git").display()
+        ))
+    }
+}
+
+impl GitMarks {
+    fn of(workspace: &Path) -> GitMarks {
+        use std::os::unix::fs::MetadataExt;
+        let dot = workspace.join(".git");
+        let (dot_git, git_dir) = match std::fs::symlink_metadata(&dot) {
+            Err(_) => (DotGit::Missing, None),
+            Ok(meta) if meta.is_dir() => (DotGit::Folder(meta.dev(), meta.ino()), Some(dot)),
+            Ok(meta) if meta.is_file() => (
+                DotGit::File(read_small(&dot).unwrap_or_default()),
+                crate::git::read_git_file(&dot),
+            ),
+            Ok(meta) if meta.file_type().is_symlink() => (
+                DotGit::Link(std::fs::read_link(&dot).unwrap_or_default()),
+                None,
+            ),
+            Ok(_) => (DotGit::Other, None),
+        };
+        let mut parts: Vec<(String, Option<Vec<u8>>)> = WATCHED_PARTS
+            .iter()
+            .map(|name| {
+                let bytes = git_dir.as_ref().and_then(|dir| read_small(&dir.join(name)));
+                (name.to_string(), bytes)
+            })
+            .collect();
+        let hooks = git_dir.as_ref().and_then(|dir| {
+            let mut names: Vec<String> = std::fs::read_dir(dir.join("hooks"))
+                .ok()?
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            Some(names.join("\n").into_bytes())
+        });
+        parts.push(("hooks".to_string(), hooks));
+        GitMarks { dot_git, parts }
+    }
+}
+
+/// A small file's bytes (a symlink's target instead of following it); `None` when missing.
+fn read_small(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    if let Ok(target) = std::fs::read_link(path) {
+        // A symlink in a part's place is a change of its own (git follows it).
+        let mut bytes = b"symlink to ".to_vec();
+        bytes.extend_from_slice(target.as_os_str().as_encoded_bytes());
+        return Some(bytes);
+    }
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let mut bytes = Vec::new();
+    file.take(WATCH_BYTES).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }

@@ -55,4 +55,27 @@ pub(super) fn open_no_symlinks(
     None
 }
 
-pub(super) fn harden_process() {}
+pub(super) fn open_max() -> libc::c_int {
+    // SAFETY: sysconf only returns a value.
+    let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) };
+    libc::c_int::try_from(max)
+        .unwrap_or(65536)
+        .clamp(1024, 1 << 20)
+}
+
+/// Marks every descriptor from `first` to `max` close-on-exec, one `fcntl` each.
+pub(super) fn cloexec_from(first: libc::c_int, max: libc::c_int) {
+    for fd in first..max {
+        // SAFETY: fcntl on a number that may not be open fails with EBADF, harmlessly.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
+pub(super) fn harden_process() {
+    cloexec_from(3, open_max());
+}

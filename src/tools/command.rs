@@ -243,6 +243,9 @@ async fn call(
     .await?;
     recheck(&ctx.workspace, raw_cwd, &cwd)?;
     let root = cwd.root.clone();
+    // What the sandbox cannot keep read-only of `.git` (a new one, a new `commondir`) is
+    // compared after the command and reported in its result.
+    let watch = crate::sandbox::GitWatch::new(&root);
     let shell = crate::sandbox::start_shell(
         settings,
         &root,
@@ -253,7 +256,14 @@ async fn call(
         &ctx.secret_env,
     )
     .map_err(|err| ToolError::Failed(format!("cannot start the command: {err}")))?;
-    run(ctx, shell, Duration::from_secs(timeout)).await
+    let result = run(ctx, shell, Duration::from_secs(timeout)).await;
+    match (watch.report(), result) {
+        (Some(notice), Ok(text)) => Ok(format!("{text}\n{notice}")),
+        (Some(notice), Err(ToolError::Failed(text))) => {
+            Err(ToolError::Failed(format!("{text}\n{notice}")))
+        }
+        (_, result) => result,
+    }
 }
 
 /// Waits until the process `pid` (our child) has exited, without reaping it, so its

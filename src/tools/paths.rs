@@ -358,7 +358,7 @@ fn open_at_root(flags: libc::c_int) -> std::io::Result<std::fs::File> {
 /// Opens the folder at `path` (absolute, every symlink already resolved) without following
 /// any symlink on the way; with `create`, the missing folders at its end are made, each
 /// inside the one opened before it (so none can be made through a swapped-in symlink).
-fn open_folder(path: &Path, create: bool) -> std::io::Result<std::fs::File> {
+pub(crate) fn open_folder(path: &Path, create: bool) -> std::io::Result<std::fs::File> {
     let folder = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
     match one_call(path, folder, 0) {
         Some(Err(err)) if create && err.kind() == std::io::ErrorKind::NotFound => {}
@@ -389,12 +389,12 @@ fn open_folder(path: &Path, create: bool) -> std::io::Result<std::fs::File> {
     Ok(dir)
 }
 
-fn c_name(name: &std::ffi::OsStr) -> std::io::Result<std::ffi::CString> {
+pub(crate) fn c_name(name: &std::ffi::OsStr) -> std::io::Result<std::ffi::CString> {
     use std::os::unix::ffi::OsStrExt;
     std::ffi::CString::new(name.as_bytes()).map_err(|_| std::io::ErrorKind::InvalidInput.into())
 }
 
-fn check(result: libc::c_int) -> std::io::Result<libc::c_int> {
+pub(crate) fn check(result: libc::c_int) -> std::io::Result<libc::c_int> {
     if result < 0 {
         Err(std::io::Error::last_os_error())
     } else {
@@ -403,7 +403,7 @@ fn check(result: libc::c_int) -> std::io::Result<libc::c_int> {
 }
 
 /// `openat(dir, name)`, never following a symlink at `name`.
-fn open_at(
+pub(crate) fn open_at(
     dir: &std::fs::File,
     name: &std::ffi::OsStr,
     flags: libc::c_int,
@@ -424,14 +424,14 @@ fn open_at(
     Ok(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
-fn mkdir_at(dir: &std::fs::File, name: &std::ffi::OsStr) -> std::io::Result<()> {
+pub(crate) fn mkdir_at(dir: &std::fs::File, name: &std::ffi::OsStr) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let name = c_name(name)?;
     // SAFETY: as in `open_at`.
     check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o777) }).map(drop)
 }
 
-fn rename_at(
+pub(crate) fn rename_at(
     dir: &std::fs::File,
     from: &std::ffi::OsStr,
     to: &std::ffi::OsStr,
@@ -443,7 +443,7 @@ fn rename_at(
         .map(drop)
 }
 
-fn unlink_at(dir: &std::fs::File, name: &std::ffi::OsStr) -> std::io::Result<()> {
+pub(crate) fn unlink_at(dir: &std::fs::File, name: &std::ffi::OsStr) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let name = c_name(name)?;
     // SAFETY: as in `open_at`.
@@ -451,7 +451,10 @@ fn unlink_at(dir: &std::fs::File, name: &std::ffi::OsStr) -> std::io::Result<()>
 }
 
 /// `fstatat(dir, name)` without following a symlink; `None` when nothing is there.
-fn stat_at(dir: &std::fs::File, name: &std::ffi::OsStr) -> std::io::Result<Option<libc::stat>> {
+pub(crate) fn stat_at(
+    dir: &std::fs::File,
+    name: &std::ffi::OsStr,
+) -> std::io::Result<Option<libc::stat>> {
     use std::os::fd::AsRawFd;
     let name = c_name(name)?;
     let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
@@ -469,6 +472,30 @@ fn stat_at(dir: &std::fs::File, name: &std::ffi::OsStr) -> std::io::Result<Optio
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(err) => Err(err),
     }
+}
+
+/// Opens `path` to read it only if the file it really leads to lies inside `root`
+/// (canonical), told by the kernel from the open descriptor, so a link swapped meanwhile
+/// changes nothing: project files (`AGENTS.md`, profiles) that are symlinks to `~/.ssh`
+/// or `~/.aws` are refused with where they lead (security review 2, finding 9). Opened
+/// non-blocking, so a FIFO there does not hang the caller.
+pub fn open_inside(path: &Path, root: &Path) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|err| err.to_string())?;
+    let real = crate::sandbox::opened_path(&file)
+        .or_else(|| path.canonicalize().ok())
+        .ok_or_else(|| "cannot tell where it leads".to_string())?;
+    if !real.starts_with(root) {
+        return Err(format!(
+            "it leads outside the project, to {}, and was not read",
+            real.display()
+        ));
+    }
+    Ok(file)
 }
 
 /// An open error in words: a symlink met on the way means the path changed after it was
