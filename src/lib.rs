@@ -10,7 +10,8 @@
 //!   points: [`controller`] (`SessionController::route`; the run loop calls the safe points).
 //! - §5 subscriptions and snapshots: [`controller`].
 //! - §6 busy config: [`runtime`] (`Shared::update_config`, with the turn context each run
-//!   resolves once); shutdown and deletion: [`service`].
+//!   resolves once; the commands that change it: `settings`); shutdown: [`service`];
+//!   deletion and a child's follow-up, resume and cancel: `children`.
 //! - Durability: [`store`] (files), [`recovery`] (start-up repair).
 //! - Bounded resources: [`registry`] (live controllers only), [`store`] (open files).
 //!
@@ -23,6 +24,7 @@
 
 pub mod approvals;
 pub mod checkpoints;
+mod children;
 pub mod commands;
 pub mod config;
 pub mod context;
@@ -32,6 +34,7 @@ pub mod error;
 pub mod flush;
 pub mod frames;
 pub mod invariant;
+mod list_feed;
 pub mod mcp;
 pub mod mentions;
 pub mod owner;
@@ -47,6 +50,7 @@ pub mod sandbox;
 pub mod server;
 pub mod service;
 pub mod session_index;
+mod settings;
 pub mod slots;
 pub mod store;
 pub mod subagents;
