@@ -476,8 +476,11 @@ impl Shared {
         })
     }
 
-    /// Applies a change to the config unless anything runs. The file is written before
-    /// the change is visible, outside the config lock, and no run can start meanwhile.
+    /// Applies a change to the config unless anything runs, checked and applied in one
+    /// step: `change` runs only after the busy check, under the run gate, so whatever
+    /// it does besides (the keyring of `set_api_key`) is skipped by a `busy` refusal
+    /// (SPEC §6). The file is written before the change is visible, outside the config
+    /// lock, and no run can start meanwhile.
     pub(crate) fn update_config(
         &self,
         change: impl FnOnce(&Config) -> Result<Config, crate::error::RuntimeError>,
@@ -495,6 +498,8 @@ impl Shared {
         let slots_changed =
             next.subagents.max_concurrent != self.read_config(|c| c.subagents.max_concurrent);
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
+        // Still under the gate: the next run sees the new config and its sandbox together.
+        crate::sandbox::configure(&next.tools.command);
         if slots_changed {
             // No child runs (the busy check), so the old pools hold no permit.
             self.slots.lock().unwrap_or_else(|p| p.into_inner()).clear();

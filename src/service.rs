@@ -288,7 +288,7 @@ impl RuntimeService {
         entry: Option<String>,
         provider: Option<&str>,
     ) -> Result<Config, RuntimeError> {
-        crate::settings::set_api_key(self.shared(), key, entry, provider).await
+        crate::settings::set_api_key(self.registry.clone(), key, entry, provider).await
     }
 
     /// Sends one tiny real request through a configured provider and says how it went.

@@ -5,6 +5,7 @@
 //! [`crate::service::RuntimeService`] calls these.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::config::Config;
 use crate::error::RuntimeError;
@@ -33,17 +34,19 @@ pub(crate) fn update_config(
     shared: &Shared,
     patch: &serde_json::Value,
 ) -> Result<Config, RuntimeError> {
-    let config = shared.update_config(|config| Ok(config.patched(patch)?), || busy(shared))?;
-    crate::sandbox::configure(&config.tools.command);
-    Ok(config)
+    shared.update_config(|config| Ok(config.patched(patch)?), || busy(shared))
 }
 
 /// Stores an API key in the OS keyring and points the provider at it. The key is
 /// never written to the config, a session or a log. `provider` names the block
 /// (`None`: the lone `provider` block); a named provider's entry defaults to its name,
 /// so two servers of one kind keep two keys.
+///
+/// The keyring is written inside the config change, after its busy check and under
+/// its run gate: a `busy` refusal leaves the keyring as it was (SPEC §6; review R14).
+/// Off the async threads: the keyring may take seconds to answer.
 pub(crate) async fn set_api_key(
-    shared: &Shared,
+    registry: Arc<Registry>,
     key: &str,
     entry: Option<String>,
     provider: Option<&str>,
@@ -51,35 +54,43 @@ pub(crate) async fn set_api_key(
     if key.trim().is_empty() {
         return Err(RuntimeError::InvalidArgument("the API key is empty".into()));
     }
-    if shared.active_runs() > 0 || !shared.subagents.is_empty() {
-        return Err(RuntimeError::Busy(
-            "runs are active; stop them before changing the API key".into(),
-        ));
-    }
-    let config = shared.config();
-    // Checked before the keyring is touched: an unknown name stores nothing.
-    let named = match provider {
-        None => None,
-        Some(name) => {
-            let (name, _) = config.provider_named(Some(name))?;
-            config
-                .providers
-                .contains_key(name)
-                .then(|| name.to_string())
-        }
-    };
-    let entry = entry.unwrap_or_else(|| match &named {
-        Some(name) => name.clone(),
-        None => config.provider.kind.clone(),
-    });
-    crate::providers::store_key_in_keyring(&entry, &crate::providers::ApiKey::new(key.trim()))
-        .await
-        .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
-    let patch = match named {
-        Some(name) => serde_json::json!({"providers": {name: {"api_key_keyring": entry}}}),
-        None => serde_json::json!({"provider": {"api_key_keyring": entry}}),
-    };
-    update_config(shared, &patch)
+    let key = crate::providers::ApiKey::new(key.trim());
+    let provider = provider.map(str::to_string);
+    tokio::task::spawn_blocking(move || {
+        let shared = &registry.shared;
+        shared.update_config(
+            |config| {
+                // Checked before the keyring is touched: an unknown name stores nothing.
+                let named = match &provider {
+                    None => None,
+                    Some(name) => {
+                        let (name, _) = config.provider_named(Some(name))?;
+                        config
+                            .providers
+                            .contains_key(name)
+                            .then(|| name.to_string())
+                    }
+                };
+                let entry = entry.unwrap_or_else(|| match &named {
+                    Some(name) => name.clone(),
+                    None => config.provider.kind.clone(),
+                });
+                let patch = match named {
+                    Some(name) => {
+                        serde_json::json!({"providers": {name: {"api_key_keyring": entry}}})
+                    }
+                    None => serde_json::json!({"provider": {"api_key_keyring": entry}}),
+                };
+                let next = config.patched(&patch)?;
+                crate::providers::store_key_blocking(&entry, &key)
+                    .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
+                Ok(next)
+            },
+            || busy(shared),
+        )
+    })
+    .await
+    .map_err(|err| RuntimeError::Unavailable(err.to_string()))?
 }
 
 /// A provider failure in words for the Settings page, with what to do where that is clear.

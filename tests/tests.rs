@@ -77,3 +77,5 @@ mod undo;
 // MCP servers for real: server-everything from npm (stdio and streamable HTTP) and a small
 // server on the Python `mcp` SDK; approval, Stop, crashes, list_changed, workspace trust.
 mod mcp;
+// The busy rule for config changes beyond the config file (the keyring; review 2, R14).
+mod settings;
