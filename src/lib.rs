@@ -15,8 +15,9 @@
 //! - Durability: [`store`] (files), [`recovery`] (start-up repair).
 //! - Bounded resources: [`registry`] (live controllers only), [`store`] (open files).
 //!
-//! Module graph (no cycle): protocol ← store, config ← providers, tools ← runtime ←
-//! controller ← registry ← delegation, recovery ← service ← commands ← server.
+//! Module graph (no cycle): fsutil, protocol (no crate dependency) ← store, config ←
+//! providers, tools ← runtime ← controller ← registry ← delegation, recovery ← children,
+//! settings, list_feed ← service ← commands ← server.
 //! - §7 approvals: [`approvals`].
 //! - §9 the command table: [`commands`].
 //! - §10 configuration: [`config`]; sessions on disk: [`store`]; model providers over
@@ -33,6 +34,7 @@ mod delegation;
 pub mod error;
 pub mod flush;
 pub mod frames;
+pub mod fsutil;
 pub mod invariant;
 mod list_feed;
 pub mod mcp;

@@ -197,7 +197,7 @@ fn save_window(path: &Path, key: &str, window: ContextWindow) {
         },
     );
     let bytes = serde_json::to_vec_pretty(&windows).unwrap_or_default();
-    if let Err(err) = crate::store::write_atomic(path, &bytes, false) {
+    if let Err(err) = crate::fsutil::write_atomic(path, &bytes, false) {
         tracing::debug!("cannot save the context window cache: {err}");
     }
 }

@@ -69,7 +69,7 @@ impl RuntimeService {
         config.validate()?;
         // One process owns the data folder: a second one is refused before it reads or
         // repairs anything (runtime review R7).
-        crate::store::private_dir(&options.data_dir)
+        crate::fsutil::private_dir(&options.data_dir)
             .map_err(|err| crate::error::StoreError::io(&options.data_dir, err))?;
         let owner = crate::owner::DataLock::acquire(&options.data_dir)?;
         crate::sandbox::configure(&config.tools.command);
