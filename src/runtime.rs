@@ -22,9 +22,10 @@ use crate::store::SessionStore;
 use crate::subagents::SubagentTasks;
 use crate::tools::{Delegator, ToolRegistry};
 
-/// What a turn runs with, resolved once when the run starts and fixed for that run
-/// (a config change applies from the next run). Profiles, MCP tools and the context
-/// builder plug in here: everything a run needs from the config is in this value.
+/// What a turn runs with from the config, resolved once when the run starts and fixed
+/// for that run (a config change applies from the next run). Profiles and MCP tools plug
+/// in here; `crate::context::turn::resolve` adds the prompt's half and is the one
+/// place a run resolves its turn.
 #[derive(Clone)]
 pub struct TurnContext {
     pub provider: Arc<dyn ModelProvider>,
