@@ -7,6 +7,45 @@ use serde_json::Value;
 
 use crate::error::ConfigError;
 
+/// One MCP server (SPEC §10, `mcp_servers`; its checks, redaction and `.mcp.json` are in
+/// `crate::mcp::config`), as an entry of `.mcp.json`'s `mcpServers`: `command`/`args`/`env`/`cwd`
+/// for stdio, `type: "http"` with `url`/`headers` for streamable HTTP.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// `stdio` (the default when `command` is set) or `http` (also `streamable-http`).
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Values may be `${VAR}` (read from our environment) or `keyring:ENTRY` (the OS
+    /// keyring, service `bumblehive`) instead of the secret itself.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Values as in `env`: `Bearer ${TOKEN}` or `keyring:ENTRY` keep the secret out.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// `false` keeps the server off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Seconds to start and initialise (default 30).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub startup_timeout_sec: Option<f64>,
+    /// Seconds one tool call may take (default 300).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_timeout_sec: Option<f64>,
+    /// `true`: tools the server marks `readOnlyHint` run without asking. Off by default:
+    /// the server's own annotation alone never lets a call run unasked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_read_only: Option<bool>,
+}
+
 // Unknown keys are errors: a misspelt `"tool": {"policy": {"run_command": "deny"}}` must
 // not be saved and silently leave the tool on "ask" (security review, informational).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -26,7 +65,7 @@ pub struct Config {
     pub context: ContextConfig,
     /// MCP servers (issue #15), each as an entry of `.mcp.json`'s `mcpServers`.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub mcp_servers: std::collections::BTreeMap<String, crate::mcp::McpServerConfig>,
+    pub mcp_servers: std::collections::BTreeMap<String, McpServerConfig>,
     /// How the runtime treats workspace `.mcp.json` servers (idle stop, the variables
     /// they may read).
     #[serde(skip_serializing_if = "crate::mcp::config::McpSettingsConfig::is_default")]
@@ -346,7 +385,7 @@ impl Config {
             _ => Ok(path.to_path_buf()),
         }
         .map_err(io)?;
-        crate::store::write_atomic(&target, text.as_bytes(), true).map_err(io)
+        crate::fsutil::write_atomic(&target, text.as_bytes(), true).map_err(io)
     }
 
     /// The config as `get_config` shows it. Keys never live in the config, so there is

@@ -10,12 +10,14 @@
 //!   points: [`controller`] (`SessionController::route`; the run loop calls the safe points).
 //! - §5 subscriptions and snapshots: [`controller`].
 //! - §6 busy config: [`runtime`] (`Shared::update_config`, with the turn context each run
-//!   resolves once); shutdown and deletion: [`service`].
+//!   resolves once; the commands that change it: `settings`); shutdown: [`service`];
+//!   deletion and a child's follow-up, resume and cancel: `children`.
 //! - Durability: [`store`] (files), [`recovery`] (start-up repair).
 //! - Bounded resources: [`registry`] (live controllers only), [`store`] (open files).
 //!
-//! Module graph (no cycle): protocol ← store, config ← providers, tools ← runtime ←
-//! controller ← registry ← delegation, recovery ← service ← commands ← server.
+//! Module graph (no cycle): fsutil, protocol (no crate dependency) ← store, config ←
+//! providers, tools ← runtime ← controller ← registry ← delegation, recovery ← children,
+//! settings, list_feed ← service ← commands ← server.
 //! - §7 approvals: [`approvals`].
 //! - §9 the command table: [`commands`].
 //! - §10 configuration: [`config`]; sessions on disk: [`store`]; model providers over
@@ -23,6 +25,7 @@
 
 pub mod approvals;
 pub mod checkpoints;
+mod children;
 pub mod commands;
 pub mod config;
 pub mod context;
@@ -31,8 +34,10 @@ mod delegation;
 pub mod error;
 pub mod flush;
 pub mod frames;
+pub mod fsutil;
 pub mod git;
 pub mod invariant;
+mod list_feed;
 pub mod mcp;
 pub mod mentions;
 pub mod owner;
@@ -48,6 +53,7 @@ pub mod sandbox;
 pub mod server;
 pub mod service;
 pub mod session_index;
+mod settings;
 pub mod skills;
 pub mod slots;
 pub mod store;

@@ -127,6 +127,28 @@ pub fn expand(content: &str, workspace: &Path) -> String {
     }
 }
 
+/// [`list_files`] off the async threads, for the `list_files` command: the workspace
+/// must be an absolute folder; at most 500 files (50 unless `limit` says).
+pub(crate) async fn file_list(
+    workspace: &str,
+    query: Option<&str>,
+    limit: Option<usize>,
+) -> Result<crate::protocol::commands::FileList, crate::error::RuntimeError> {
+    use crate::error::RuntimeError;
+    let root = PathBuf::from(workspace);
+    if !root.is_absolute() || !root.is_dir() {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "workspace {workspace} is not a folder"
+        )));
+    }
+    let query = query.map(str::to_string);
+    let limit = limit.unwrap_or(50).min(500);
+    let files = tokio::task::spawn_blocking(move || list_files(&root, query.as_deref(), limit))
+        .await
+        .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
+    Ok(crate::protocol::commands::FileList { files })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

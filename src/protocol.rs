@@ -1213,9 +1213,22 @@ impl Profile {
         // An MCP server's name (`mcp__<server>`) stands for all of its tools.
         self.tools
             .as_ref()
-            .is_none_or(|allowed| crate::mcp::listed(allowed, tool))
-            && !crate::mcp::listed(&self.disallowed_tools, tool)
+            .is_none_or(|allowed| listed(allowed, tool))
+            && !listed(&self.disallowed_tools, tool)
     }
+}
+
+/// Whether a profile's tool list names this tool, or (for an MCP tool) its whole server.
+pub fn listed(list: &[String], tool: &str) -> bool {
+    list.iter().any(|t| t == tool)
+        || server_of_tool(tool)
+            .is_some_and(|server| list.iter().any(|t| *t == format!("mcp__{server}")))
+}
+
+/// The server part of an MCP tool's name (`mcp__<server>__…`), for policy and the UI.
+pub fn server_of_tool(tool: &str) -> Option<&str> {
+    let rest = tool.strip_prefix("mcp__")?;
+    Some(rest.split_once("__").map_or(rest, |(server, _)| server))
 }
 
 /// Every profile one workspace sees, and what could not be read.
@@ -1350,7 +1363,7 @@ pub struct AppInfo {
     pub active_runs: usize,
     pub subagent_tasks: usize,
     /// Whether shell commands run in the OS sandbox, and if not, why (the UI says so once).
-    pub sandbox: crate::sandbox::SandboxStatus,
+    pub sandbox: SandboxStatus,
     /// Whether the config names a model server; when not, the first run offers set-up.
     pub provider_configured: bool,
     /// Sub-agent worktrees under the data dir whose session is gone (found at start).
@@ -1415,6 +1428,33 @@ pub fn is_report_of(message_id: &str, task_id: &str) -> bool {
         || rest
             .strip_prefix(':')
             .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n >= 2))
+}
+
+/// How `run_command` runs commands (`tools.run_command.sandbox` in the config, SPEC §11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandPolicy {
+    /// Sandboxed, and run without asking; a command that wants the network (when not
+    /// allowed) or runs outside the workspace asks first and says which. Where no sandbox
+    /// works, every command asks.
+    #[default]
+    Sandbox,
+    /// Sandboxed, and asks every time.
+    Ask,
+    /// Not sandboxed, and asks every time.
+    Off,
+}
+
+/// Whether the sandbox works here, as `app_info` and the Settings page show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct SandboxStatus {
+    pub available: bool,
+    /// Why not, in words for the person (missing binary, user namespaces blocked, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub policy: CommandPolicy,
+    /// `bubblewrap`, or `none`.
+    pub kind: String,
 }
 
 #[cfg(test)]

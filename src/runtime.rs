@@ -22,9 +22,10 @@ use crate::store::SessionStore;
 use crate::subagents::SubagentTasks;
 use crate::tools::{Delegator, ToolRegistry};
 
-/// What a turn runs with, resolved once when the run starts and fixed for that run
-/// (a config change applies from the next run). Profiles, MCP tools and the context
-/// builder plug in here: everything a run needs from the config is in this value.
+/// What a turn runs with from the config, resolved once when the run starts and fixed
+/// for that run (a config change applies from the next run). Profiles and MCP tools plug
+/// in here; `crate::context::turn::resolve` adds the prompt's half and is the one
+/// place a run resolves its turn.
 #[derive(Clone)]
 pub struct TurnContext {
     pub provider: Arc<dyn ModelProvider>,
@@ -199,7 +200,7 @@ fn save_window(path: &Path, key: &str, window: ContextWindow) {
         },
     );
     let bytes = serde_json::to_vec_pretty(&windows).unwrap_or_default();
-    if let Err(err) = crate::store::write_atomic(path, &bytes, false) {
+    if let Err(err) = crate::fsutil::write_atomic(path, &bytes, false) {
         tracing::debug!("cannot save the context window cache: {err}");
     }
 }
@@ -496,8 +497,11 @@ impl Shared {
         })
     }
 
-    /// Applies a change to the config unless anything runs. The file is written before
-    /// the change is visible, outside the config lock, and no run can start meanwhile.
+    /// Applies a change to the config unless anything runs, checked and applied in one
+    /// step: `change` runs only after the busy check, under the run gate, so whatever
+    /// it does besides (the keyring of `set_api_key`) is skipped by a `busy` refusal
+    /// (SPEC §6). The file is written before the change is visible, outside the config
+    /// lock, and no run can start meanwhile.
     pub(crate) fn update_config(
         &self,
         change: impl FnOnce(&Config) -> Result<Config, crate::error::RuntimeError>,
@@ -516,6 +520,8 @@ impl Shared {
             next.subagents.max_concurrent != self.read_config(|c| c.subagents.max_concurrent);
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
         self.checkpoints.set_limits(next.checkpoints.limits());
+        // Still under the gate: the next run sees the new config and its sandbox together.
+        crate::sandbox::configure(&next.tools.command);
         if slots_changed {
             // No child runs (the busy check), so the old pools hold no permit.
             self.slots.lock().unwrap_or_else(|p| p.into_inner()).clear();

@@ -1,50 +1,36 @@
-//! The runtime service (SPEC §3, §6): the one object a process builds; creates, lists, deletes and looks up sessions, applies the busy rule to config changes, resumes and cancels children, and shuts everything down.
+//! The runtime service (SPEC §3, §6): the one object a process builds, a facade over the modules that own each rule; it builds the runtime, looks up controllers, submits messages and shuts everything down.
 //!
-//! What it builds on, each in its own module: the shared context ([`crate::runtime`]),
-//! the live controllers ([`crate::registry`]), delegation ([`crate::delegation`]) and
-//! start-up recovery ([`crate::recovery`]).
+//! What it calls, each owning its policy: the shared context ([`crate::runtime`]), the
+//! live controllers ([`crate::registry`]), a child's follow-up, resume, cancel and the
+//! delete cascade ([`crate::children`]), the session list and its feed
+//! ([`crate::list_feed`]), config changes under the busy rule ([`crate::settings`]),
+//! undo, fork and worktrees ([`crate::checkpoints::session_ops`]), delegation
+//! ([`crate::delegation`]) and start-up recovery ([`crate::recovery`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::checkpoints::session_ops;
 use crate::config::Config;
-use crate::controller::{QueuedMessage, SessionController};
+use crate::controller::SessionController;
 use crate::delegation::{
     ServiceChildTasks, ServiceDelegator, lease_fn, notify_fn, runner_fn, slot_fn,
 };
 use crate::error::RuntimeError;
 use crate::protocol::{
-    AppInfo, RunConfig, SessionId, SessionInfo, SessionListEvent, SessionState, SubagentState,
-    commands,
+    AppInfo, ImagePart, McpServerInfo, MessageStatus, RunConfig, SessionInfo, SessionListEvent,
+    SessionState, commands,
 };
 use crate::provider::ProviderFactory;
 use crate::registry::Registry;
 use crate::runtime::{Shared, SharedParts};
 use crate::store::{NewSession, SessionStore};
-use crate::subagents::{Report, SubagentTasks};
+use crate::subagents::SubagentTasks;
 use crate::tools::ToolRegistry;
 
 pub use crate::controller::INTERRUPTED_RESULT;
-
-/// How long a provider test waits for its one-token answer (a cold local model may
-/// need to load first).
-const PROVIDER_TEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// A provider failure in words for the Settings page, with what to do where that is clear.
-fn provider_test_message(err: &crate::provider::ProviderError) -> String {
-    use crate::provider::ProviderError;
-    match err {
-        ProviderError::Auth(_) => {
-            format!("{err}. Check the API key (its variable or the keyring entry).")
-        }
-        ProviderError::BadRequest(message) if message.contains("HTTP 404") => {
-            format!("not found: {message}. Check the model name and the base URL.")
-        }
-        _ => err.to_string(),
-    }
-}
 pub use crate::recovery::RecoveryStats;
 
 /// How to build a service.
@@ -83,7 +69,7 @@ impl RuntimeService {
         config.validate()?;
         // One process owns the data folder: a second one is refused before it reads or
         // repairs anything (runtime review R7).
-        crate::store::private_dir(&options.data_dir)
+        crate::fsutil::private_dir(&options.data_dir)
             .map_err(|err| crate::error::StoreError::io(&options.data_dir, err))?;
         let owner = crate::owner::DataLock::acquire(&options.data_dir)?;
         crate::sandbox::configure(&config.tools.command);
@@ -123,14 +109,8 @@ impl RuntimeService {
         });
         let (recovery, metas) = crate::recovery::recover(&registry.shared.store)?;
         registry.shared.sum_tree_usage(&metas);
-        let store = &registry.shared.store;
         let leftover_worktrees =
-            crate::checkpoints::worktree::leftovers(&options.data_dir, |id| store.exists(id));
-        for path in &leftover_worktrees {
-            tracing::warn!(
-                "a sub-agent worktree whose session is gone: {path} (remove it with `git worktree remove`)"
-            );
-        }
+            session_ops::leftover_worktrees(&options.data_dir, &registry.shared.store);
         Ok(RuntimeService {
             registry,
             owner: Arc::new(std::sync::Mutex::new(Some(owner))),
@@ -150,25 +130,7 @@ impl RuntimeService {
 
     /// Where things are and what runs, for the settings page and the status line.
     pub fn app_info(&self) -> AppInfo {
-        let shared = self.shared();
-        AppInfo {
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            commit: crate::BUILD_COMMIT.to_string(),
-            data_dir: shared.data_dir.display().to_string(),
-            log_dir: crate::config::log_dir(&shared.data_dir)
-                .display()
-                .to_string(),
-            config_path: shared.config_path.as_ref().map(|p| p.display().to_string()),
-            active_runs: self.active_runs(),
-            subagent_tasks: self.subagents().len(),
-            sandbox: crate::sandbox::status(),
-            provider_configured: shared
-                .config_path
-                .as_deref()
-                .is_some_and(crate::config::provider_configured),
-            leftover_worktrees: self.leftover_worktrees.to_vec(),
-            checkpoints_off: shared.checkpoints.off().map(str::to_string),
-        }
+        crate::settings::app_info(self.shared(), &self.leftover_worktrees)
     }
 
     /// The person's message to a session; `@path` mentions of workspace files bring the
@@ -179,7 +141,7 @@ impl RuntimeService {
         session_id: &str,
         content: String,
         config: Option<RunConfig>,
-    ) -> Result<(String, crate::protocol::MessageStatus), RuntimeError> {
+    ) -> Result<(String, MessageStatus), RuntimeError> {
         self.submit_message_with_images(session_id, content, config, Vec::new())
             .await
     }
@@ -190,31 +152,13 @@ impl RuntimeService {
         session_id: &str,
         content: String,
         config: Option<RunConfig>,
-        images: Vec<crate::protocol::ImagePart>,
-    ) -> Result<(String, crate::protocol::MessageStatus), RuntimeError> {
-        let controller = self.controller(session_id)?;
-        let meta = controller.current_meta();
-        let is_child = meta.task_id.is_some() && meta.parent_session_id.is_some();
-        if !is_child {
+        images: Vec<ImagePart>,
+    ) -> Result<(String, MessageStatus), RuntimeError> {
+        let meta = self.controller(session_id)?.current_meta();
+        if !crate::children::is_child(&meta) {
             return self.submit_with_images(session_id, content, config, images);
         }
-        if content.trim().is_empty() && images.is_empty() {
-            return Err(RuntimeError::InvalidArgument(
-                "content must not be empty".into(),
-            ));
-        }
-        crate::protocol::ImagePart::check_all(&images).map_err(RuntimeError::InvalidArgument)?;
-        let content = crate::mentions::expand(&content, Path::new(&meta.workspace));
-        // One decision by the child's controller: steered into its run, or a run of its
-        // own through its task (never a run its parent would not hear of; review R2).
-        crate::delegation::follow_up(
-            &self.registry,
-            session_id,
-            content,
-            config.unwrap_or_default(),
-            images,
-            true,
-        )
+        crate::children::follow_up(&self.registry, session_id, &meta, content, config, images)
     }
 
     /// The person's message to a session (not a follow-up; see [`Self::submit_message`]).
@@ -223,7 +167,7 @@ impl RuntimeService {
         session_id: &str,
         content: String,
         config: Option<RunConfig>,
-    ) -> Result<(String, crate::protocol::MessageStatus), RuntimeError> {
+    ) -> Result<(String, MessageStatus), RuntimeError> {
         self.submit_with_images(session_id, content, config, Vec::new())
     }
 
@@ -233,8 +177,8 @@ impl RuntimeService {
         session_id: &str,
         content: String,
         config: Option<RunConfig>,
-        images: Vec<crate::protocol::ImagePart>,
-    ) -> Result<(String, crate::protocol::MessageStatus), RuntimeError> {
+        images: Vec<ImagePart>,
+    ) -> Result<(String, MessageStatus), RuntimeError> {
         let controller = self.controller(session_id)?;
         let overridden = config.as_ref().and_then(|c| c.runtime.workspace.clone());
         if let Some(workspace) = &overridden {
@@ -256,62 +200,26 @@ impl RuntimeService {
         session_id: &str,
         title: &str,
     ) -> Result<SessionInfo, RuntimeError> {
-        let title = title.trim();
-        if title.is_empty() {
-            return Err(RuntimeError::InvalidArgument("the title is empty".into()));
-        }
-        let controller = self.controller(session_id)?;
-        let meta = controller.edit_meta(|meta| meta.title = title.to_string());
-        Ok(meta.info(controller.state()))
+        crate::settings::rename(&self.registry, session_id, title)
     }
 
-    /// The provider and model a session's next turns use (the model picker); `None`
-    /// clears either. An unknown provider is refused.
+    /// The provider and model a session's next turns use (the model picker).
     pub fn set_model(
         &self,
         session_id: &str,
         provider: Option<String>,
         model: Option<String>,
     ) -> Result<SessionInfo, RuntimeError> {
-        if let Some(name) = &provider {
-            self.config().provider_named(Some(name))?;
-        }
-        let controller = self.controller(session_id)?;
-        let model = model.filter(|m| !m.trim().is_empty());
-        let meta = controller.edit_meta(|meta| {
-            meta.provider = provider;
-            meta.model = model;
-        });
-        Ok(meta.info(controller.state()))
+        crate::settings::set_model(&self.registry, session_id, provider, model)
     }
 
-    /// Makes a top-level session run as a profile from its next turn (its instructions,
-    /// tools, provider, model and turn limit), or as none. A sub-agent's profile is its
-    /// parent's choice and stays.
+    /// Makes a top-level session run as a profile from its next turn, or as none.
     pub fn set_agent(
         &self,
         session_id: &str,
         agent: Option<String>,
     ) -> Result<SessionInfo, RuntimeError> {
-        let controller = self.controller(session_id)?;
-        let meta = controller.current_meta();
-        if meta.parent_session_id.is_some() {
-            return Err(RuntimeError::InvalidArgument(
-                "a sub-agent keeps the profile its parent gave it".into(),
-            ));
-        }
-        let agent = agent.filter(|a| !a.trim().is_empty());
-        if let Some(name) = &agent {
-            let profiles = self.shared().profiles(Path::new(&meta.workspace));
-            if profiles.get(name).is_none() {
-                return Err(RuntimeError::InvalidArgument(format!(
-                    "no agent profile named {name:?}; available: {}",
-                    profiles.names().join(", ")
-                )));
-            }
-        }
-        let meta = controller.edit_meta(|meta| meta.agent = agent);
-        Ok(meta.info(controller.state()))
+        crate::settings::set_agent(&self.registry, session_id, agent)
     }
 
     /// The agent profiles of a workspace (built-in, the person's, the workspace's, and
@@ -321,11 +229,8 @@ impl RuntimeService {
     }
 
     /// The MCP servers of the config and of `workspace`'s `.mcp.json`, with their state.
-    pub fn list_mcp_servers(&self, workspace: Option<&str>) -> Vec<crate::protocol::McpServerInfo> {
-        let shared = self.shared();
-        let configured = shared.read_config(|c| c.mcp_servers.clone());
-        let workspace = workspace.map(mcp_workspace);
-        shared.mcp.list(&configured, workspace.as_deref())
+    pub fn list_mcp_servers(&self, workspace: Option<&str>) -> Vec<McpServerInfo> {
+        crate::settings::list_mcp_servers(self.shared(), workspace)
     }
 
     /// Turns a configured MCP server on or off; it stops or starts with the next turn.
@@ -333,25 +238,8 @@ impl RuntimeService {
         &self,
         name: &str,
         enabled: bool,
-    ) -> Result<Vec<crate::protocol::McpServerInfo>, RuntimeError> {
-        if !self
-            .shared()
-            .read_config(|c| c.mcp_servers.contains_key(name))
-        {
-            return Err(RuntimeError::NotFound(format!("MCP server {name:?}")));
-        }
-        // `null` removes the key: enabled is the default.
-        let value = if enabled {
-            serde_json::Value::Null
-        } else {
-            serde_json::Value::Bool(false)
-        };
-        self.update_config(&serde_json::json!({"mcp_servers": {name: {"enabled": value}}}))?;
-        if !enabled {
-            // Off now, not at the next turn: its process should not outlive the choice.
-            self.shared().mcp.stop(name);
-        }
-        Ok(self.list_mcp_servers(None))
+    ) -> Result<Vec<McpServerInfo>, RuntimeError> {
+        crate::settings::set_mcp_server_enabled(self.shared(), name, enabled)
     }
 
     /// Restarts an MCP server now.
@@ -360,14 +248,7 @@ impl RuntimeService {
         name: &str,
         workspace: Option<&str>,
     ) -> Result<(), RuntimeError> {
-        let workspace = workspace.map(mcp_workspace);
-        if self.shared().mcp.restart(name, workspace.as_deref()) {
-            Ok(())
-        } else {
-            Err(RuntimeError::NotFound(format!(
-                "running MCP server {name:?} (servers start with the first turn that uses them)"
-            )))
-        }
+        crate::settings::restart_mcp_server(self.shared(), name, workspace)
     }
 
     /// Records whether the person trusts `workspace`'s `.mcp.json` as it is now.
@@ -375,73 +256,23 @@ impl RuntimeService {
         &self,
         workspace: &str,
         allow: bool,
-    ) -> Result<Vec<crate::protocol::McpServerInfo>, RuntimeError> {
-        let path = mcp_workspace(workspace);
-        self.shared()
-            .mcp
-            .trust(&path, allow)
-            .map_err(RuntimeError::InvalidArgument)?;
-        Ok(self.list_mcp_servers(Some(workspace)))
+    ) -> Result<Vec<McpServerInfo>, RuntimeError> {
+        crate::settings::trust_mcp_workspace(self.shared(), workspace, allow)
     }
 
     /// Archives a session (hidden from the usual list) or brings it back.
-    pub fn archive_session(
-        &self,
-        session_id: &str,
-        archived: bool,
-    ) -> Result<SessionInfo, RuntimeError> {
-        let controller = self.controller(session_id)?;
-        let meta = controller.edit_meta(|meta| meta.archived = archived);
-        Ok(meta.info(controller.state()))
+    pub fn archive_session(&self, id: &str, archived: bool) -> Result<SessionInfo, RuntimeError> {
+        crate::settings::archive(&self.registry, id, archived)
     }
 
     /// Sessions whose title or any message contains `query` (case-insensitive), newest
-    /// first. Reads histories, so off the async threads.
+    /// first.
     pub async fn search_sessions(
         &self,
         query: &str,
         workspace: Option<&str>,
     ) -> Result<Vec<SessionInfo>, RuntimeError> {
-        let needle = query.trim().to_lowercase();
-        if needle.is_empty() {
-            return Ok(Vec::new());
-        }
-        let store = self.shared().store.clone();
-        let workspace = workspace.map(str::to_string);
-        let found = tokio::task::spawn_blocking(move || -> Result<_, RuntimeError> {
-            let mut found = Vec::new();
-            for meta in store.list(workspace.as_deref())?.into_iter().rev() {
-                let hit = meta.title.to_lowercase().contains(&needle)
-                    || store.load(&meta.session_id).is_ok_and(|loaded| {
-                        loaded
-                            .messages
-                            .iter()
-                            .any(|m| m.text().to_lowercase().contains(&needle))
-                    });
-                if hit {
-                    found.push(meta);
-                }
-            }
-            Ok(found)
-        })
-        .await
-        .map_err(|err| RuntimeError::Unavailable(err.to_string()))??;
-        Ok(self.infos(found))
-    }
-
-    /// Session infos with the live state of those loaded (the stored one is right for
-    /// the others: nothing runs in them).
-    fn infos(&self, metas: Vec<crate::store::SessionMeta>) -> Vec<SessionInfo> {
-        metas
-            .into_iter()
-            .map(|meta| {
-                let state = self
-                    .registry
-                    .live_state(&meta.session_id)
-                    .unwrap_or(meta.state);
-                meta.info(state)
-            })
-            .collect()
+        crate::list_feed::search(&self.registry, query, workspace).await
     }
 
     /// Files of a workspace for an @-mention, best matches first.
@@ -451,178 +282,33 @@ impl RuntimeService {
         query: Option<&str>,
         limit: Option<usize>,
     ) -> Result<commands::FileList, RuntimeError> {
-        let root = PathBuf::from(workspace);
-        if !root.is_absolute() || !root.is_dir() {
-            return Err(RuntimeError::InvalidArgument(format!(
-                "workspace {workspace} is not a folder"
-            )));
-        }
-        let query = query.map(str::to_string);
-        let limit = limit.unwrap_or(50).min(500);
-        let files = tokio::task::spawn_blocking(move || {
-            crate::mentions::list_files(&root, query.as_deref(), limit)
-        })
-        .await
-        .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
-        Ok(commands::FileList { files })
+        crate::mentions::file_list(workspace, query, limit).await
     }
 
-    /// Stores an API key in the OS keyring and points the provider at it. The key is
-    /// never written to the config, a session or a log. `provider` names the block
-    /// (`None`: the lone `provider` block); a named provider's entry defaults to its name,
-    /// so two servers of one kind keep two keys.
+    /// Stores an API key in the OS keyring and points the provider at it (`provider`
+    /// names the block; `None`: the lone `provider` block).
     pub async fn set_api_key(
         &self,
         key: &str,
         entry: Option<String>,
         provider: Option<&str>,
     ) -> Result<Config, RuntimeError> {
-        if key.trim().is_empty() {
-            return Err(RuntimeError::InvalidArgument("the API key is empty".into()));
-        }
-        if self.is_busy() {
-            return Err(RuntimeError::Busy(
-                "runs are active; stop them before changing the API key".into(),
-            ));
-        }
-        let config = self.config();
-        // Checked before the keyring is touched: an unknown name stores nothing.
-        let named = match provider {
-            None => None,
-            Some(name) => {
-                let (name, _) = config.provider_named(Some(name))?;
-                config
-                    .providers
-                    .contains_key(name)
-                    .then(|| name.to_string())
-            }
-        };
-        let entry = entry.unwrap_or_else(|| match &named {
-            Some(name) => name.clone(),
-            None => config.provider.kind.clone(),
-        });
-        crate::providers::store_key_in_keyring(&entry, &crate::providers::ApiKey::new(key.trim()))
-            .await
-            .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
-        let patch = match named {
-            Some(name) => serde_json::json!({"providers": {name: {"api_key_keyring": entry}}}),
-            None => serde_json::json!({"provider": {"api_key_keyring": entry}}),
-        };
-        self.update_config(&patch)
+        crate::settings::set_api_key(self.registry.clone(), key, entry, provider).await
     }
 
-    /// Sends one tiny real request (one user message, at most one token, no tools)
-    /// through a configured provider, built by the same factory the runs use, and says
-    /// how it went. Nothing is retried: the person wants the first failure's reason now,
-    /// not after the backoff. An unknown name is an `invalid_argument` error; anything
-    /// the server or the network does is a result with `ok: false`.
+    /// Sends one tiny real request through a configured provider and says how it went.
     pub async fn test_provider(&self, name: &str) -> Result<commands::ProviderTest, RuntimeError> {
-        let config = self.config();
-        let (_, block) = config.provider_named(Some(name))?;
-        let mut block = block.clone();
-        block
-            .extra
-            .insert("max_retries".into(), serde_json::json!(0));
-        let model = block.model.clone();
-        let started = std::time::Instant::now();
-        let outcome = match self.shared().build_provider(&block) {
-            Err(err) => Err(err.to_string()),
-            Ok(provider) => {
-                let request = crate::provider::ModelRequest {
-                    messages: vec![crate::protocol::Message::user("test", "Say OK.")],
-                    tools: Vec::new(),
-                    settings: crate::provider::ModelSettings {
-                        model: model.clone(),
-                        temperature: block.temperature,
-                        max_tokens: Some(1),
-                        no_images: false,
-                    },
-                };
-                let call = provider.generate(request, &|_| {});
-                tokio::select! {
-                    answer = tokio::time::timeout(PROVIDER_TEST_TIMEOUT, call) => match answer {
-                        Ok(Ok(_)) => Ok(()),
-                        Ok(Err(err)) => Err(provider_test_message(&err)),
-                        Err(_) => Err(format!(
-                            "no answer from {} within {} s",
-                            block.base_url,
-                            PROVIDER_TEST_TIMEOUT.as_secs()
-                        )),
-                    },
-                    _ = self.shared().root.cancelled() => Err("the app is shutting down".into()),
-                }
-            }
-        };
-        let latency_ms = started.elapsed().as_millis() as u64;
-        Ok(match outcome {
-            Ok(()) => commands::ProviderTest {
-                ok: true,
-                model,
-                latency_ms,
-                message: String::new(),
-            },
-            Err(message) => commands::ProviderTest {
-                ok: false,
-                model,
-                latency_ms,
-                message,
-            },
-        })
+        crate::settings::test_provider(self.shared(), name).await
     }
 
-    /// Continues an interrupted child from its own history (with what was sent to it
-    /// before the crash); its report then reaches the parent as usual. Returns at once:
-    /// the child waits for its slot in its own task.
+    /// Continues an interrupted child from its own history; returns at once.
     pub async fn resume_subagent(&self, session_id: &str) -> Result<(), RuntimeError> {
-        let child = self.controller(session_id)?;
-        let meta = child.current_meta();
-        let Some(task_id) = meta.task_id.clone() else {
-            return Err(RuntimeError::InvalidArgument(format!(
-                "session {session_id} is not a sub-agent"
-            )));
-        };
-        let store = self.shared().store.clone();
-        let id = session_id.to_string();
-        let ran =
-            tokio::task::spawn_blocking(move || store.load(&id).map(|l| !l.messages.is_empty()))
-                .await
-                .map_err(|err| RuntimeError::Unavailable(err.to_string()))??;
-        // A child that never ran begins with its task.
-        let first = (!ran).then(|| QueuedMessage {
-            message_id: format!("task:{task_id}"),
-            content: meta.task_content.clone().unwrap_or_default(),
-            config: RunConfig::default(),
-            images: Vec::new(),
-        });
-        child.resume_child_task(first)
+        crate::children::resume(&self.registry, session_id).await
     }
 
-    /// `cancel`: stops a session's run. An interrupted child has no run: cancelling it
-    /// ends its task, and the parent gets an error report instead of waiting forever.
+    /// `cancel`: stops a session's run; an interrupted child's cancel reports to its parent.
     pub async fn cancel_session(&self, session_id: &str) -> Result<(), RuntimeError> {
-        let controller = self.controller(session_id)?;
-        let meta = controller.current_meta();
-        if let (Some(task_id), Some(parent)) = (meta.task_id, meta.parent_session_id) {
-            if controller.take_interrupted() {
-                crate::delegation::deliver_report(
-                    &self.registry,
-                    Report {
-                        task_id,
-                        session_id: session_id.to_string(),
-                        parent_session_id: parent,
-                        outcome: Err(
-                            "the sub-agent was interrupted and then cancelled by the user".into(),
-                        ),
-                        config: RunConfig::default(),
-                    },
-                )
-                .await;
-                return Ok(());
-            }
-        }
-        // A child waiting for its slot is stopped like a running one: it reports that.
-        controller.cancel().await;
-        Ok(())
+        crate::children::cancel(&self.registry, session_id).await
     }
 
     pub fn store(&self) -> &SessionStore {
@@ -685,203 +371,44 @@ impl RuntimeService {
     }
 
     /// One page of a session's history: the last `last` messages of those before `before`
-    /// (each `None`: no bound). The file is read once as for the whole history; what is cut
-    /// is the answer (a 2,000-message session's JSON is most of the time it takes to open).
-    /// Compactions are all sent, their `first_kept` an index into the whole history.
+    /// (each `None`: no bound).
     pub fn get_session_page(
         &self,
         session_id: &str,
         last: Option<u32>,
         before: Option<u32>,
     ) -> Result<commands::SessionWithMessages, RuntimeError> {
-        let loaded = self.shared().store.load(session_id)?;
-        let state = self
-            .registry
-            .live_state(session_id)
-            .unwrap_or(loaded.meta.state);
-        let mut messages = loaded.messages;
-        let total = messages.len();
-        let end = before.map_or(total, |b| (b as usize).min(total));
-        let start = last.map_or(0, |n| end.saturating_sub(n as usize));
-        messages.truncate(end);
-        messages.drain(..start);
-        // The person's discards of reports, for the marks in the chat (UX review D22).
-        let store = &self.shared().store;
-        let discarded = if store.has_ledger(session_id) {
-            store
-                .ledger(session_id)
-                .map(|ledger| {
-                    ledger
-                        .discards
-                        .into_iter()
-                        .map(|(key, at)| commands::DiscardMark {
-                            message_id: format!("subagent:{key}"),
-                            at,
-                        })
-                        .collect()
-                })
-                .unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        Ok(commands::SessionWithMessages {
-            info: loaded.meta.info(state),
-            messages,
-            first_index: start as u32,
-            total: total as u32,
-            compactions: loaded.compactions,
-            notice: loaded.notice,
-            discarded,
-        })
+        crate::list_feed::page(&self.registry, session_id, last, before)
     }
 
-    /// The session list as a feed (`SessionListEvent`): the list first, then each change
-    /// as it happens. Changes that arrive together are sent once per session. Ends when
-    /// `stop` is cancelled.
+    /// The session list as a feed: the list first, then each change as it happens. Ends
+    /// when `stop` is cancelled.
     pub fn session_list_feed(
         &self,
         workspace: Option<String>,
         stop: CancellationToken,
     ) -> impl futures::Stream<Item = SessionListEvent> + Send + 'static {
-        // Subscribed before the list is read: a change raced with it is sent after it,
-        // never lost.
-        let changes = self.shared().store.changes();
-        let feed = ListFeed {
-            service: self.clone(),
-            workspace,
-            changes,
-            stop,
-            queued: std::collections::VecDeque::new(),
-            listed: false,
-        };
-        futures::stream::unfold(feed, |mut feed| async move {
-            let event = feed.next().await?;
-            Some((event, feed))
-        })
+        crate::list_feed::feed(self.registry.clone(), workspace, stop)
     }
 
-    /// The workspaces of the stored sessions, most recently active first (`list_workspaces`):
-    /// from the session list's index, with no scan of the disk beyond checking that each
-    /// folder still exists. Counts top-level sessions (archived ones too: they are still
-    /// the workspace's).
+    /// The workspaces of the stored sessions, most recently active first.
     pub fn list_workspaces(&self) -> Result<Vec<commands::WorkspaceInfo>, RuntimeError> {
-        let mut found: Vec<commands::WorkspaceInfo> = Vec::new();
-        for meta in self.shared().store.list(None)? {
-            let top = meta.parent_session_id.is_none();
-            let activity = if meta.updated_at.is_empty() {
-                meta.created_at
-            } else {
-                meta.updated_at
-            };
-            match found
-                .iter_mut()
-                .find(|w| crate::store::same_workspace(&w.path, &meta.workspace))
-            {
-                Some(known) => {
-                    known.sessions += u32::from(top);
-                    if activity > known.last_activity {
-                        known.last_activity = activity;
-                    }
-                }
-                None => found.push(commands::WorkspaceInfo {
-                    path: meta.workspace,
-                    sessions: u32::from(top),
-                    last_activity: activity,
-                }),
-            }
-        }
-        found.retain(|w| Path::new(&w.path).is_dir());
-        // RFC 3339 times in UTC compare as strings.
-        found.sort_by(|a, b| b.last_activity.cmp(&a.last_activity));
-        Ok(found)
+        crate::list_feed::workspaces(&self.registry)
     }
 
     pub fn list_sessions(&self, workspace: Option<&str>) -> Result<Vec<SessionInfo>, RuntimeError> {
-        let metas = self.shared().store.list(workspace)?;
-        Ok(self.infos(metas))
+        crate::list_feed::list(&self.registry, workspace)
     }
 
     /// Applies a merge patch to the config. Fails with `busy` while anything runs, and
     /// then changes nothing (SPEC §6).
     pub fn update_config(&self, patch: &serde_json::Value) -> Result<Config, RuntimeError> {
-        let config = self.shared().update_config(
-            |config| Ok(config.patched(patch)?),
-            || {
-                self.is_busy().then(|| {
-                    format!(
-                        "{} run(s) and {} sub-agent task(s) are active; stop them before changing the config",
-                        self.active_runs(),
-                        self.subagents().len()
-                    )
-                })
-            },
-        )?;
-        crate::sandbox::configure(&config.tools.command);
-        Ok(config)
+        crate::settings::update_config(self.shared(), patch)
     }
 
-    /// Deletes a session and everything below it. The session is marked deleted first, so
-    /// that nothing is delivered to it, nothing starts in it and it creates no child;
-    /// then its run is stopped and its children deleted, so no report is delivered and
-    /// no parent is woken (SPEC §3; runtime review C9).
+    /// Deletes a session and everything below it (SPEC §3).
     pub async fn delete_session(&self, session_id: &str) -> Result<(), RuntimeError> {
-        let shared = self.shared();
-        if !shared.store.exists(session_id) {
-            return Err(RuntimeError::NotFound(format!("session {session_id}")));
-        }
-        let controller = self.controller(session_id)?;
-        controller.mark_deleted();
-        controller.cancel().await;
-        // No child can be created from here on: list them now.
-        let store = shared.store.clone();
-        let id = session_id.to_string();
-        let children = tokio::task::spawn_blocking(move || {
-            store.list(None).map(|metas| {
-                metas
-                    .into_iter()
-                    .filter(|meta| meta.parent_session_id.as_deref() == Some(id.as_str()))
-                    .map(|meta| meta.session_id)
-                    .collect::<Vec<_>>()
-            })
-        })
-        .await
-        .map_err(|err| RuntimeError::Unavailable(err.to_string()))??;
-        for child in children {
-            Box::pin(self.delete_session(&child)).await?;
-        }
-        shared.subagents.cancel(session_id).await;
-        // A report recorded just before the delete must not come back after a restart.
-        let meta = controller.current_meta();
-        if let Some(parent) = &meta.parent_session_id {
-            let ledger = if shared.store.has_ledger(parent) {
-                shared.store.ledger(parent).unwrap_or_default()
-            } else {
-                Default::default()
-            };
-            for record in ledger
-                .undelivered()
-                .filter(|r| r.child_session_id == session_id)
-            {
-                if let Err(err) = shared.store.mark_discarded(parent, record.key(), None) {
-                    tracing::warn!(session = %session_id, "cannot note a deleted child's report: {err}");
-                }
-            }
-        }
-        shared.approvals.forget_session(session_id);
-        shared.forget_tree_usage(session_id);
-        if let Some(info) = &meta.worktree {
-            let info = info.clone();
-            let removed =
-                tokio::task::spawn_blocking(move || crate::checkpoints::worktree::remove(&info))
-                    .await;
-            if !matches!(removed, Ok(Ok(()))) {
-                tracing::warn!(session = %session_id, "cannot remove the sub-agent's worktree: {removed:?}");
-            }
-        }
-        shared.store.delete(session_id)?;
-        shared.checkpoints.forget_session(session_id);
-        self.registry.remove(session_id);
-        Ok(())
+        crate::children::delete(&self.registry, session_id).await
     }
 
     /// The files the agent changed in each turn of a session, with diffs (the Changes view).
@@ -889,86 +416,23 @@ impl RuntimeService {
         &self,
         session_id: &str,
     ) -> Result<commands::TurnChanges, RuntimeError> {
-        if !self.shared().store.exists(session_id) {
-            return Err(RuntimeError::NotFound(format!("session {session_id}")));
-        }
-        Ok(self.shared().checkpoints.turn_changes(session_id).await?)
+        session_ops::turn_changes(&self.registry, session_id).await
     }
 
-    /// Undoes the changes of a session's turns from the person's message at
-    /// `message_index` on (or previews that). Refused while the session runs.
+    /// Undoes (or previews undoing) a session's turns from a message of the person on.
     pub async fn undo_turn(
         &self,
         args: commands::UndoTurn,
     ) -> Result<commands::UndoResult, RuntimeError> {
-        self.turn_message(&args.session_id, args.message_index)?;
-        if !args.preview && self.controller(&args.session_id)?.is_running() {
-            return Err(RuntimeError::Busy(format!(
-                "session {} is running; stop it before undoing its changes",
-                args.session_id
-            )));
-        }
-        Ok(self
-            .shared()
-            .checkpoints
-            .undo(
-                &args.session_id,
-                args.message_index,
-                args.force,
-                args.preview,
-            )
-            .await?)
+        session_ops::undo_turn(&self.registry, args).await
     }
 
-    /// A new session whose history is the original's before the person's message at
-    /// `message_index`; the original stays as it is. With `rewind` the files are
-    /// restored first (and nothing is forked if that is refused).
+    /// A new session whose history is the original's before a message of the person.
     pub async fn fork_session(
         &self,
         args: commands::ForkSession,
     ) -> Result<commands::Forked, RuntimeError> {
-        let (loaded, draft) = self.turn_message(&args.session_id, args.message_index)?;
-        let draft_images = loaded.messages[args.message_index].images.clone();
-        let undo = if args.rewind {
-            Some(
-                self.undo_turn(commands::UndoTurn {
-                    session_id: args.session_id.clone(),
-                    message_index: args.message_index,
-                    force: args.force,
-                    preview: false,
-                })
-                .await?,
-            )
-        } else {
-            None
-        };
-        let store = &self.shared().store;
-        let mut meta = store.create(NewSession {
-            workspace: loaded.meta.workspace.clone(),
-            title: Some(format!("{} (fork)", loaded.meta.title)),
-            agent: loaded.meta.agent.clone(),
-            ..NewSession::default()
-        })?;
-        meta.forked_from = Some(args.session_id.clone());
-        meta.forked_at = Some(args.message_index);
-        meta.provider = loaded.meta.provider.clone();
-        meta.model = loaded.meta.model.clone();
-        store.write_meta(&meta)?;
-        let copied = store
-            .append(&meta.session_id, &loaded.messages[..args.message_index])
-            .and_then(|()| store.sync(&meta.session_id));
-        store.release(&meta.session_id);
-        if let Err(err) = copied {
-            // A fork with half a history is worse than none.
-            let _ = store.delete(&meta.session_id);
-            return Err(err.into());
-        }
-        Ok(commands::Forked {
-            session: meta.info(SessionState::Idle),
-            draft,
-            draft_images,
-            undo,
-        })
+        session_ops::fork_session(&self.registry, args).await
     }
 
     /// Applies an isolated child's changes to the parent's workspace, all or nothing.
@@ -976,84 +440,12 @@ impl RuntimeService {
         &self,
         session_id: &str,
     ) -> Result<commands::Applied, RuntimeError> {
-        let (controller, info) = self.idle_worktree(session_id)?;
-        if info.applied {
-            return Err(RuntimeError::InvalidArgument(format!(
-                "the changes of {} were applied already; discard the worktree when done",
-                info.branch
-            )));
-        }
-        let stat = tokio::task::spawn_blocking(move || crate::checkpoints::worktree::apply(&info))
-            .await
-            .map_err(|err| RuntimeError::Unavailable(err.to_string()))?
-            .map_err(|err| match err {
-                crate::checkpoints::worktree::WorktreeError::Conflict(_) => {
-                    RuntimeError::Conflict(err.to_string())
-                }
-                other => RuntimeError::Unavailable(other.to_string()),
-            })?;
-        controller.edit_meta(|meta| {
-            if let Some(info) = &mut meta.worktree {
-                info.applied = true;
-            }
-        });
-        Ok(commands::Applied { stat })
+        session_ops::apply_worktree(&self.registry, session_id).await
     }
 
-    /// Removes an isolated child's worktree and branch; the session stays, without them.
+    /// Removes an isolated child's worktree and branch; the session stays.
     pub async fn discard_worktree(&self, session_id: &str) -> Result<(), RuntimeError> {
-        let (controller, info) = self.idle_worktree(session_id)?;
-        tokio::task::spawn_blocking(move || crate::checkpoints::worktree::remove(&info))
-            .await
-            .map_err(|err| RuntimeError::Unavailable(err.to_string()))?
-            .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
-        controller.edit_meta(|meta| meta.worktree = None);
-        Ok(())
-    }
-
-    fn idle_worktree(
-        &self,
-        session_id: &str,
-    ) -> Result<(Arc<SessionController>, crate::protocol::WorktreeInfo), RuntimeError> {
-        let controller = self.controller(session_id)?;
-        let Some(info) = controller.current_meta().worktree else {
-            return Err(RuntimeError::InvalidArgument(format!(
-                "session {session_id} has no worktree (only sub-agents started with isolation \"worktree\" have one)"
-            )));
-        };
-        let working = matches!(
-            self.subagents().state_of(session_id),
-            Some(SubagentState::WaitingForSlot | SubagentState::Running)
-        );
-        if controller.is_running() || working {
-            return Err(RuntimeError::Busy(format!(
-                "sub-agent {session_id} is still working; wait for its report"
-            )));
-        }
-        Ok((controller, info))
-    }
-
-    /// A session's history, checked to hold a message of the person at `index`; returns
-    /// it with that message's text.
-    fn turn_message(
-        &self,
-        session_id: &str,
-        index: usize,
-    ) -> Result<(crate::store::LoadedSession, String), RuntimeError> {
-        let loaded = self.shared().store.load(session_id)?;
-        let Some(message) = loaded.messages.get(index) else {
-            return Err(RuntimeError::InvalidArgument(format!(
-                "message_index {index} is past the end of the session's history ({} messages)",
-                loaded.messages.len()
-            )));
-        };
-        if crate::checkpoints::turn_of(std::slice::from_ref(message)) != Some(0) {
-            return Err(RuntimeError::InvalidArgument(format!(
-                "message {index} is not a message of the person; turns start at the person's messages"
-            )));
-        }
-        let text = message.text().to_string();
-        Ok((loaded, text))
+        session_ops::discard_worktree(&self.registry, session_id).await
     }
 
     /// Decides an approval that the session (or one of its descendants) asked for.
@@ -1103,94 +495,6 @@ impl RuntimeService {
                     let _ = controller.state();
                 }
                 return;
-            }
-        }
-    }
-}
-
-/// A workspace path as runs see it (resolved), for matching its `.mcp.json` servers.
-fn mcp_workspace(workspace: &str) -> std::path::PathBuf {
-    let path = Path::new(workspace);
-    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
-}
-
-/// The state of one session list feed.
-struct ListFeed {
-    service: RuntimeService,
-    workspace: Option<String>,
-    changes: tokio::sync::broadcast::Receiver<SessionId>,
-    stop: CancellationToken,
-    queued: std::collections::VecDeque<SessionListEvent>,
-    listed: bool,
-}
-
-impl ListFeed {
-    fn listed(&mut self) -> SessionListEvent {
-        self.listed = true;
-        let sessions = self
-            .service
-            .list_sessions(self.workspace.as_deref())
-            .unwrap_or_else(|err| {
-                tracing::warn!("cannot list sessions for a feed: {err}");
-                Vec::new()
-            });
-        SessionListEvent::Listed { sessions }
-    }
-
-    async fn next(&mut self) -> Option<SessionListEvent> {
-        use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-        if !self.listed {
-            return Some(self.listed());
-        }
-        loop {
-            if let Some(event) = self.queued.pop_front() {
-                return Some(event);
-            }
-            let first = tokio::select! {
-                _ = self.stop.cancelled() => return None,
-                received = self.changes.recv() => received,
-            };
-            let mut ids = match first {
-                Ok(id) => vec![id],
-                Err(RecvError::Lagged(_)) => return Some(self.listed()),
-                Err(RecvError::Closed) => return None,
-            };
-            // Whatever else is waiting now: a session that changed five times is sent once.
-            loop {
-                match self.changes.try_recv() {
-                    Ok(id) => {
-                        if !ids.contains(&id) {
-                            ids.push(id);
-                        }
-                    }
-                    Err(TryRecvError::Lagged(_)) => return Some(self.listed()),
-                    Err(TryRecvError::Empty | TryRecvError::Closed) => break,
-                }
-            }
-            for id in ids {
-                let store = self.service.store();
-                match store.meta(&id) {
-                    Ok(meta) => {
-                        if self
-                            .workspace
-                            .as_deref()
-                            .is_none_or(|w| crate::store::same_workspace(w, &meta.workspace))
-                        {
-                            let mut infos = self.service.infos(vec![meta]);
-                            if let Some(session) = infos.pop() {
-                                self.queued.push_back(SessionListEvent::Changed {
-                                    session: Box::new(session),
-                                });
-                            }
-                        }
-                    }
-                    Err(_) if !store.exists(&id) => self
-                        .queued
-                        .push_back(SessionListEvent::Removed { session_id: id }),
-                    Err(err) => {
-                        tracing::warn!(session = %id, "cannot read a changed session: {err}")
-                    }
-                }
             }
         }
     }

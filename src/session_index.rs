@@ -298,7 +298,7 @@ impl SessionIndex {
             push_line(&mut bytes, &self.meta_line(meta.clone()));
         }
         push_line(&mut bytes, &self.scan_line());
-        match crate::store::write_atomic(&self.path, &bytes, false) {
+        match crate::fsutil::write_atomic(&self.path, &bytes, false) {
             Ok(()) => {
                 state.offset = bytes.len() as u64;
                 state.ino = fs::metadata(&self.path).map(|s| ino_of(&s)).unwrap_or(0);

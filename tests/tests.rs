@@ -101,3 +101,6 @@ mod security_links;
 
 // Security review 2, finding 14: `serve` under connection floods (the real binary).
 mod security_server;
+
+// The busy rule for config changes beyond the config file (the keyring; review 2, R14).
+mod settings;

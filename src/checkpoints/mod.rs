@@ -19,6 +19,7 @@
 //! - Without git, checkpoints are off and every command says so.
 
 pub mod git;
+pub(crate) mod session_ops;
 pub mod worktree;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -10,11 +10,15 @@
 //!   estimates and the context meter.
 //! - [`compaction`]: when to compact, what is kept, the handoff summary, the stored
 //!   marker and the rebuilt request.
+//! - `turn`: the turn context a run resolves once (provider, settings, tools with MCP's,
+//!   system prompt, window, compaction marker), from the pieces above and
+//!   `Shared::resolve_turn`.
 
 pub mod compaction;
 pub mod environment;
 pub mod instructions;
 pub mod prompt;
+pub(crate) mod turn;
 pub mod window;
 
 use crate::protocol::Message;

@@ -1,6 +1,6 @@
 //! The run loop (SPEC §2, §4): model call → tool batch → model call … until a final answer, with the steer inbox drained only at safe points and synthetic results for calls a cancel left open.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -10,8 +10,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use super::{QueuedMessage, RunOutcome, SessionController};
-use crate::context::prompt::{ChildRole, PromptParts, system_prompt};
-use crate::protocol::{Compaction, ContextMeter, Message, Progress, RunConfig, ToolCall};
+use crate::context::turn::{RunContext, Turn};
+use crate::protocol::{ContextMeter, Message, Progress, RunConfig, ToolCall};
 use crate::provider::{ModelRequest, ProviderError, ProviderEvent};
 use crate::runtime::TurnContext;
 use crate::tools::{COMMITTED, ToolContext, ToolError};
@@ -34,15 +34,6 @@ pub(crate) enum Mode {
     /// The `compact` command on a session that was not running: compact, then end; what
     /// was steered in meanwhile goes on in a run of its own (`end_run_locked`).
     Compact { paused: bool },
-}
-
-/// What a run knows about the model's context, resolved when it starts.
-struct RunContext {
-    /// The system message, the same for every call of the run (providers cache it).
-    system: Message,
-    window: usize,
-    /// The latest compaction marker.
-    marker: Option<Compaction>,
 }
 
 struct Run {
@@ -124,43 +115,18 @@ async fn run(
     };
     let config = first.first().map(|m| m.config.clone()).unwrap_or_default();
     // Resolved once: a config change applies from the next run (SPEC §6).
-    let meta = ctl.current_meta();
-    // A sub-agent works in its own workspace (its worktree when isolated), whatever the
-    // config of the message that started the run (its parent's, which its report keeps).
-    let workspace = match (&meta.task_id, &config.runtime.workspace) {
-        (None, Some(workspace)) => workspace.clone(),
-        _ => meta.workspace.clone(),
-    };
-    let request = crate::runtime::TurnRequest {
-        depth: ctl.depth(),
-        workspace: std::path::Path::new(&workspace),
-        agent: meta.agent.as_deref(),
-        provider: meta.provider.as_deref(),
-        model: meta.model.as_deref(),
-        choice: &config.runtime,
-    };
-    // MCP servers start with the first run that can use them (nothing without any).
-    let mcp_servers = ctl.shared.read_config(|c| c.mcp_servers.clone());
-    let hidden = || ctl.shared.read_config(crate::mcp::settings);
-    let untrusted = ctl
-        .shared
-        .mcp
-        .prepare(&mcp_servers, request.workspace, &token, hidden)
-        .await;
-    if !untrusted.is_empty() {
-        ctl.emit_progress(Progress::McpTrustNeeded {
-            workspace: workspace.clone(),
-            servers: untrusted,
-        });
-    }
-    let turn = match ctl.shared.resolve_turn(request) {
-        Ok(turn) => turn,
+    let resolved = crate::context::turn::resolve(&ctl, &config, &token, marker).await;
+    let Turn {
+        workspace,
+        turn,
+        context,
+    } = match resolved {
+        Ok(resolved) => resolved,
         Err(err) => {
             ctl.stop_run(Some(history), RunOutcome::Failed(err), requeue);
             return;
         }
     };
-    let context = resolve_context(&ctl, &turn, Path::new(&workspace), marker).await;
     let mut run = Run {
         ctl,
         history,
@@ -187,50 +153,6 @@ async fn run(
         // What the stopped run appended is flushed before the session is told it ended.
         sync_history(&ctl).await;
         ctl.stop_run(Some(history), outcome, requeue);
-    }
-}
-
-/// The system prompt and the window, once per run. The environment, the window and the
-/// instruction files are looked up at once, since each may wait on a process, a server
-/// or the disk.
-async fn resolve_context(
-    ctl: &Arc<SessionController>,
-    turn: &TurnContext,
-    workspace: &Path,
-    marker: Option<Compaction>,
-) -> RunContext {
-    let (environment, window, instructions) = tokio::join!(
-        ctl.environment(workspace),
-        ctl.shared.context_window(&turn.provider_name, &turn.block),
-        ctl.shared.instructions(workspace),
-    );
-    for notice in &instructions.notices {
-        tracing::warn!(session = %ctl.session_id(), "instructions: {notice}");
-    }
-    ctl.set_instructions(instructions.files.clone());
-    let meta = ctl.meta();
-    let settings = crate::sandbox::settings();
-    let sandbox = crate::sandbox::prompt_note(&settings);
-    let mut system = system_prompt(&PromptParts {
-        child: meta
-            .parent_session_id
-            .as_ref()
-            .map(|_| ChildRole { title: &meta.title }),
-        environment: &environment,
-        instructions: &instructions,
-        sandbox: sandbox.as_deref(),
-        can_delegate: turn.specs.iter().any(|spec| spec.name == "sub_agent"),
-        approvals: true,
-        tools_note: None,
-    });
-    if !turn.instructions.is_empty() {
-        system.push_str("\n\n# Your instructions as this agent\n");
-        system.push_str(&turn.instructions);
-    }
-    RunContext {
-        system: Message::system(system),
-        window: window.tokens as usize,
-        marker,
     }
 }
 

@@ -7,43 +7,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// One MCP server, as an entry of `.mcp.json`'s `mcpServers`: `command`/`args`/`env`/`cwd`
-/// for stdio, `type: "http"` with `url`/`headers` for streamable HTTP.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct McpServerConfig {
-    /// `stdio` (the default when `command` is set) or `http` (also `streamable-http`).
-    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub command: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub args: Vec<String>,
-    /// Values may be `${VAR}` (read from our environment) or `keyring:ENTRY` (the OS
-    /// keyring, service `bumblehive`) instead of the secret itself.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    /// Values as in `env`: `Bearer ${TOKEN}` or `keyring:ENTRY` keep the secret out.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, String>,
-    /// `false` keeps the server off.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub enabled: Option<bool>,
-    /// Seconds to start and initialise (default 30).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub startup_timeout_sec: Option<f64>,
-    /// Seconds one tool call may take (default 300).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_timeout_sec: Option<f64>,
-    /// `true`: tools the server marks `readOnlyHint` run without asking. Off by default:
-    /// the server's own annotation alone never lets a call run unasked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub allow_read_only: Option<bool>,
-}
+// Defined in `crate::config` (the config names it; the MCP manager reads it).
+pub use crate::config::McpServerConfig;
 
 /// The config's `mcp` block: rules for servers of workspace `.mcp.json` files, which the
 /// repository (not the person) wrote.
@@ -424,11 +389,8 @@ pub fn tool_name(server: &str, tool: &str) -> String {
     format!("{}_{hash}", &full[..MAX_TOOL_NAME - 9])
 }
 
-/// The server part of an MCP tool's name (`mcp__<server>__…`), for policy and the UI.
-pub fn server_of_tool(tool: &str) -> Option<&str> {
-    let rest = tool.strip_prefix("mcp__")?;
-    Some(rest.split_once("__").map_or(rest, |(server, _)| server))
-}
+// The tool-naming rule is the wire's (`crate::protocol`): profiles match on it too.
+pub use crate::protocol::server_of_tool;
 
 #[cfg(test)]
 mod tests {

@@ -15,6 +15,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ToolPolicy;
+pub use crate::protocol::listed;
 use crate::protocol::{McpServerInfo, McpServerState, McpToolInfo};
 use crate::tools::Tool;
 use client::{Endpoint, Peer, ToolInfo};
@@ -829,13 +830,6 @@ fn provider_keys(config: &crate::config::Config) -> Vec<String> {
         }
     }
     names
-}
-
-/// Whether a profile's tool list names this tool, or (for an MCP tool) its whole server.
-pub fn listed(list: &[String], tool: &str) -> bool {
-    list.iter().any(|t| t == tool)
-        || server_of_tool(tool)
-            .is_some_and(|server| list.iter().any(|t| *t == format!("mcp__{server}")))
 }
 
 /// Fills in `${VAR}` and `keyring:` references of a server's env and headers. A

@@ -61,7 +61,7 @@ pub fn record(
     });
     let text = serde_json::to_vec_pretty(&file).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(data_dir).map_err(|e| e.to_string())?;
-    crate::store::write_atomic(&path(data_dir), &text, true)
+    crate::fsutil::write_atomic(&path(data_dir), &text, true)
         .map_err(|err| format!("cannot save {}: {err}", path(data_dir).display()))
 }
 

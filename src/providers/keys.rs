@@ -140,6 +140,34 @@ pub async fn store_key_in_keyring(entry: &str, key: &ApiKey) -> Result<(), Provi
     .map_err(|err| keyring_unavailable(entry, &err))
 }
 
+/// [`store_key_in_keyring`] for a caller inside a config change (a sync closure under
+/// the run gate, `set_api_key`): the keyring is asked on its own thread and given up
+/// after [`KEYRING_TIMEOUT`], so a locked keyring cannot hold the gate for longer.
+pub(crate) fn store_key_blocking(entry: &str, key: &ApiKey) -> Result<(), ProviderError> {
+    use std::sync::mpsc::RecvTimeoutError;
+    let name = entry.to_string();
+    let secret = key.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("bumblehive-keyring".into())
+        .spawn(move || {
+            let stored = keyring::Entry::new(KEYRING_SERVICE, &name)
+                .and_then(|e| e.set_password(secret.expose()));
+            let _ = tx.send(stored);
+        })
+        .map_err(|err| ProviderError::Auth(format!("cannot reach the OS keyring: {err}")))?;
+    match rx.recv_timeout(KEYRING_TIMEOUT) {
+        Ok(stored) => stored.map_err(|err| keyring_unavailable(entry, &err)),
+        Err(RecvTimeoutError::Disconnected) => Err(ProviderError::Auth(
+            "the OS keyring failed while storing the API key".into(),
+        )),
+        Err(RecvTimeoutError::Timeout) => Err(ProviderError::Auth(format!(
+            "the OS keyring did not answer within {} s (is it locked?); set provider.api_key_env instead",
+            KEYRING_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
 async fn on_keyring_thread<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ProviderError> {

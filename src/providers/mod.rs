@@ -19,6 +19,7 @@ use crate::provider::{ModelProvider, ModelResponse, ProviderError, ProviderEvent
 
 pub use anthropic::AnthropicProvider;
 pub(crate) use keys::read_secret;
+pub(crate) use keys::store_key_blocking;
 pub use keys::{ApiKey, KEYRING_SERVICE, KeySource, store_key_in_keyring};
 pub use openai::OpenAiProvider;
 

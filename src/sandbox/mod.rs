@@ -33,20 +33,8 @@ mod other;
 use other as platform;
 mod spare;
 
-/// How `run_command` runs commands (`tools.run_command.sandbox` in the config, SPEC §11).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ts_rs::TS)]
-#[serde(rename_all = "snake_case")]
-pub enum CommandPolicy {
-    /// Sandboxed, and run without asking; a command that wants the network (when not
-    /// allowed) or runs outside the workspace asks first and says which. Where no sandbox
-    /// works, every command asks.
-    #[default]
-    Sandbox,
-    /// Sandboxed, and asks every time.
-    Ask,
-    /// Not sandboxed, and asks every time.
-    Off,
-}
+// Wire types, defined in `crate::protocol` (the config and `app_info` carry them).
+pub use crate::protocol::{CommandPolicy, SandboxStatus};
 
 /// The `tools.run_command` block of the config (`tools.command` before).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,18 +97,6 @@ pub const BASE_ENV: &[&str] = &[
     "PYTHONPATH",
     "NODE_PATH",
 ];
-
-/// Whether the sandbox works here, as `app_info` and the Settings page show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
-pub struct SandboxStatus {
-    pub available: bool,
-    /// Why not, in words for the person (missing binary, user namespaces blocked, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    pub policy: CommandPolicy,
-    /// `bubblewrap`, or `none`.
-    pub kind: String,
-}
 
 static SETTINGS: RwLock<Option<CommandSettings>> = RwLock::new(None);
 

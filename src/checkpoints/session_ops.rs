@@ -1,0 +1,201 @@
+//! What the person does with a session's checkpoints and worktree: the Changes view, undo, fork (with or without rewinding the files), and applying or discarding an isolated child's worktree.
+//!
+//! [`crate::service::RuntimeService`] calls these. They sit between the session's
+//! controller (is it running?) and the checkpoint store and worktrees below them.
+
+use std::sync::Arc;
+
+use crate::controller::SessionController;
+use crate::error::RuntimeError;
+use crate::protocol::{SessionState, SubagentState, WorktreeInfo, commands};
+use crate::registry::Registry;
+use crate::store::{LoadedSession, NewSession, SessionStore};
+
+/// Sub-agent worktrees in the data folder whose session is gone, each warned of once.
+pub(crate) fn leftover_worktrees(data_dir: &std::path::Path, store: &SessionStore) -> Vec<String> {
+    let leftovers = super::worktree::leftovers(data_dir, |id| store.exists(id));
+    for path in &leftovers {
+        tracing::warn!(
+            "a sub-agent worktree whose session is gone: {path} (remove it with `git worktree remove`)"
+        );
+    }
+    leftovers
+}
+
+/// The files the agent changed in each turn of a session, with diffs (the Changes view).
+pub(crate) async fn turn_changes(
+    registry: &Registry,
+    session_id: &str,
+) -> Result<commands::TurnChanges, RuntimeError> {
+    if !registry.shared.store.exists(session_id) {
+        return Err(RuntimeError::NotFound(format!("session {session_id}")));
+    }
+    Ok(registry.shared.checkpoints.turn_changes(session_id).await?)
+}
+
+/// Undoes the changes of a session's turns from the person's message at
+/// `message_index` on (or previews that). Refused while the session runs.
+pub(crate) async fn undo_turn(
+    registry: &Registry,
+    args: commands::UndoTurn,
+) -> Result<commands::UndoResult, RuntimeError> {
+    turn_message(registry, &args.session_id, args.message_index)?;
+    if !args.preview && registry.controller(&args.session_id)?.is_running() {
+        return Err(RuntimeError::Busy(format!(
+            "session {} is running; stop it before undoing its changes",
+            args.session_id
+        )));
+    }
+    Ok(registry
+        .shared
+        .checkpoints
+        .undo(
+            &args.session_id,
+            args.message_index,
+            args.force,
+            args.preview,
+        )
+        .await?)
+}
+
+/// A new session whose history is the original's before the person's message at
+/// `message_index`; the original stays as it is. With `rewind` the files are
+/// restored first (and nothing is forked if that is refused).
+pub(crate) async fn fork_session(
+    registry: &Registry,
+    args: commands::ForkSession,
+) -> Result<commands::Forked, RuntimeError> {
+    let (loaded, draft) = turn_message(registry, &args.session_id, args.message_index)?;
+    let draft_images = loaded.messages[args.message_index].images.clone();
+    let undo = if args.rewind {
+        Some(
+            undo_turn(
+                registry,
+                commands::UndoTurn {
+                    session_id: args.session_id.clone(),
+                    message_index: args.message_index,
+                    force: args.force,
+                    preview: false,
+                },
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    let store = &registry.shared.store;
+    let mut meta = store.create(NewSession {
+        workspace: loaded.meta.workspace.clone(),
+        title: Some(format!("{} (fork)", loaded.meta.title)),
+        agent: loaded.meta.agent.clone(),
+        ..NewSession::default()
+    })?;
+    meta.forked_from = Some(args.session_id.clone());
+    meta.forked_at = Some(args.message_index);
+    meta.provider = loaded.meta.provider.clone();
+    meta.model = loaded.meta.model.clone();
+    store.write_meta(&meta)?;
+    let copied = store
+        .append(&meta.session_id, &loaded.messages[..args.message_index])
+        .and_then(|()| store.sync(&meta.session_id));
+    store.release(&meta.session_id);
+    if let Err(err) = copied {
+        // A fork with half a history is worse than none.
+        let _ = store.delete(&meta.session_id);
+        return Err(err.into());
+    }
+    Ok(commands::Forked {
+        session: meta.info(SessionState::Idle),
+        draft,
+        draft_images,
+        undo,
+    })
+}
+
+/// Applies an isolated child's changes to the parent's workspace, all or nothing.
+pub(crate) async fn apply_worktree(
+    registry: &Registry,
+    session_id: &str,
+) -> Result<commands::Applied, RuntimeError> {
+    let (controller, info) = idle_worktree(registry, session_id)?;
+    if info.applied {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "the changes of {} were applied already; discard the worktree when done",
+            info.branch
+        )));
+    }
+    let stat = tokio::task::spawn_blocking(move || super::worktree::apply(&info))
+        .await
+        .map_err(|err| RuntimeError::Unavailable(err.to_string()))?
+        .map_err(|err| match err {
+            super::worktree::WorktreeError::Conflict(_) => RuntimeError::Conflict(err.to_string()),
+            other => RuntimeError::Unavailable(other.to_string()),
+        })?;
+    controller.edit_meta(|meta| {
+        if let Some(info) = &mut meta.worktree {
+            info.applied = true;
+        }
+    });
+    Ok(commands::Applied { stat })
+}
+
+/// Removes an isolated child's worktree and branch; the session stays, without them.
+pub(crate) async fn discard_worktree(
+    registry: &Registry,
+    session_id: &str,
+) -> Result<(), RuntimeError> {
+    let (controller, info) = idle_worktree(registry, session_id)?;
+    tokio::task::spawn_blocking(move || super::worktree::remove(&info))
+        .await
+        .map_err(|err| RuntimeError::Unavailable(err.to_string()))?
+        .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
+    controller.edit_meta(|meta| meta.worktree = None);
+    Ok(())
+}
+
+/// A child's controller and worktree, refused while the child still works (its
+/// worktree is its workspace then).
+fn idle_worktree(
+    registry: &Registry,
+    session_id: &str,
+) -> Result<(Arc<SessionController>, WorktreeInfo), RuntimeError> {
+    let controller = registry.controller(session_id)?;
+    let Some(info) = controller.current_meta().worktree else {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "session {session_id} has no worktree (only sub-agents started with isolation \"worktree\" have one)"
+        )));
+    };
+    let working = matches!(
+        registry.shared.subagents.state_of(session_id),
+        Some(SubagentState::WaitingForSlot | SubagentState::Running)
+    );
+    if controller.is_running() || working {
+        return Err(RuntimeError::Busy(format!(
+            "sub-agent {session_id} is still working; wait for its report"
+        )));
+    }
+    Ok((controller, info))
+}
+
+/// A session's history, checked to hold a message of the person at `index`; returns
+/// it with that message's text.
+fn turn_message(
+    registry: &Registry,
+    session_id: &str,
+    index: usize,
+) -> Result<(LoadedSession, String), RuntimeError> {
+    let loaded = registry.shared.store.load(session_id)?;
+    let Some(message) = loaded.messages.get(index) else {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "message_index {index} is past the end of the session's history ({} messages)",
+            loaded.messages.len()
+        )));
+    };
+    if super::turn_of(std::slice::from_ref(message)) != Some(0) {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "message {index} is not a message of the person; turns start at the person's messages"
+        )));
+    }
+    let text = message.text().to_string();
+    Ok((loaded, text))
+}
