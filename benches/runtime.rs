@@ -244,6 +244,124 @@ async fn fan_out(
     service.shutdown().await;
 }
 
+/// Delegation latency (issue 25): the parent's model answers with `children` sub_agent
+/// calls; how long until its next model call (its turn goes on: every call answered
+/// `pending`) and until its final answer, while each child's model calls take
+/// `child_ms`. Children past the cap, and on a one-request server, wait in their own
+/// tasks; on a one-request server the parent's next request waits for the one child
+/// request in flight (it goes first after that: top-level sessions are ahead).
+struct Delegating {
+    children: usize,
+    child_ms: u64,
+    first_answer: std::sync::Mutex<Option<Instant>>,
+    next_call: std::sync::Mutex<Option<Instant>>,
+}
+
+#[async_trait]
+impl ModelProvider for Delegating {
+    async fn generate(
+        &self,
+        request: ModelRequest,
+        _sink: ProviderSink<'_>,
+    ) -> Result<ModelResponse, ProviderError> {
+        let messages = &request.messages;
+        let first = messages
+            .iter()
+            .find(|m| m.role == Role::User)
+            .map(|m| m.text().to_string())
+            .unwrap_or_default();
+        if first.contains("\nTask:\n") {
+            tokio::time::sleep(Duration::from_millis(self.child_ms)).await;
+            return Ok(ModelResponse::text("child done"));
+        }
+        let assistants = messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .count();
+        if assistants == 0 {
+            let calls = (0..self.children)
+                .map(|i| ToolCall {
+                    id: format!("delegate-{i}"),
+                    name: "sub_agent".into(),
+                    arguments: json!({"title": format!("c{i}"), "task": "work"}),
+                })
+                .collect();
+            *self.first_answer.lock().unwrap() = Some(Instant::now());
+            return Ok(ModelResponse::tool_calls(calls));
+        }
+        self.next_call
+            .lock()
+            .unwrap()
+            .get_or_insert_with(Instant::now);
+        Ok(ModelResponse::text("parent done"))
+    }
+}
+
+async fn delegation_latency(
+    base: &Path,
+    label: &str,
+    children: usize,
+    cap: usize,
+    server_slots: Option<usize>,
+    rounds: usize,
+) {
+    let mut turn_on = Vec::new();
+    let mut ended = Vec::new();
+    for round in 0..rounds {
+        let dir = scratch(base, &format!("latency-{round}"));
+        let workspace = dir.join("ws");
+        std::fs::create_dir_all(&workspace).expect("ws");
+        let provider = Arc::new(Delegating {
+            children,
+            child_ms: 20,
+            first_answer: Default::default(),
+            next_call: Default::default(),
+        });
+        let mut config = Config::default();
+        config.subagents.max_concurrent = cap;
+        config.provider.max_concurrent = server_slots;
+        let service = RuntimeService::new(ServiceOptions {
+            data_dir: dir.join("data"),
+            config_path: None,
+            config: Some(config),
+            provider_factory: fixed_provider(provider.clone()),
+            tools: None,
+        })
+        .expect("service");
+        let info = service
+            .create_session(workspace.to_str().expect("utf8"), None)
+            .expect("session");
+        let ctl = service.controller(&info.session_id).expect("controller");
+        let (mut events, _) = ctl.subscribe();
+        ctl.submit("delegate".into(), None).expect("submit");
+        loop {
+            let event = events.next_event().await.expect("events");
+            if let bumblehive::protocol::Event::Result { session_id, .. } = &event {
+                if session_id == &info.session_id {
+                    break;
+                }
+            }
+        }
+        let end = Instant::now();
+        let answer = provider.first_answer.lock().unwrap().expect("answered");
+        let next = provider.next_call.lock().unwrap().expect("next call");
+        turn_on.push(next - answer);
+        ended.push(end - answer);
+        service.wait_idle().await;
+        service.shutdown().await;
+    }
+    turn_on.sort();
+    ended.sort();
+    println!(
+        "delegation latency [{label}]: {children} children, cap {cap}, server slots {}, child calls 20 ms, {rounds} rounds: parent's next model call {:.2} ms after its answer (median; p95 {:.2}), turn ended {:.2} ms after (median; p95 {:.2})",
+        server_slots.map_or("unlimited".to_string(), |n| n.to_string()),
+        percentile(&turn_on, 0.5).as_secs_f64() * 1e3,
+        percentile(&turn_on, 0.95).as_secs_f64() * 1e3,
+        percentile(&ended, 0.5).as_secs_f64() * 1e3,
+        percentile(&ended, 0.95).as_secs_f64() * 1e3,
+    );
+}
+
 /// Session scale: open a long session, list many sessions, append throughput.
 async fn scale(base: &Path, label: &str, messages: usize, sessions: usize) {
     let dir = scratch(base, "scale");
@@ -1077,6 +1195,7 @@ fn main() {
         if quick {
             per_turn(disk.path(), "disk", "read_file", 3, 3).await;
             fan_out(disk.path(), "disk", 8, 4, 2).await;
+            delegation_latency(disk.path(), "disk", 6, 4, None, 2).await;
             scale(disk.path(), "disk", 100, 50).await;
             streaming(disk.path(), "disk", 100).await;
             soak(disk.path(), "disk", 200, &[50, 100, 200]).await;
@@ -1093,6 +1212,10 @@ fn main() {
             }
             per_turn(disk.path(), "disk", "noop", 50, 5).await;
             per_turn(disk.path(), "disk", "read_file", 50, 5).await;
+        }
+        if wanted("delegation") {
+            delegation_latency(disk.path(), "disk", 6, 4, None, 30).await;
+            delegation_latency(disk.path(), "disk", 3, 4, Some(1), 30).await;
         }
         if wanted("fan-out") {
             if let Some(memory) = &memory {

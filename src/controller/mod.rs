@@ -1183,7 +1183,13 @@ impl SessionController {
         }
         // The history file stays closed between runs: open files are bounded by what runs.
         self.shared.store.release(&self.meta.session_id);
-        self.shared.run_ended();
+        // A run that goes on after a compaction (below) counts as started before this one
+        // stops counting: the count never reads zero in between, so "idle" is never seen
+        // while a run is due. Otherwise it stops counting before its last events.
+        let going_on = !go_on.is_empty();
+        if !going_on {
+            self.shared.run_ended();
+        }
         let id = self.meta.session_id.clone();
         match &outcome {
             RunOutcome::Completed(answer) => self.emit(Event::Result {
@@ -1217,8 +1223,9 @@ impl SessionController {
             let _ = waiter.send(outcome.clone());
         }
         run.done.cancel();
-        if !go_on.is_empty() {
+        if going_on {
             self.go_on_after_compaction(state, go_on);
+            self.shared.run_ended();
         }
     }
 
