@@ -189,19 +189,10 @@ impl SubagentTasks {
         let done = CancellationToken::new();
         let order = {
             let mut tasks = self.tasks();
-            // One working task per child: a second start (two quick resumes) must not run
-            // beside the first, whose report would then be lost (runtime review C10). A
-            // task that only hands over its report may still be there.
-            let working = tasks.values().any(|entry| {
-                entry.info.session_id == start.session_id
-                    && matches!(
-                        entry.info.state,
-                        SubagentState::WaitingForSlot | SubagentState::Running
-                    )
-            });
-            if working {
-                return Err(StartError::AlreadyRunning(start.session_id.clone()));
-            }
+            // A child may have a task still ending (its run over, its report on the way)
+            // when its next run's task is registered: the controller's phase lets only one
+            // run be started at a time, and the new task waits for the earlier one
+            // (`wait_for_earlier`), so report n is recorded before run n + 1 begins.
             let order = self
                 .inner
                 .next_order

@@ -864,3 +864,62 @@ fn r15_a_task_id_with_a_colon_is_reported_once_its_report_arrives() {
     ));
     assert_eq!(running_children(&followed), vec![]);
 }
+
+/// R13: a follow-up sent the moment a child finishes (its report still being recorded)
+/// is taken, not refused as "waiting for a slot": it waits behind the report, and the
+/// child's next run reports again. Five times in a row, each on the child's `result`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r13_a_follow_up_sent_as_a_child_finishes_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = Gated::new(|request| {
+        let last = request.messages.last().unwrap();
+        if task_of(request).is_some() {
+            return Then::Answer(ModelResponse::text(format!("did: {}", last.text())));
+        }
+        Then::Answer(match (last.role, is_report(last)) {
+            (Role::User, false) => ModelResponse::tool_calls(vec![call(
+                "q",
+                "sub_agent",
+                json!({"title": "QUICK", "task": "QUICK"}),
+            )]),
+            _ => ModelResponse::text("parent done"),
+        })
+    });
+    let service = service_with(
+        &dir.path().join("data"),
+        model,
+        Config::default(),
+        ToolRegistry::standard(),
+    )
+    .unwrap();
+    let parent = service
+        .create_session(dir.path().to_str().unwrap(), None)
+        .unwrap()
+        .session_id;
+    let pctl = service.controller(&parent).unwrap();
+    let (mut events, _) = pctl.subscribe();
+    pctl.submit("delegate".into(), None).unwrap();
+    let created = receive(&mut events, "session_created", None, None).await;
+    let child = created["session_id"].as_str().unwrap().to_string();
+    for round in 0..5 {
+        receive(&mut events, "result", Some(&child), None).await;
+        let sent = service
+            .submit_message(&child, format!("follow-up {round}"), None)
+            .await;
+        let (_, status) = sent.unwrap_or_else(|err| panic!("round {round}: refused: {err}"));
+        assert!(
+            matches!(status, MessageStatus::Started | MessageStatus::Steered),
+            "round {round}: {status:?}"
+        );
+    }
+    receive(&mut events, "result", Some(&child), None).await;
+    wait_idle(&service).await;
+    let mut got = all_reports(&service, &parent);
+    got.sort();
+    let mut want: Vec<String> = (1..=6)
+        .map(|n| bumblehive::protocol::nth_report_message_id("q", n))
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+    service.shutdown().await;
+}
