@@ -60,6 +60,13 @@ impl Drop for DataLock {
 }
 
 impl DataLock {
+    /// Makes the folder (private) if it is missing, then takes it.
+    pub fn take(data_dir: &Path) -> Result<DataLock, crate::error::RuntimeError> {
+        crate::fsutil::private_dir(data_dir)
+            .map_err(|err| crate::error::StoreError::io(data_dir, err))?;
+        Ok(DataLock::acquire(data_dir)?)
+    }
+
     /// Takes the folder, or says who has it. Never waits.
     pub fn acquire(data_dir: &Path) -> Result<DataLock, OwnerError> {
         let folder = data_dir.display().to_string();

@@ -69,15 +69,11 @@ impl RuntimeService {
         config.validate()?;
         // One process owns the data folder: a second one is refused before it reads or
         // repairs anything (runtime review R7).
-        crate::fsutil::private_dir(&options.data_dir)
-            .map_err(|err| crate::error::StoreError::io(&options.data_dir, err))?;
-        let owner = crate::owner::DataLock::acquire(&options.data_dir)?;
+        let owner = crate::owner::DataLock::take(&options.data_dir)?;
         crate::sandbox::configure(&config.tools.command);
         // Sandboxed commands never see the sessions or the config, wherever they live
         // (security review 2, finding 10), whoever embeds the runtime.
-        let mut hidden = vec![options.data_dir.clone()];
-        hidden.extend(options.config_path.iter().cloned());
-        crate::sandbox::hide(&hidden);
+        crate::sandbox::hide_data(&options.data_dir, options.config_path.as_deref());
         let store = Arc::new(SessionStore::new(&options.data_dir)?);
         let root = CancellationToken::new();
         let tools = options.tools.unwrap_or_else(ToolRegistry::standard);

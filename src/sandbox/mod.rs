@@ -119,6 +119,13 @@ pub fn hide(paths: &[PathBuf]) {
     }
 }
 
+/// [`hide`] for a runtime's data folder and its config file.
+pub fn hide_data(data_dir: &Path, config: Option<&Path>) {
+    let mut paths = vec![data_dir.to_path_buf()];
+    paths.extend(config.map(Path::to_path_buf));
+    hide(&paths);
+}
+
 /// What [`hide`] hid that exists now, where it really is.
 fn hidden() -> Vec<PathBuf> {
     let hidden = HIDDEN.read().unwrap_or_else(|p| p.into_inner());

@@ -81,6 +81,8 @@ export interface Transcript {
   tools: Record<string, ToolLive>;
   notes: Note[];
   retry: { attempt: number; delay_ms: number; reason: string } | null;
+  /** The next model call waits for a request slot of its server (`slot.waiting`). */
+  slot: { server: string; ahead: number } | null;
   running: boolean;
   /** Messages appended by events while the transcript was idle or loading (merge input). */
   live: Message[] | null;
@@ -168,6 +170,7 @@ function emptyTranscript(sessionId: string, status: Transcript['status'] = 'idle
     tools: {},
     notes: [],
     retry: null,
+    slot: null,
     running: false,
     live: status === 'idle' ? [] : null,
     echo: null,
@@ -861,6 +864,7 @@ export class SessionModel {
           streaming: t.streaming + String(progress.data.text ?? ''),
           running: true,
           retry: null,
+          slot: null,
         }));
         return;
       }
@@ -873,6 +877,7 @@ export class SessionModel {
           live: t.live ? [...t.live, message] : null,
           streaming: message.role === 'assistant' ? '' : t.streaming,
           retry: null,
+          slot: null,
         }));
         if (message.role === 'user' && message.id) {
           this.reportArrived(message.id, message.content);
@@ -908,6 +913,7 @@ export class SessionModel {
           running: false,
           streaming: '',
           retry: null,
+          slot: null,
           // Text streamed before the stop stays visible (the runtime saves it as the
           // stopped answer when it can; until then it is only here).
           notes: [...t.notes, { kind: 'stopped', text: 'Stopped.', at: t.first + t.messages.length, partial: t.streaming || undefined }],
@@ -953,6 +959,11 @@ export class SessionModel {
         }));
         return;
       }
+      case 'slot.waiting':
+        this.patchTranscript(sessionId, () => ({
+          slot: { server: String(progress.data.server ?? ''), ahead: Number(progress.data.ahead ?? 0) },
+        }));
+        return;
       case 'provider.retry':
         this.patchTranscript(sessionId, () => ({
           retry: { attempt: Number(progress.data.attempt ?? 0), delay_ms: Number(progress.data.delay_ms ?? 0), reason: String(progress.data.reason ?? '') },
@@ -1007,6 +1018,7 @@ export class SessionModel {
       running: false,
       streaming: '',
       retry: null,
+      slot: null,
       notes: error == null ? t.notes : [...t.notes, { kind: 'error', text: error, at: t.first + t.messages.length }],
     }));
     if (sessionId === this.sessionId) {

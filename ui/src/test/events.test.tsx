@@ -33,6 +33,14 @@ describe('events rendered into the chat and the tabs', () => {
     expect(tab.textContent).toContain('waiting for a slot on local');
   });
 
+  it('says when the next model call waits for a request slot of its server, and how many are ahead', async () => {
+    const { fake, root } = await openParent();
+    await inAct(() => fake.emit(P, snapshot(P, { running: true }), kind(P, 'slot.waiting', { server: 'local', ahead: 2 })));
+    expect($(root, 'progress')!.textContent).toContain('Waiting for a slot on local (2 ahead)…');
+    await inAct(() => fake.emit(P, kind(P, 'content.delta', { text: 'Here' })));
+    expect($(root, 'progress')!.textContent).not.toContain('Waiting for a slot');
+  });
+
   it('subscribes, reads the transcript, and renders a recorded delegation', async () => {
     const { fake, root } = await openParent();
     expect(fake.streams.has(P)).toBe(true);
