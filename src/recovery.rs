@@ -87,7 +87,7 @@ pub(crate) fn recover(
         else {
             continue;
         };
-        if meta.reported || meta.interrupted || !store.exists(&parent) {
+        if meta.reported || !store.exists(&parent) {
             continue;
         }
         let ledger = match ledgers.get(&parent) {
@@ -96,6 +96,22 @@ pub(crate) fn recover(
                 .entry(parent.clone())
                 .or_insert(store.ledger(&parent)?),
         };
+        if meta.interrupted {
+            // Its run never answered, so every report recorded for it belongs to an earlier
+            // run: one recorded just before the crash whose count never reached the meta
+            // must not have its number taken again by the report this run still owes (a
+            // follow-up that waited for its slot owes number n + 1, not n).
+            let recorded = ledger
+                .records
+                .iter()
+                .filter(|r| r.child_session_id == meta.session_id)
+                .count() as u32;
+            if recorded > meta.reports {
+                meta.reports = recorded;
+                store.write_meta(meta)?;
+            }
+            continue;
+        }
         // The report this child owes: its first, or a follow-up's.
         let owed = nth_report_message_id(&task_id, meta.reports + 1);
         if !ledger.records.iter().any(|r| r.message_id == owed) {

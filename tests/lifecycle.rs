@@ -341,13 +341,16 @@ async fn r1a_stop_while_a_child_waits_for_a_slot_leaves_no_ghost() {
     service.shutdown().await;
 }
 
-/// A parent that delegates `FIRST` (which answers at once) and, when that report comes,
-/// sends it a follow-up; a second child `BLOCK` holds the only slot in its gate meanwhile.
+/// A parent that delegates `FIRST` (which answers at once); on that report it delegates
+/// `BLOCK`, which takes the only slot and waits in its gate; once BLOCK works, it sends
+/// FIRST a follow-up, which must wait for the slot.
 fn follow_up_model() -> Arc<Gated> {
-    Gated::new(|request| {
+    let block_works = Flag::new(false);
+    Gated::new(move |request| {
         let last = request.messages.last().unwrap();
         if let Some(task) = task_of(request) {
             if task == "BLOCK" {
+                block_works.set();
                 return Then::Answer(match last.role {
                     Role::Tool => ModelResponse::text("block done"),
                     _ => ModelResponse::tool_calls(vec![call(
@@ -370,14 +373,21 @@ fn follow_up_model() -> Arc<Gated> {
             )]));
         }
         if is_report(last) && last.text().contains("quick answer") {
-            return Then::Answer(ModelResponse::tool_calls(vec![
-                call("b", "sub_agent", json!({"title": "BLOCK", "task": "BLOCK"})),
-                call(
+            return Then::Answer(ModelResponse::tool_calls(vec![call(
+                "b",
+                "sub_agent",
+                json!({"title": "BLOCK", "task": "BLOCK"}),
+            )]));
+        }
+        if last.tool_call_id.as_deref() == Some("b") {
+            return Then::After(
+                block_works.clone(),
+                ModelResponse::tool_calls(vec![call(
                     "m",
                     "message_subagent",
                     json!({"task_id": "a", "message": "second question"}),
-                ),
-            ]));
+                )]),
+            );
         }
         Then::Answer(ModelResponse::text("parent done"))
     })
@@ -921,5 +931,79 @@ async fn r13_a_follow_up_sent_as_a_child_finishes_is_taken() {
         .collect();
     want.sort();
     assert_eq!(got, want);
+    service.shutdown().await;
+}
+
+/// Found by the simulation (seed 22, once): a child's report recorded just before a crash
+/// whose count never reached its meta, and a follow-up already waiting for its slot. After
+/// the restart the follow-up's report (here the cancel's) is number 2, never a second
+/// number 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_recorded_just_before_a_crash_keeps_its_number() {
+    use bumblehive::store::{NewSession, ReportRecord, SessionStore};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (parent, child) = {
+        let store = SessionStore::new(&data).unwrap();
+        let workspace = dir.path().display().to_string();
+        let parent = store
+            .create(NewSession {
+                workspace: workspace.clone(),
+                ..NewSession::default()
+            })
+            .unwrap();
+        let mut child = store
+            .create(NewSession {
+                workspace,
+                parent_session_id: Some(parent.session_id.clone()),
+                task_id: Some("t".into()),
+                task_content: Some("You are the sub-agent \"T\".\nTask:\nT".into()),
+                state: SessionState::Running,
+                ..NewSession::default()
+            })
+            .unwrap();
+        store
+            .append(
+                &child.session_id,
+                &[
+                    Message::user("task:t", "You are the sub-agent \"T\".\nTask:\nT"),
+                    Message::assistant(Some("first answer".into()), Vec::new()),
+                ],
+            )
+            .unwrap();
+        store
+            .record_report(
+                &parent.session_id,
+                &ReportRecord {
+                    task_id: "t".into(),
+                    child_session_id: child.session_id.clone(),
+                    message_id: "subagent:t".into(),
+                    content: "[Background tool result]\nTask ID: t\n\nfirst answer".into(),
+                    config: Default::default(),
+                },
+            )
+            .unwrap();
+        // The follow-up waits for its slot: owed, its message not in the history yet, and
+        // the first report's count lost with the crash.
+        child.reported = false;
+        child.reports = 0;
+        child.run_message = Some("msg-follow-up".into());
+        store.write_meta(&child).unwrap();
+        store.close();
+        (parent.session_id, child.session_id)
+    };
+    let model = Gated::new(|_| Then::Answer(ModelResponse::text("ok")));
+    let service = service_with(&data, model, Config::default(), ToolRegistry::standard()).unwrap();
+    assert!(service.session_info(&child).unwrap().interrupted);
+    service.cancel_session(&child).await.unwrap();
+    let ids: Vec<String> = service
+        .store()
+        .ledger(&parent)
+        .unwrap()
+        .records
+        .iter()
+        .map(|r| r.message_id.clone())
+        .collect();
+    assert_eq!(ids, vec!["subagent:t", "subagent:t:2"]);
     service.shutdown().await;
 }

@@ -630,7 +630,32 @@ impl Sim {
                 }
             }
         }
-        self.fail("the runtime never became idle");
+        let service = self.service();
+        let busy: Vec<String> = self
+            .sessions()
+            .into_iter()
+            .filter_map(|info| {
+                let ctl = service.controller(&info.session_id).ok()?;
+                let snapshot = ctl.snapshot();
+                (snapshot.running || info.state == SessionState::Running).then(|| {
+                    format!(
+                        "{} ({:?}, child of {:?}): running {}, approvals {}, pending {}, subagents {:?}",
+                        info.session_id,
+                        info.state,
+                        info.parent_session_id,
+                        snapshot.running,
+                        snapshot.approvals.len(),
+                        snapshot.pending.len(),
+                        snapshot.subagents.iter().map(|s| (&s.session_id, s.state)).collect::<Vec<_>>()
+                    )
+                })
+            })
+            .collect();
+        self.fail(&format!(
+            "the runtime never became idle: {} runs, {} tasks; {busy:#?}",
+            service.active_runs(),
+            service.subagents().len()
+        ));
     }
 
     /// Checks what must hold once nothing runs (SPEC §12).

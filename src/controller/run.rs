@@ -54,6 +54,11 @@ struct Run {
     /// The flush asked for at the end of the last step, still in flight while the next
     /// model call starts (see `Run::flush_later`).
     flushing: Option<crate::flush::FlushTicket>,
+    /// The request slot kept across a batch that only delegates (`sub_agent`,
+    /// `message_subagent` answer at once): the next call follows within milliseconds, so
+    /// on a one-request server the parent's turn goes on before its children's first
+    /// requests, instead of waiting behind one of them.
+    held_slot: Option<crate::slots::Permit>,
 }
 
 /// From this many identical batches in a row, the model is told it repeats itself and
@@ -140,6 +145,7 @@ async fn run(
         context,
         mode,
         flushing: None,
+        held_slot: None,
     };
     let outcome = run.drive().await;
     let Run {
@@ -485,7 +491,7 @@ impl Run {
 
     /// Sends one request; `Ok(Err(text streamed so far))` when cancelled.
     async fn generate(
-        &self,
+        &mut self,
         messages: Vec<Message>,
     ) -> Result<Result<crate::provider::ModelResponse, String>, ProviderError> {
         let provider = self.turn.provider.clone();
@@ -515,13 +521,23 @@ impl Run {
                 reason,
             }),
         };
-        let Some(_slot) = self.request_slot().await else {
+        let Some(slot) = self.request_slot().await else {
             return Ok(Err(String::new()));
         };
         let cancelled = tokio::select! {
             biased;
             _ = self.token.cancelled() => true,
             response = provider.generate(request, &sink) => {
+                if let Ok(answer) = &response {
+                    let delegates_only = !answer.tool_calls.is_empty()
+                        && answer
+                            .tool_calls
+                            .iter()
+                            .all(|c| matches!(c.name.as_str(), "sub_agent" | "message_subagent"));
+                    if delegates_only {
+                        self.held_slot = slot;
+                    }
+                }
                 return response.map(Ok);
             }
         };
@@ -532,7 +548,10 @@ impl Run {
 
     /// A request slot of the run's server for one model call (`crate::slots`): at once
     /// when the server has no known limit. `None` when the run was stopped meanwhile.
-    async fn request_slot(&self) -> Option<Option<crate::slots::Permit>> {
+    async fn request_slot(&mut self) -> Option<Option<crate::slots::Permit>> {
+        if let Some(held) = self.held_slot.take() {
+            return Some(Some(held));
+        }
         let name = &self.turn.provider_name;
         let Some(slots) = self.ctl.shared.request_slots(name).await else {
             return Some(None);
