@@ -299,31 +299,43 @@ impl SubagentObserver for EventObserver {
 /// worktree cannot be made is deleted again.
 async fn isolate(
     registry: &Registry,
-    mut meta: crate::store::SessionMeta,
+    meta: crate::store::SessionMeta,
     workspace: &std::path::Path,
 ) -> Result<String, String> {
     let store = registry.shared.store.clone();
     let data_dir = registry.shared.data_dir.clone();
     let workspace = workspace.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let made = crate::checkpoints::worktree::create(&data_dir, &workspace, &meta.session_id)
-            .map_err(|err| format!("cannot create the sub-agent's worktree: {err}"));
-        let written = made.and_then(|(info, inside)| {
-            meta.workspace = inside.display().to_string();
-            meta.worktree = Some(info);
-            store.write_meta(&meta).map_err(|err| err.to_string())?;
-            Ok(meta.workspace.clone())
-        });
-        if written.is_err() {
-            if let Some(info) = &meta.worktree {
-                let _ = crate::checkpoints::worktree::remove(info);
-            }
-            let _ = store.delete(&meta.session_id);
-        }
-        written
+    let id = meta.session_id.clone();
+    let made = tokio::task::spawn_blocking(move || {
+        crate::checkpoints::worktree::create(&data_dir, &workspace, &id)
+            .map_err(|err| format!("cannot create the sub-agent's worktree: {err}"))
     })
     .await
-    .map_err(|err| err.to_string())?
+    .map_err(|err| err.to_string())?;
+    // Through the child's controller, which owns its meta: a meta written beside it would
+    // be overwritten by (or overwrite) what the controller writes (review R5; the
+    // simulation found a report count lost that way).
+    let written = made.and_then(|(info, inside)| {
+        let child = registry
+            .controller(&meta.session_id)
+            .map_err(|err| err.to_string())?;
+        let workspace = inside.display().to_string();
+        child.set_worktree(workspace.clone(), info.clone())?;
+        Ok((workspace, info))
+    });
+    match written {
+        Ok((workspace, _)) => Ok(workspace),
+        Err(err) => {
+            if let Ok(meta) = store.meta(&meta.session_id) {
+                if let Some(info) = &meta.worktree {
+                    let _ = crate::checkpoints::worktree::remove(info);
+                }
+            }
+            let _ = store.delete(&meta.session_id);
+            registry.remove(&meta.session_id);
+            Err(err)
+        }
+    }
 }
 
 /// The `sub_agent` call's side of a delegation: dropped (its run stopped) with a started

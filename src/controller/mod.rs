@@ -507,6 +507,19 @@ impl SessionController {
                 self.meta.session_id
             ))),
             (Phase::Running(_) | Phase::Starting(_), _) => Route::Inbox,
+            // Made on disk, its task (and its worktree) not begun yet: its first message is
+            // its task, from its parent; the person's waits until it runs.
+            (Phase::Idle, Origin::Person | Origin::Steer | Origin::Delivery)
+                if self.is_child()
+                    && state.meta.state == SessionState::Running
+                    && state.meta.run_message.is_none()
+                    && state.meta.reports == 0 =>
+            {
+                Route::Refuse(RuntimeError::Busy(format!(
+                    "sub-agent {} is still being set up; send it the message once it runs",
+                    self.meta.session_id
+                )))
+            }
             (Phase::Idle, _) if writable && open => start,
             (Phase::Paused, Origin::Person | Origin::Steer) if writable && open => start,
             // A parent's follow-up runs a child whose pause was a failure's; what the person
@@ -1483,6 +1496,25 @@ impl SessionController {
             meta.interrupted = false;
             meta.run_message = None;
         });
+    }
+
+    /// A new child's worktree is made: it works there from its first run on. Refused once
+    /// the child is deleted (its folder is gone) or has begun.
+    pub(crate) fn set_worktree(
+        &self,
+        workspace: String,
+        info: crate::protocol::WorktreeInfo,
+    ) -> Result<(), String> {
+        let mut state = self.lock();
+        if !matches!(state.phase, Phase::Idle) {
+            return Err(format!("sub-agent {} is no longer new", self.meta.session_id));
+        }
+        state.meta.workspace = workspace;
+        state.meta.worktree = Some(info);
+        self.shared
+            .store
+            .write_meta(&state.meta)
+            .map_err(|err| err.to_string())
     }
 
     /// Changes what the person may change of the meta (title, archived), written through.
