@@ -590,6 +590,36 @@ fn is_summary(request: &ModelRequest) -> bool {
     request.tools.is_empty()
 }
 
+/// A top-level session on `model` with three finished turns, subscribed.
+async fn session_with_three_turns(
+    dir: &Path,
+    model: Arc<Gated>,
+) -> (
+    RuntimeService,
+    String,
+    Arc<bumblehive::controller::SessionController>,
+    bumblehive::controller::Subscription,
+) {
+    let service = service_with(
+        &dir.join("data"),
+        model,
+        Config::default(),
+        ToolRegistry::standard(),
+    )
+    .unwrap();
+    let id = service
+        .create_session(dir.to_str().unwrap(), None)
+        .unwrap()
+        .session_id;
+    let ctl = service.controller(&id).unwrap();
+    let (mut events, _) = ctl.subscribe();
+    for text in ["one", "two", "three"] {
+        ctl.submit(text.into(), None).unwrap();
+        receive(&mut events, "result", Some(&id), None).await;
+    }
+    (service, id, ctl, events)
+}
+
 /// R3: the person's message sent while a paused session compacts resumes it, as it does
 /// when the session is not compacting (README); it is not answered `steered` and then
 /// left queued.
@@ -609,23 +639,7 @@ async fn r3_a_message_during_a_paused_sessions_compaction_resumes_it() {
             _ => Then::Answer(ModelResponse::text("ok")),
         }
     });
-    let service = service_with(
-        &dir.path().join("data"),
-        model.clone(),
-        Config::default(),
-        ToolRegistry::standard(),
-    )
-    .unwrap();
-    let id = service
-        .create_session(dir.path().to_str().unwrap(), None)
-        .unwrap()
-        .session_id;
-    let ctl = service.controller(&id).unwrap();
-    let (mut events, _) = ctl.subscribe();
-    for text in ["one", "two", "three"] {
-        ctl.submit(text.into(), None).unwrap();
-        receive(&mut events, "result", Some(&id), None).await;
-    }
+    let (service, id, ctl, mut events) = session_with_three_turns(dir.path(), model.clone()).await;
     ctl.submit("fail now".into(), None).unwrap();
     receive(&mut events, "error", Some(&id), None).await;
     assert!(ctl.is_paused());
@@ -655,23 +669,7 @@ async fn r4_a_message_arriving_as_a_compaction_ends_is_never_lost() {
         }
         Then::Answer(ModelResponse::text("ok"))
     });
-    let service = service_with(
-        &dir.path().join("data"),
-        model,
-        Config::default(),
-        ToolRegistry::standard(),
-    )
-    .unwrap();
-    let id = service
-        .create_session(dir.path().to_str().unwrap(), None)
-        .unwrap()
-        .session_id;
-    let ctl = service.controller(&id).unwrap();
-    let (mut events, _) = ctl.subscribe();
-    for text in ["one", "two", "three"] {
-        ctl.submit(text.into(), None).unwrap();
-        receive(&mut events, "result", Some(&id), None).await;
-    }
+    let (service, id, ctl, _events) = session_with_three_turns(dir.path(), model).await;
     let mut sent = Vec::new();
     for round in 0..40u32 {
         wait_idle(&service).await;

@@ -47,6 +47,13 @@ pub struct QueuedMessage {
 }
 
 impl QueuedMessage {
+    /// The `user` message it becomes in the history.
+    pub(crate) fn to_user(&self) -> Message {
+        let mut message = Message::user(self.message_id.clone(), self.content.clone());
+        message.images = self.images.clone();
+        message
+    }
+
     fn pending(&self) -> PendingMessage {
         PendingMessage {
             message_id: self.message_id.clone(),
@@ -1045,14 +1052,7 @@ impl SessionController {
             }
             history.extend(results);
         }
-        let messages: Vec<Message> = first
-            .iter()
-            .map(|m| {
-                let mut message = Message::user(m.message_id.clone(), m.content.clone());
-                message.images = m.images.clone();
-                message
-            })
-            .collect();
+        let messages: Vec<Message> = first.iter().map(QueuedMessage::to_user).collect();
         if let Err(err) = self.shared.store.append(id, &messages) {
             state.history = Some(history);
             return Err(err.into());
@@ -1507,7 +1507,10 @@ impl SessionController {
     ) -> Result<(), String> {
         let mut state = self.lock();
         if !matches!(state.phase, Phase::Idle) {
-            return Err(format!("sub-agent {} is no longer new", self.meta.session_id));
+            return Err(format!(
+                "sub-agent {} is no longer new",
+                self.meta.session_id
+            ));
         }
         state.meta.workspace = workspace;
         state.meta.worktree = Some(info);

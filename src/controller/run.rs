@@ -279,14 +279,7 @@ impl Run {
         if queued.is_empty() {
             return Ok(());
         }
-        let messages: Vec<Message> = queued
-            .iter()
-            .map(|m| {
-                let mut message = Message::user(m.message_id.clone(), m.content.clone());
-                message.images = m.images.clone();
-                message
-            })
-            .collect();
+        let messages: Vec<Message> = queued.iter().map(QueuedMessage::to_user).collect();
         if let Err(err) = self.append(messages.clone()) {
             // Not in the history, so not consumed: they go back to pending (C7).
             self.requeue.extend(queued);
