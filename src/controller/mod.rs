@@ -1479,19 +1479,26 @@ impl SessionController {
     /// `sub_agent` call that made it failed, and says so).
     pub(crate) fn settle_unstarted(&self) {
         let mut state = self.lock();
-        if let Phase::Starting(starting) = std::mem::replace(&mut state.phase, Phase::Idle) {
-            state.pending.extend(
-                starting
-                    .inbox
-                    .into_iter()
-                    .filter(|m| !m.message_id.starts_with("task:")),
-            );
-            self.save_pending(&state);
-        } else if let Phase::Deleted(run) = std::mem::replace(&mut state.phase, Phase::Idle) {
-            state.phase = Phase::Deleted(run);
+        // Only a run that waits in `Starting` is undone; any other phase (deleted, or a run
+        // that ended meanwhile) stays as it is.
+        if matches!(state.phase, Phase::Starting(_)) {
+            if let Phase::Starting(starting) = std::mem::replace(&mut state.phase, Phase::Idle) {
+                state.pending.extend(
+                    starting
+                        .inbox
+                        .into_iter()
+                        .filter(|m| !m.message_id.starts_with("task:")),
+                );
+                self.save_pending(&state);
+            }
         }
+        let paused = matches!(state.phase, Phase::Paused);
         self.update_meta(&mut state, |meta| {
-            meta.state = SessionState::Idle;
+            meta.state = if paused {
+                SessionState::Paused
+            } else {
+                SessionState::Idle
+            };
             meta.reported = true;
             meta.interrupted = false;
             meta.run_message = None;
