@@ -73,6 +73,9 @@ if [ "${INSTALL_CHECK_CHROOT:-}" = 1 ]; then
   fi
   # /dev with /dev/shm and /dev/pts (WebKit shares memory), /sys for GTK, the X sockets.
   mkdir -p "$root/tmp/.X11-unix"
+  # On a freshly booted machine no X server has made the socket folder yet: make it (as X
+  # servers do, sticky and world-writable) so there is something to bind.
+  [ -d /tmp/.X11-unix ] || $sudo_cmd install -d -m 1777 /tmp/.X11-unix
   for m in proc sys dev tmp/.X11-unix; do
     $sudo_cmd mount --rbind "/$m" "$root/$m"
     $sudo_cmd mount --make-rslave "$root/$m"
