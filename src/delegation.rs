@@ -24,13 +24,9 @@ use crate::tools::{Delegation, Delegator, ToolContext};
 /// inside the child's task (`slot_fn`) and per model call (`Shared::request_slot`).
 pub(crate) fn lease_fn(registry: Weak<Registry>) -> LeaseFn {
     Arc::new(move |start: &ChildStart| {
-        let alive = registry
-            .upgrade()
-            .is_some_and(|registry| !registry.shared.root.is_cancelled());
-        let exists = alive
-            && registry
-                .upgrade()
-                .is_some_and(|registry| registry.shared.store.exists(&start.session_id));
+        let exists = registry.upgrade().is_some_and(|registry| {
+            !registry.shared.root.is_cancelled() && registry.shared.store.exists(&start.session_id)
+        });
         async move {
             if exists {
                 Ok(Box::new(()) as LeaseGuard)
@@ -117,17 +113,13 @@ impl crate::controller::ChildTasks for ServiceChildTasks {
             parent_session_id: parent,
             title: meta.title.clone(),
             workspace: meta.workspace.clone(),
-            content: String::new(),
             config,
-            resume: false,
             depth: child.depth(),
-            message_id: None,
             server: Some(
                 registry
                     .shared
                     .provider_of(std::path::Path::new(&meta.workspace), meta.agent.as_deref()),
             ),
-            starts_paused: false,
         };
         let observer = Arc::new(EventObserver { child, task_id });
         registry

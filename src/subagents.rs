@@ -33,26 +33,15 @@ pub struct ChildStart {
     pub session_id: SessionId,
     pub parent_session_id: SessionId,
     pub title: String,
+    /// Where the child works (its worktree when isolated).
     pub workspace: String,
-    pub content: String,
     /// The config of the parent's run that delegated, kept by the report.
     pub config: RunConfig,
-    /// Continue an interrupted child from its own history instead of starting it.
-    pub resume: bool,
     /// How deep the child is (1 for a top-level session's child): slots are per depth.
     pub depth: usize,
-    /// The id of the message that starts this run: `None` for a child's task
-    /// (`task:<task_id>`), set for a follow-up.
-    pub message_id: Option<String>,
     /// The provider (model server) the child runs on, found once from its profile: its
     /// slots are waited for, and the UI says "waiting for a slot on <server>".
     pub server: Option<String>,
-    /// The run may start a paused child: the person asked for it (a message typed in the
-    /// child's tab, Retry, Resume), as the person's own message does in any session, or
-    /// the pause was a failure's, which the person did not choose. A parent's
-    /// `message_subagent` to a child the person stopped does not (SPEC §4: what the
-    /// person paused stays paused).
-    pub starts_paused: bool,
 }
 
 /// How a child's run ended.

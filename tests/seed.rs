@@ -373,13 +373,9 @@ fn child_start(task_id: &str, title: &str) -> ChildStart {
         parent_session_id: "parent".into(),
         title: title.into(),
         workspace: "/tmp".into(),
-        content: "Inspect".into(),
         config: Default::default(),
-        resume: false,
         depth: 1,
-        message_id: None,
         server: None,
-        starts_paused: false,
     }
 }
 
