@@ -348,6 +348,22 @@ impl Drop for DelegationAnswer {
     }
 }
 
+/// Counts a child being made and started (`Shared::making`) for as long as it lives.
+struct Making(Arc<crate::runtime::Shared>);
+
+impl Making {
+    fn new(shared: &Arc<crate::runtime::Shared>) -> Self {
+        shared.making.send_modify(|n| *n += 1);
+        Making(shared.clone())
+    }
+}
+
+impl Drop for Making {
+    fn drop(&mut self) {
+        self.0.making.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
 /// Stops and settles a child whose `sub_agent` call ended without naming it.
 async fn undo_delegation(registry: Weak<Registry>, session_id: String) {
     let Some(registry) = registry.upgrade() else {
@@ -545,12 +561,15 @@ impl Delegator for ServiceDelegator {
             .ok_or_else(|| "runtime unavailable".to_string())?;
         let request = check_delegation(&strong, ctx, request).await?;
         let made = make_child(&strong, ctx, &request)?;
+        let strong_shared = strong.shared.clone();
         drop(strong);
         let registry = self.registry.clone();
         let ctx = ctx.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let undo_registry = registry.clone();
+        let making = Making::new(&strong_shared);
         tokio::spawn(async move {
+            let _making = making;
             let started = start_delegation(&registry, &ctx, made).await;
             if let Err(Ok((_, session_id))) = tx.send(started) {
                 undo_delegation(undo_registry, session_id).await;

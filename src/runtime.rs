@@ -115,6 +115,9 @@ pub struct Shared {
     pub(crate) delegator: OnceLock<Arc<dyn Delegator>>,
     /// Registers the task of each child run (the controller's `Starting` phase).
     pub(crate) children: OnceLock<Arc<dyn crate::controller::ChildTasks>>,
+    /// Children being made and started by a `sub_agent` call's task (a worktree may take
+    /// a while): work that `wait_idle` waits for, though no run or task counts it yet.
+    pub(crate) making: watch::Sender<usize>,
     /// Context windows found per provider, with the block they were found for: asking a
     /// server once per provider is enough (a changed block asks again).
     windows: BlockCache<ContextWindow>,
@@ -257,6 +260,7 @@ impl Shared {
             tools,
             delegator: OnceLock::new(),
             children: OnceLock::new(),
+            making: watch::channel(0).0,
             windows: Mutex::new(HashMap::new()),
             environments: Mutex::new(HashMap::new()),
             server_slots: Mutex::new(HashMap::new()),

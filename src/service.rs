@@ -481,10 +481,12 @@ impl RuntimeService {
     pub async fn wait_idle(&self) {
         let shared = self.shared();
         let mut runs = shared.watch_runs();
+        let mut making = shared.making.subscribe();
         loop {
+            let _ = making.wait_for(|count| *count == 0).await;
             let _ = runs.wait_for(|count| *count == 0).await;
             shared.subagents.wait_empty().await;
-            if *runs.borrow() == 0 && shared.subagents.is_empty() {
+            if *runs.borrow() == 0 && shared.subagents.is_empty() && *making.borrow() == 0 {
                 // A run's last events are sent under its controller's lock, just after it
                 // stops counting: taking each lock once means they have all been sent.
                 for controller in self.registry.all_live() {
