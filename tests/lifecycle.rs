@@ -1005,3 +1005,98 @@ async fn a_report_recorded_just_before_a_crash_keeps_its_number() {
     assert_eq!(ids, vec!["subagent:t", "subagent:t:2"]);
     service.shutdown().await;
 }
+
+/// R10: the ledger's "delivered" note of a report consumed at safe point 1 is written
+/// only once the history line holding the report is durable. Before, it was written
+/// right after the unflushed append, while the next model call ran: after a power cut
+/// the note could survive and the report not, and recovery trusted the note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r10_a_delivered_note_waits_for_the_history_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let gates = GateTool::new();
+    let hold = Flag::new(false);
+    let model = {
+        let hold = hold.clone();
+        Gated::new(move |request| {
+            let last = request.messages.last().unwrap();
+            if task_of(request).is_some() {
+                return Then::Answer(match last.role {
+                    Role::Tool => ModelResponse::text("work done"),
+                    _ => ModelResponse::tool_calls(vec![call(
+                        "g",
+                        "wait_gate",
+                        json!({"gate": "work"}),
+                    )]),
+                });
+            }
+            if is_report(last) {
+                // The model call after the report was consumed: a long generation.
+                return Then::After(hold.clone(), ModelResponse::text("parent done"));
+            }
+            let waited = request
+                .messages
+                .iter()
+                .any(|m| m.role == Role::Tool && m.text().contains("opened parent"));
+            let delegated = request.messages.iter().any(|m| m.role == Role::Tool);
+            Then::Answer(match (delegated, waited) {
+                (false, _) => ModelResponse::tool_calls(vec![call(
+                    "w",
+                    "sub_agent",
+                    json!({"title": "WORK", "task": "WORK"}),
+                )]),
+                (true, false) => ModelResponse::tool_calls(vec![call(
+                    "p",
+                    "wait_gate",
+                    json!({"gate": "parent"}),
+                )]),
+                (true, true) => ModelResponse::text("parent done"),
+            })
+        })
+    };
+    let service = service_with(
+        &dir.path().join("data"),
+        model.clone(),
+        Config::default(),
+        tools_with(gates.clone()),
+    )
+    .unwrap();
+    let parent = service
+        .create_session(dir.path().to_str().unwrap(), None)
+        .unwrap()
+        .session_id;
+    service
+        .controller(&parent)
+        .unwrap()
+        .submit("delegate".into(), None)
+        .unwrap();
+    // The parent waits in its own tool while the child reports into its inbox.
+    model
+        .wait_request(|r| task_of(r).is_none() && r.messages.last().unwrap().role == Role::Tool)
+        .await;
+    gates.gate("work").set();
+    tokio::time::timeout(WAIT, async {
+        while service.store().ledger(&parent).unwrap().records.is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the child never reported");
+    // Safe point 1 takes the report; the next model call holds.
+    gates.gate("parent").set();
+    model
+        .wait_request(|r| task_of(r).is_none() && is_report(r.messages.last().unwrap()))
+        .await;
+    let ledger = service.store().ledger(&parent).unwrap();
+    assert!(
+        !ledger.delivered.contains("w"),
+        "the delivered note was written before the history holding the report was flushed"
+    );
+    hold.set();
+    wait_idle(&service).await;
+    let ledger = service.store().ledger(&parent).unwrap();
+    assert!(
+        ledger.delivered.contains("w"),
+        "the run ended without noting its delivered report"
+    );
+    service.shutdown().await;
+}

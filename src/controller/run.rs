@@ -54,6 +54,10 @@ struct Run {
     /// The flush asked for at the end of the last step, still in flight while the next
     /// model call starts (see `Run::flush_later`).
     flushing: Option<crate::flush::FlushTicket>,
+    /// Reports appended to the history whose "delivered" ledger note waits for the
+    /// history's next awaited flush: a note on disk before its history line could, after
+    /// a power cut, hide a report that never reached the disk (runtime review R10).
+    unnoted: Vec<String>,
     /// The request slot kept across a batch that only delegates (`sub_agent`,
     /// `message_subagent` answer at once): the next call follows within milliseconds, so
     /// on a one-request server the parent's turn goes on before its children's first
@@ -145,6 +149,7 @@ async fn run(
         context,
         mode,
         flushing: None,
+        unnoted: Vec::new(),
         held_slot: None,
     };
     let outcome = run.drive().await;
@@ -152,28 +157,46 @@ async fn run(
         ctl,
         history,
         requeue,
+        unnoted,
         ..
     } = run;
     // `drive` returns only for stops; a completed run was ended at its last safe point.
     if let Some(outcome) = outcome {
         // What the stopped run appended is flushed before the session is told it ended.
-        sync_history(&ctl).await;
+        if sync_history(&ctl).await {
+            note_delivered(&ctl, unnoted);
+        }
         ctl.stop_run(Some(history), outcome, requeue);
     }
 }
 
 /// Flushes the session's history and waits: through the store's group commit, so runs
 /// that end a step together share the disk's flushes.
-async fn sync_history(ctl: &SessionController) {
+/// Whether the flush succeeded.
+async fn sync_history(ctl: &SessionController) -> bool {
     let flushed = match ctl.shared.store.flush(ctl.session_id()) {
         Ok(ticket) => ticket.wait().await,
         Err(err) => {
             tracing::warn!(session = %ctl.session_id(), "fsync failed: {err}");
-            return;
+            return false;
         }
     };
     if let Err(err) = flushed {
         tracing::warn!(session = %ctl.session_id(), "fsync failed: {err}");
+        return false;
+    }
+    true
+}
+
+/// Notes reports as delivered in the ledger, so recovery need not read this history to
+/// know. Called only once the history lines of these reports are durable; a note lost
+/// (a crash before it, a failed flush) costs recovery one read of the history, never a
+/// report.
+fn note_delivered(ctl: &SessionController, task_ids: Vec<String>) {
+    for task_id in task_ids {
+        if let Err(err) = ctl.shared.store.mark_delivered(ctl.session_id(), &task_id) {
+            tracing::warn!(session = %ctl.session_id(), "cannot note a delivered report: {err}");
+        }
     }
 }
 
@@ -294,24 +317,15 @@ impl Run {
         {
             self.ctl.inbox_consumed();
         }
-        // A report in the history is delivered; note it in the ledger so recovery
-        // need not read this history to know.
-        for message in &messages {
-            if let Some(task_id) = message
+        // A report in the history is delivered; its ledger note follows the history's
+        // next awaited flush (`sync`).
+        self.unnoted.extend(messages.iter().filter_map(|message| {
+            message
                 .id
                 .as_deref()
                 .and_then(|id| id.strip_prefix("subagent:"))
-            {
-                if let Err(err) = self
-                    .ctl
-                    .shared
-                    .store
-                    .mark_delivered(self.ctl.session_id(), task_id)
-                {
-                    tracing::warn!(session = %self.ctl.session_id(), "cannot note a delivered report: {err}");
-                }
-            }
-        }
+                .map(str::to_string)
+        }));
         Ok(())
     }
 
@@ -337,7 +351,9 @@ impl Run {
     /// before tools that act outside the history.
     async fn sync(&mut self) {
         self.flushing = None;
-        sync_history(&self.ctl).await;
+        if sync_history(&self.ctl).await {
+            note_delivered(&self.ctl, std::mem::take(&mut self.unnoted));
+        }
     }
 
     /// The end of a step whose tools only read: the flush is asked for and the next model
