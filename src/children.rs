@@ -116,10 +116,9 @@ pub(crate) async fn delete(registry: &Registry, session_id: &str) -> Result<(), 
     let store = shared.store.clone();
     let id = session_id.to_string();
     let children = tokio::task::spawn_blocking(move || {
-        store.list(None).map(|metas| {
+        store.children(&id).map(|metas| {
             metas
                 .into_iter()
-                .filter(|meta| meta.parent_session_id.as_deref() == Some(id.as_str()))
                 .map(|meta| meta.session_id)
                 .collect::<Vec<_>>()
         })

@@ -603,11 +603,10 @@ impl Delegator for ServiceDelegator {
         let parent = ctx.session_id.clone();
         let wanted = task_id.to_string();
         let child = tokio::task::spawn_blocking(move || {
-            store.list(None).ok().and_then(|metas| {
-                metas.into_iter().find(|m| {
-                    m.parent_session_id.as_deref() == Some(parent.as_str())
-                        && m.task_id.as_deref() == Some(wanted.as_str())
-                })
+            store.children(&parent).ok().and_then(|metas| {
+                metas
+                    .into_iter()
+                    .find(|m| m.task_id.as_deref() == Some(wanted.as_str()))
             })
         })
         .await

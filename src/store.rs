@@ -507,17 +507,19 @@ impl SessionStore {
     /// index (`session_index`): after its first load, only what was appended since the
     /// last call is read. A session whose meta is unreadable is logged and left out.
     pub fn list(&self, workspace: Option<&str>) -> Result<Vec<SessionMeta>, StoreError> {
-        let read = |dir: &Path, id: &str| match read_meta(&dir.join(META), id) {
-            Ok(meta) => Some(meta),
-            Err(StoreError::NotFound(_)) => None,
-            Err(err) => {
-                tracing::warn!("skipping session {id}: {err}");
-                None
-            }
-        };
+        let read = read_listed;
         // Filtered before the copy: a workspace's list does not clone every session.
         Ok(self.index.list(&read, |meta| {
             workspace.is_none_or(|w| same_workspace(w, &meta.workspace))
+        }))
+    }
+
+    /// The children of `parent`, oldest first, copied out of the index and nothing else:
+    /// a follow-up's lookup and a delete's cascade do not clone every session's meta
+    /// (runtime review R12).
+    pub fn children(&self, parent: &str) -> Result<Vec<SessionMeta>, StoreError> {
+        Ok(self.index.list(&read_listed, |meta| {
+            meta.parent_session_id.as_deref() == Some(parent)
         }))
     }
 
@@ -794,6 +796,18 @@ fn open_repaired(path: &Path) -> std::io::Result<File> {
     Ok(file)
 }
 
+/// A meta as the index reads it when it must: an unreadable one is logged and left out.
+fn read_listed(dir: &Path, id: &str) -> Option<SessionMeta> {
+    match read_meta(&dir.join(META), id) {
+        Ok(meta) => Some(meta),
+        Err(StoreError::NotFound(_)) => None,
+        Err(err) => {
+            tracing::warn!("skipping session {id}: {err}");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -976,5 +990,29 @@ mod tests {
         ));
         assert!(matches!(store.load("../etc"), Err(StoreError::NotFound(_))));
         assert_eq!(store.list(None).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn children_are_the_parents_and_no_one_elses() {
+        let (_dir, store) = store();
+        let parent = store.create(new("/a")).unwrap();
+        let other = store.create(new("/a")).unwrap();
+        let child = |of: &SessionMeta| NewSession {
+            parent_session_id: Some(of.session_id.clone()),
+            ..new("/a")
+        };
+        let c1 = store.create(child(&parent)).unwrap();
+        let c2 = store.create(child(&parent)).unwrap();
+        store.create(child(&other)).unwrap();
+        let got: Vec<_> = store
+            .children(&parent.session_id)
+            .unwrap()
+            .into_iter()
+            .map(|m| m.session_id)
+            .collect();
+        assert_eq!(got.len(), 2);
+        assert!(got.contains(&c1.session_id) && got.contains(&c2.session_id));
+        store.delete(&c1.session_id).unwrap();
+        assert_eq!(store.children(&parent.session_id).unwrap().len(), 1);
     }
 }
