@@ -115,11 +115,11 @@ impl crate::controller::ChildTasks for ServiceChildTasks {
             workspace: meta.workspace.clone(),
             config,
             depth: child.depth(),
-            server: Some(
-                registry
-                    .shared
-                    .provider_of(std::path::Path::new(&meta.workspace), meta.agent.as_deref()),
-            ),
+            server: Some(registry.shared.provider_of(
+                std::path::Path::new(&meta.workspace),
+                meta.agent.as_deref(),
+                meta.provider.as_deref(),
+            )),
         };
         let observer = Arc::new(EventObserver { child, task_id });
         registry
@@ -432,6 +432,7 @@ fn make_child(
         .ok_or_else(|| "the session is being deleted".to_string())?;
     let workspace = ctx.workspace.display().to_string();
     let content = format!("You are the sub-agent \"{title}\".\nTask:\n{task}");
+    let (provider, model) = child_model(registry, ctx, &parent, request.agent.as_deref());
     let meta = registry
         .shared
         .store
@@ -444,6 +445,8 @@ fn make_child(
             // "running" until its run ends: a crash before then leaves it interrupted.
             state: SessionState::Running,
             agent: request.agent.clone(),
+            provider,
+            model,
         })
         .map_err(|err| err.to_string())?;
     let made = Made {
@@ -458,6 +461,28 @@ fn make_child(
         announce(registry, &made)?;
     }
     Ok(made)
+}
+
+/// Where a child runs (E3): its profile's server and model when the profile names them,
+/// else its parent's current choice (the session's model picker), never silently the
+/// default server. A profile naming only a model runs it on the parent's server.
+fn child_model(
+    registry: &Registry,
+    ctx: &ToolContext,
+    parent: &SessionController,
+    agent: Option<&str>,
+) -> (Option<String>, Option<String>) {
+    let profile =
+        agent.and_then(|name| registry.shared.profiles(&ctx.workspace).get(name).cloned());
+    let parent = parent.current_meta();
+    let (profile_provider, profile_model) =
+        profile.map(|p| (p.provider, p.model)).unwrap_or_default();
+    match (profile_provider, profile_model) {
+        // The profile's own server: its model, or that server's.
+        (Some(_), _) => (None, None),
+        (None, Some(_)) => (parent.provider, None),
+        (None, None) => (parent.provider, parent.model),
+    }
 }
 
 /// `session_created` for the child, to its parent's subscribers (SPEC §3).

@@ -384,12 +384,20 @@ impl Shared {
         crate::profiles::load(workspace, self.user_dir().as_deref())
     }
 
-    /// The provider a child with `agent` runs on (for its slots).
-    pub(crate) fn provider_of(&self, workspace: &Path, agent: Option<&str>) -> String {
-        let profile_provider = agent.and_then(|name| {
-            self.profiles(workspace)
-                .get(name)
-                .and_then(|p| p.provider.clone())
+    /// The provider a child with `agent` runs on (for its slots): the one its meta names
+    /// (`chosen`, its parent's), else its profile's, as [`Self::resolve_turn`] picks.
+    pub(crate) fn provider_of(
+        &self,
+        workspace: &Path,
+        agent: Option<&str>,
+        chosen: Option<&str>,
+    ) -> String {
+        let profile_provider = chosen.map(str::to_string).or_else(|| {
+            agent.and_then(|name| {
+                self.profiles(workspace)
+                    .get(name)
+                    .and_then(|p| p.provider.clone())
+            })
         });
         let config = self.config();
         config

@@ -198,6 +198,10 @@ pub struct NewSession {
     pub task_content: Option<String>,
     pub state: SessionState,
     pub agent: Option<String>,
+    /// The provider and model it runs on (a child: its parent's, unless its profile
+    /// names its own); unset: the defaults.
+    pub provider: Option<String>,
+    pub model: Option<String>,
 }
 
 /// How many history files stay open at once. A run's file stays open while it runs
@@ -284,8 +288,8 @@ impl SessionStore {
             run_message: None,
             archived: false,
             agent: new.agent,
-            provider: None,
-            model: None,
+            provider: new.provider,
+            model: new.model,
             models: Vec::new(),
             forked_from: None,
             forked_at: None,

@@ -717,6 +717,7 @@ async fn r5_a_meta_written_after_a_delete_leaves_no_ghost_in_the_list() {
             task_content: None,
             state: SessionState::Idle,
             agent: None,
+            ..Default::default()
         })
         .unwrap();
     // The list is loaded (as a running app's is), so later lines are applied as they come.
@@ -802,6 +803,7 @@ async fn r11_recovery_does_not_requeue_a_deleted_childs_report() {
             task_content: None,
             state: SessionState::Idle,
             agent: None,
+            ..Default::default()
         };
         let parent = store.create(new(None, None)).unwrap();
         let child = store

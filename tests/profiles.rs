@@ -707,3 +707,99 @@ async fn set_agent_makes_a_top_level_session_run_as_a_profile() {
     assert!(err.to_string().contains("explore"), "{err}");
     service.shutdown().await;
 }
+
+/// E3: a child with no profile of its own runs on its parent's current server and model
+/// (the session's model picker), never on the default server. Two real scripted
+/// OpenAI-compatible servers: the default one must see no request at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e3_a_child_runs_on_the_server_and_model_picked_for_its_parent() {
+    use crate::mock_llm::{MockLlm, MockResponse, openai};
+    let default = MockLlm::start().await;
+    let picked = MockLlm::start().await;
+    default.respond_with(|_| MockResponse::sse(openai::text_answer(&["wrong server"], (5, 2))));
+    picked.respond_with(|request| {
+        let messages = request.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let child = messages.iter().any(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("You are the sub-agent"))
+        });
+        let answered = messages.iter().any(|m| m["role"] == "tool");
+        let answer = if child {
+            openai::text_answer(&["child done"], (5, 2))
+        } else if answered {
+            openai::text_answer(&["parent done"], (5, 2))
+        } else {
+            openai::tool_answer(
+                &[(
+                    "call_1",
+                    "sub_agent",
+                    json!({"title": "T", "task": "do it"}),
+                )],
+                (5, 2),
+            )
+        };
+        MockResponse::sse(answer)
+    });
+    let block = |mock: &MockLlm, model: &str| {
+        json!({"kind": "openai", "base_url": format!("{}/v1", mock.url()), "model": model,
+               "max_retries": 0})
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let config = bumblehive::config::Config::default()
+        .patched(&json!({
+            "providers": {"remote": block(&default, "big"), "scripted": block(&picked, "other")},
+            "default_provider": "remote",
+        }))
+        .unwrap();
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.path().join("data"),
+        config_path: None,
+        config: Some(config),
+        provider_factory: Arc::new(bumblehive::providers::provider_from_config),
+        tools: None,
+    })
+    .unwrap();
+    let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
+    service
+        .set_model(
+            &info.session_id,
+            Some("scripted".into()),
+            Some("scripted-1".into()),
+        )
+        .unwrap();
+    let parent = service.controller(&info.session_id).unwrap();
+    parent.submit("delegate".into(), None).unwrap();
+    tokio::time::timeout(WAIT, service.wait_idle())
+        .await
+        .expect("the runs never settled");
+    let history = service.store().load(&info.session_id).unwrap().messages;
+    assert_eq!(history.iter().filter(|m| is_report(m)).count(), 1);
+    assert!(
+        default.requests().is_empty(),
+        "the default server was asked: {:?}",
+        default.bodies()
+    );
+    let bodies = picked.bodies();
+    assert!(bodies.len() >= 3, "{bodies:#?}");
+    assert!(
+        bodies.iter().all(|b| b["model"] == "scripted-1"),
+        "{bodies:#?}"
+    );
+    // The child's snapshot names where it runs.
+    let child = service
+        .store()
+        .list(None)
+        .unwrap()
+        .into_iter()
+        .find(|s| s.parent_session_id.as_deref() == Some(info.session_id.as_str()))
+        .expect("the child");
+    assert_eq!(child.provider.as_deref(), Some("scripted"));
+    assert_eq!(child.model.as_deref(), Some("scripted-1"));
+    service.shutdown().await;
+}
