@@ -271,6 +271,11 @@ impl Shared {
     /// The model's context window for a run's provider block (config, server, table or
     /// default), found once per provider and block.
     pub(crate) async fn context_window(&self, name: &str, block: &ProviderConfig) -> ContextWindow {
+        // A window the person set wins over anything a server said, remembered or not
+        // (UX review E10: `windows.json` is keyed by server and model, not by the block).
+        if block.context_window.is_some_and(|t| t > 0) {
+            return crate::context::window::resolve(block).await;
+        }
         if let Some(window) = cached_for(&self.windows, name, block) {
             return window;
         }

@@ -1686,9 +1686,10 @@ mod runtime {
             );
         let (url, server) = serve(app).await;
         let dir = tempfile::tempdir().unwrap();
-        let start = |dir: &std::path::Path| {
+        let start_with = |dir: &std::path::Path, context_window: Option<u32>| {
             let mut provider = config_for(format!("{url}/v1"), "m");
             provider.api_key_env = None;
+            provider.context_window = context_window;
             RuntimeService::new(ServiceOptions {
                 data_dir: dir.join("data"),
                 config_path: None,
@@ -1701,6 +1702,7 @@ mod runtime {
             })
             .unwrap()
         };
+        let start = |dir: &std::path::Path| start_with(dir, None);
         std::fs::create_dir_all(dir.path().join("ws")).unwrap();
         for round in 0..2 {
             let service = start(dir.path());
@@ -1719,6 +1721,20 @@ mod runtime {
             props_up.store(false, std::sync::atomic::Ordering::SeqCst);
         }
         assert!(dir.path().join("data").join("windows.json").exists());
+        // UX review E10: a window set in Settings wins over the remembered figure of the
+        // same server and model (it was ignored while `windows.json` had one).
+        let service = start_with(dir.path(), Some(5000));
+        let info = service
+            .create_session(dir.path().join("ws").to_str().unwrap(), None)
+            .unwrap();
+        let controller = service.controller(&info.session_id).unwrap();
+        let (mut events, _) = controller.subscribe();
+        controller.submit("hi".into(), None).unwrap();
+        let (_, end) = run_events(&mut events, &info.session_id).await;
+        assert!(matches!(end, Event::Result { .. }), "{end:?}");
+        let meter = controller.snapshot().context.expect("a meter");
+        assert_eq!(meter.window, 5000, "the window set in Settings was ignored");
+        service.shutdown().await;
         server.abort();
     }
 }
