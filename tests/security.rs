@@ -1524,3 +1524,29 @@ async fn security_run_prompt_shows_control_characters_escaped() {
     assert!(err.contains("\\u{001b}[2K"), "shown escaped: {err}");
     assert!(!ws.join("x.txt").exists(), "denied, not written");
 }
+
+/// UX review E11: a workspace in the home folder, whose home is hidden behind a tmpfs in
+/// the sandbox: a write next to the workspace must fail (read-only), not "succeed" into
+/// that tmpfs and be lost when the command ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_a_write_beside_a_workspace_in_home_fails_loudly() {
+    let Some(home) = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute() && h.is_dir() && h != std::path::Path::new("/"))
+    else {
+        println!("skipped: no home folder");
+        return;
+    };
+    let dir = tempfile::tempdir_in(&home).unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ctx = context(&ws, RecordingGate::new(|_| yes()));
+    let command = "echo hi > ../outside.txt; echo rc=$?; echo in > in.txt";
+    let out = text(&run(&registry(sandbox()), &ctx, json!({"command": command})).await);
+    assert!(
+        !out.contains("rc=0"),
+        "a lost write looked like a success: {out}"
+    );
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert_eq!(std::fs::read_to_string(ws.join("in.txt")).unwrap(), "in\n");
+}

@@ -157,6 +157,17 @@ pub(super) fn sandbox_argv(
     for (flag, path) in git_binds(workspace) {
         add(&[os(flag), path.as_os_str(), path.as_os_str()]);
     }
+    // The folders hidden behind a tmpfs are made read-only once everything under them is
+    // bound (bwrap's remount does not recurse into those binds): a write there, beside a
+    // workspace in the home folder, then fails with EROFS instead of landing in a tmpfs
+    // that vanishes with the command (UX review E11). /tmp stays the command's scratch.
+    let hiding = home
+        .iter()
+        .chain(&holding)
+        .chain(other.iter().filter(|path| path.is_dir()));
+    for path in hiding {
+        add(&[os("--remount-ro"), path.as_os_str()]);
+    }
     add(&[
         os("--chdir"),
         cwd.as_os_str(),
