@@ -1652,6 +1652,17 @@ mod runtime {
         println!("after the compaction: {}", meter.label());
     }
 
+    /// One turn of a new session in `ws`; the window its meter then shows.
+    async fn one_turn_window(service: &RuntimeService, ws: &std::path::Path) -> u64 {
+        let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
+        let controller = service.controller(&info.session_id).unwrap();
+        let (mut events, _) = controller.subscribe();
+        controller.submit("hi".into(), None).unwrap();
+        let (_, end) = run_events(&mut events, &info.session_id).await;
+        assert!(matches!(end, Event::Result { .. }), "{end:?}");
+        controller.snapshot().context.expect("a meter").window
+    }
+
     /// A llama-server's window, asked at the first start, is remembered in the data dir:
     /// the next start uses it at once (here with the server's `/props` gone) instead of
     /// asking before its first request.
@@ -1703,19 +1714,11 @@ mod runtime {
             .unwrap()
         };
         let start = |dir: &std::path::Path| start_with(dir, None);
-        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
         for round in 0..2 {
             let service = start(dir.path());
-            let info = service
-                .create_session(dir.path().join("ws").to_str().unwrap(), None)
-                .unwrap();
-            let controller = service.controller(&info.session_id).unwrap();
-            let (mut events, _) = controller.subscribe();
-            controller.submit("hi".into(), None).unwrap();
-            let (_, end) = run_events(&mut events, &info.session_id).await;
-            assert!(matches!(end, Event::Result { .. }), "{end:?}");
-            let meter = controller.snapshot().context.expect("a meter");
-            assert_eq!(meter.window, 6144, "round {round}");
+            assert_eq!(one_turn_window(&service, &ws).await, 6144, "round {round}");
             service.shutdown().await;
             // The server stops saying: only the remembered figure can give 6144 now.
             props_up.store(false, std::sync::atomic::Ordering::SeqCst);
@@ -1724,16 +1727,11 @@ mod runtime {
         // UX review E10: a window set in Settings wins over the remembered figure of the
         // same server and model (it was ignored while `windows.json` had one).
         let service = start_with(dir.path(), Some(5000));
-        let info = service
-            .create_session(dir.path().join("ws").to_str().unwrap(), None)
-            .unwrap();
-        let controller = service.controller(&info.session_id).unwrap();
-        let (mut events, _) = controller.subscribe();
-        controller.submit("hi".into(), None).unwrap();
-        let (_, end) = run_events(&mut events, &info.session_id).await;
-        assert!(matches!(end, Event::Result { .. }), "{end:?}");
-        let meter = controller.snapshot().context.expect("a meter");
-        assert_eq!(meter.window, 5000, "the window set in Settings was ignored");
+        assert_eq!(
+            one_turn_window(&service, &ws).await,
+            5000,
+            "the window set in Settings was ignored"
+        );
         service.shutdown().await;
         server.abort();
     }

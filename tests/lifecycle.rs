@@ -160,6 +160,28 @@ fn tools_with(tool: Arc<dyn Tool>) -> ToolRegistry {
     tools
 }
 
+/// A service on `model` with the gate tool, and a parent session in `dir` that was just
+/// asked to "delegate".
+fn delegating(dir: &Path, model: Arc<Gated>, gates: &Arc<GateTool>) -> (RuntimeService, String) {
+    let service = service_with(
+        &dir.join("data"),
+        model,
+        Config::default(),
+        tools_with(gates.clone()),
+    )
+    .unwrap();
+    let parent = service
+        .create_session(dir.to_str().unwrap(), None)
+        .unwrap()
+        .session_id;
+    service
+        .controller(&parent)
+        .unwrap()
+        .submit("delegate".into(), None)
+        .unwrap();
+    (service, parent)
+}
+
 fn config(patch: Value) -> Config {
     Config::default().patched(&patch).unwrap()
 }
@@ -535,22 +557,7 @@ async fn r2_a_child_run_started_by_steer_reports_to_its_parent() {
     let dir = tempfile::tempdir().unwrap();
     let gates = GateTool::new();
     let model = one_child_model();
-    let service = service_with(
-        &dir.path().join("data"),
-        model.clone(),
-        Config::default(),
-        tools_with(gates.clone()),
-    )
-    .unwrap();
-    let parent = service
-        .create_session(dir.path().to_str().unwrap(), None)
-        .unwrap()
-        .session_id;
-    service
-        .controller(&parent)
-        .unwrap()
-        .submit("delegate".into(), None)
-        .unwrap();
+    let (service, parent) = delegating(dir.path(), model.clone(), &gates);
     model
         .wait_request(|r| task_of(r).is_some() && r.messages.last().unwrap().role == Role::User)
         .await;
@@ -1055,22 +1062,7 @@ async fn r10_a_delivered_note_waits_for_the_history_flush() {
             })
         })
     };
-    let service = service_with(
-        &dir.path().join("data"),
-        model.clone(),
-        Config::default(),
-        tools_with(gates.clone()),
-    )
-    .unwrap();
-    let parent = service
-        .create_session(dir.path().to_str().unwrap(), None)
-        .unwrap()
-        .session_id;
-    service
-        .controller(&parent)
-        .unwrap()
-        .submit("delegate".into(), None)
-        .unwrap();
+    let (service, parent) = delegating(dir.path(), model.clone(), &gates);
     // The parent waits in its own tool while the child reports into its inbox.
     model
         .wait_request(|r| task_of(r).is_none() && r.messages.last().unwrap().role == Role::Tool)
