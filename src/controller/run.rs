@@ -171,8 +171,8 @@ async fn run(
 }
 
 /// Flushes the session's history and waits: through the store's group commit, so runs
-/// that end a step together share the disk's flushes.
-/// Whether the flush succeeded.
+/// that end a step together share the disk's flushes. Returns whether it succeeded:
+/// only then may ledger notes about those lines follow.
 async fn sync_history(ctl: &SessionController) -> bool {
     let flushed = match ctl.shared.store.flush(ctl.session_id()) {
         Ok(ticket) => ticket.wait().await,

@@ -142,12 +142,14 @@ pub(super) fn sandbox_argv(
         }
         None => add(&[os("--bind"), ws, ws]),
     }
-    for path in &other {
-        if path.is_dir() {
-            add(&[os("--tmpfs"), path.as_os_str()]);
-        } else {
-            add(&[os("--ro-bind"), os("/dev/null"), path.as_os_str()]);
-        }
+    // Folders are hidden behind a tmpfs (made read-only below), files behind /dev/null.
+    let (other_dirs, other_files): (Vec<&PathBuf>, Vec<&PathBuf>) =
+        other.iter().partition(|path| path.is_dir());
+    for path in &other_dirs {
+        add(&[os("--tmpfs"), path.as_os_str()]);
+    }
+    for path in &other_files {
+        add(&[os("--ro-bind"), os("/dev/null"), path.as_os_str()]);
     }
     for folder in &grant.writable {
         add(&[os("--bind"), folder.as_os_str(), folder.as_os_str()]);
@@ -161,10 +163,7 @@ pub(super) fn sandbox_argv(
     // bound (bwrap's remount does not recurse into those binds): a write there, beside a
     // workspace in the home folder, then fails with EROFS instead of landing in a tmpfs
     // that vanishes with the command (UX review E11). /tmp stays the command's scratch.
-    let hiding = home
-        .iter()
-        .chain(&holding)
-        .chain(other.iter().filter(|path| path.is_dir()));
+    let hiding = home.iter().chain(&holding).chain(other_dirs);
     for path in hiding {
         add(&[os("--remount-ro"), path.as_os_str()]);
     }
