@@ -10,18 +10,56 @@
 //! process, so no child (a command forked but not yet exec'd when the app is killed) ever
 //! holds it, and the kernel drops it the moment the process dies. Such a lock does not
 //! exclude the process itself, so owners within this process are kept in a set as well.
+//!
+//! A later start need not stop at the refusal: the owner listens on a socket in the data
+//! folder (`listen`), and a later desktop start hands its request over (`hand_off`): the
+//! running window comes forward and opens what the later start was asked to open, as
+//! Claude Desktop, Codex and Zed do. A socket in the folder rather than a session-bus name
+//! (tauri-plugin-single-instance): it needs no D-Bus (absent under plain Xvfb, in CI, over
+//! ssh), and it is keyed by the data folder, so two folders still run side by side.
 
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::protocol::{OwnerReply, OwnerRequest};
 
 /// The data folders this process owns (a record lock does not exclude its own process).
 static OWNED: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 
 /// The lock file's name inside the data folder; it holds the owner's pid.
 pub const LOCK_FILE: &str = "owner.lock";
+
+/// The owner's socket inside the data folder (private, like the folder itself).
+pub const SOCKET_FILE: &str = "owner.sock";
+
+/// How long either side waits for the other's line: a handler only shows a window.
+const HANDOFF_TIMEOUT: Duration = Duration::from_secs(5);
+/// A request is a path and a pid; anything longer is not one of ours.
+const MAX_REQUEST: u64 = 64 * 1024;
+
+/// What the owner does with a later start's request (the desktop: show its window, open
+/// the workspace). Called on an async worker; it must not block.
+pub type HandoffHandler = Arc<dyn Fn(OwnerRequest) -> OwnerReply + Send + Sync>;
+
+/// Why a request could not be handed to the owner.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoffError {
+    #[error("the owner of {folder} does not take requests ({source})")]
+    Unreachable {
+        folder: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the owner of {folder} did not answer: {reason}")]
+    NoAnswer { folder: String, reason: String },
+}
 
 /// Why the data folder could not be owned.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +159,125 @@ impl DataLock {
     }
 }
 
+/// Takes later starts' requests on the data folder's socket until `stop`. Only the
+/// folder's owner calls this (the process whose service holds the lock), so a socket file
+/// found there was left by an owner that died and is replaced.
+#[cfg(unix)]
+pub fn listen(
+    data_dir: &Path,
+    handler: HandoffHandler,
+    stop: CancellationToken,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = data_dir.join(SOCKET_FILE);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err),
+    }
+    let listener = tokio::net::UnixListener::bind(&path)?;
+    // The folder is private already; the socket is too, whatever the umask says.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(tokio::spawn(async move {
+        loop {
+            let stream = tokio::select! {
+                _ = stop.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(err) => {
+                        tracing::warn!("the owner's socket stopped taking requests: {err}");
+                        break;
+                    }
+                },
+            };
+            let handler = handler.clone();
+            tokio::spawn(async move {
+                if let Err(err) = serve_one(stream, handler).await {
+                    tracing::warn!("a later start's request failed: {err}");
+                }
+            });
+        }
+        // A socket nobody answers would make the next start wait for its timeout.
+        let _ = std::fs::remove_file(&path);
+    }))
+}
+
+/// One request line in, one reply line out, each within the timeout.
+#[cfg(unix)]
+async fn serve_one(stream: tokio::net::UnixStream, handler: HandoffHandler) -> std::io::Result<()> {
+    use tokio::io::AsyncReadExt;
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    let mut reader = tokio::io::BufReader::new(read.take(MAX_REQUEST));
+    tokio::time::timeout(HANDOFF_TIMEOUT, reader.read_line(&mut line))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no request"))??;
+    let reply = match serde_json::from_str::<OwnerRequest>(&line) {
+        Ok(request) => {
+            tracing::info!(pid = request.pid, workspace = ?request.workspace, "a later start handed over its request");
+            handler(request)
+        }
+        Err(err) => OwnerReply {
+            ok: false,
+            message: format!("not a request: {err}"),
+        },
+    };
+    let mut bytes = serde_json::to_vec(&reply).map_err(std::io::Error::other)?;
+    bytes.push(b'\n');
+    tokio::time::timeout(HANDOFF_TIMEOUT, write.write_all(&bytes))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "reply not taken"))?
+}
+
+/// Hands a request to the data folder's owner and waits for its answer (a later start,
+/// before it has any runtime of its own: plain blocking I/O with timeouts).
+#[cfg(unix)]
+pub fn hand_off(data_dir: &Path, request: &OwnerRequest) -> Result<OwnerReply, HandoffError> {
+    use std::io::BufRead;
+    use std::os::unix::net::UnixStream;
+    let folder = data_dir.display().to_string();
+    let unreachable = |source| HandoffError::Unreachable {
+        folder: folder.clone(),
+        source,
+    };
+    let stream = UnixStream::connect(data_dir.join(SOCKET_FILE)).map_err(unreachable)?;
+    let no_answer = |reason: String| HandoffError::NoAnswer {
+        folder: folder.clone(),
+        reason,
+    };
+    stream
+        .set_read_timeout(Some(HANDOFF_TIMEOUT))
+        .and_then(|()| stream.set_write_timeout(Some(HANDOFF_TIMEOUT)))
+        .map_err(|err| no_answer(err.to_string()))?;
+    let mut line = serde_json::to_vec(request).map_err(|err| no_answer(err.to_string()))?;
+    line.push(b'\n');
+    (&stream)
+        .write_all(&line)
+        .map_err(|err| no_answer(err.to_string()))?;
+    let mut answer = String::new();
+    std::io::BufReader::new((&stream).take(MAX_REQUEST))
+        .read_line(&mut answer)
+        .map_err(|err| no_answer(err.to_string()))?;
+    serde_json::from_str(&answer).map_err(|err| no_answer(format!("{err}: {answer:?}")))
+}
+
+#[cfg(not(unix))]
+pub fn listen(
+    _data_dir: &Path,
+    _handler: HandoffHandler,
+    _stop: CancellationToken,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    Err(std::io::Error::other("no owner socket on this platform"))
+}
+
+#[cfg(not(unix))]
+pub fn hand_off(data_dir: &Path, _request: &OwnerRequest) -> Result<OwnerReply, HandoffError> {
+    Err(HandoffError::Unreachable {
+        folder: data_dir.display().to_string(),
+        source: std::io::Error::other("no owner socket on this platform"),
+    })
+}
+
 #[cfg(unix)]
 fn try_lock(file: &File) -> std::io::Result<bool> {
     use std::os::fd::AsRawFd;
@@ -163,5 +320,109 @@ mod tests {
         assert!(err.contains(&std::process::id().to_string()), "{err}");
         drop(first);
         assert!(DataLock::acquire(dir.path()).is_ok());
+    }
+
+    fn request(workspace: Option<&str>) -> OwnerRequest {
+        OwnerRequest {
+            workspace: workspace.map(str::to_string),
+            pid: 4242,
+        }
+    }
+
+    /// A later start's request reaches the owner's handler and its answer comes back;
+    /// after the owner stops listening, a later start is told the owner is unreachable
+    /// (and so falls back to the refusal) instead of waiting.
+    #[tokio::test]
+    async fn a_later_start_hands_its_request_to_the_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let _lock = DataLock::acquire(dir.path()).unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let handler: HandoffHandler = {
+            let seen = seen.clone();
+            Arc::new(move |request: OwnerRequest| {
+                seen.lock().unwrap().push(request.clone());
+                OwnerReply {
+                    ok: true,
+                    message: format!("opened {:?}", request.workspace),
+                }
+            })
+        };
+        let stop = CancellationToken::new();
+        // A socket left by an owner that died is replaced, not an error.
+        std::fs::write(dir.path().join(SOCKET_FILE), b"stale").unwrap();
+        let listening = listen(dir.path(), handler, stop.clone()).unwrap();
+        let folder = dir.path().to_path_buf();
+        let reply = tokio::task::spawn_blocking(move || hand_off(&folder, &request(Some("/w"))))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            reply,
+            OwnerReply {
+                ok: true,
+                message: "opened Some(\"/w\")".into()
+            }
+        );
+        assert_eq!(*seen.lock().unwrap(), vec![request(Some("/w"))]);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join(SOCKET_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(10), listening)
+            .await
+            .expect("the listener did not stop")
+            .unwrap();
+        assert!(
+            !dir.path().join(SOCKET_FILE).exists(),
+            "the socket outlived its listener"
+        );
+        let folder = dir.path().to_path_buf();
+        let err = tokio::task::spawn_blocking(move || hand_off(&folder, &request(None)))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert!(matches!(err, HandoffError::Unreachable { .. }), "{err}");
+    }
+
+    /// Garbage on the socket gets an answer saying so, and the owner goes on taking
+    /// requests.
+    #[tokio::test]
+    async fn garbage_on_the_owners_socket_is_answered_and_harmless() {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = CancellationToken::new();
+        let handler: HandoffHandler = Arc::new(|_| OwnerReply {
+            ok: true,
+            message: "shown".into(),
+        });
+        listen(dir.path(), handler, stop.clone()).unwrap();
+        let socket = dir.path().join(SOCKET_FILE);
+        let answer = tokio::task::spawn_blocking(move || {
+            use std::io::BufRead;
+            let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+            stream.write_all(b"{not json\n").unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(&stream)
+                .read_line(&mut line)
+                .unwrap();
+            line
+        })
+        .await
+        .unwrap();
+        let reply: OwnerReply = serde_json::from_str(&answer).unwrap();
+        assert!(
+            !reply.ok && reply.message.starts_with("not a request"),
+            "{answer}"
+        );
+        let folder = dir.path().to_path_buf();
+        let reply = tokio::task::spawn_blocking(move || hand_off(&folder, &request(None)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(reply.ok);
+        stop.cancel();
     }
 }

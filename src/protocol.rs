@@ -1154,6 +1154,143 @@ pub mod commands {
     }
 }
 
+/// The desktop shell's own commands: what drives the window and its feeds, so not in
+/// the HTTP server's table. Typed here once like the rest (`DesktopCommandArgs` and
+/// `DesktopCommandResults` in TypeScript); the shell's handlers take these structs as
+/// their one `args` parameter, and the UI calls `invoke(name, {args})`.
+pub mod desktop {
+    use super::*;
+
+    macro_rules! desktop_table {
+        ($($name:ident($args:ty) -> $result:ty;)*) => {
+            /// Every desktop command's name.
+            pub const DESKTOP_COMMAND_NAMES: &[&str] = &[$(stringify!($name),)*];
+
+            /// Each desktop command's arguments, by name.
+            #[derive(TS)]
+            #[ts(export)]
+            #[allow(dead_code)]
+            pub struct DesktopCommandArgs {
+                $(pub $name: $args,)*
+            }
+
+            /// Each desktop command's result, by name.
+            #[derive(TS)]
+            #[ts(export)]
+            #[allow(dead_code)]
+            pub struct DesktopCommandResults {
+                $(pub $name: $result,)*
+            }
+        };
+    }
+
+    desktop_table! {
+        subscribe(Subscribe) -> String;
+        subscribe_sessions(SubscribeSessions) -> String;
+        unsubscribe(Unsubscribe) -> ();
+        app_info(commands::Empty) -> HostInfo;
+        initial_workspace(commands::Empty) -> Option<String>;
+        open_url(OpenUrl) -> ();
+        notify(Notify) -> ();
+        set_title(SetTitle) -> ();
+        set_close_guard(SetCloseGuard) -> ();
+        quit(commands::Empty) -> ();
+        load_ui_state(commands::Empty) -> Value;
+        save_ui_state(SaveUiState) -> ();
+        check_folder(CheckFolder) -> String;
+    }
+
+    /// Starts a session's feed (snapshot first, then its events, one frame a message).
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct Subscribe {
+        pub session_id: SessionId,
+        /// The UI's own id for the feed, so it can match events that arrive before the
+        /// call returns; made up by the shell when absent.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub subscription: Option<String>,
+    }
+
+    /// Starts the session list's feed of a workspace (or of every workspace).
+    #[derive(Debug, Clone, Default, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct SubscribeSessions {
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub workspace: Option<String>,
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub subscription: Option<String>,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct Unsubscribe {
+        pub subscription: String,
+    }
+
+    /// Facts of the host the shell knows and the runtime does not.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct HostInfo {
+        /// The workspace given with `--workspace`, if any.
+        pub initial_workspace: Option<String>,
+        pub log_dir: String,
+        pub data_dir: String,
+        pub config_path: String,
+        pub home_dir: Option<String>,
+        /// Whether the config file names a provider.
+        pub provider_configured: bool,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct OpenUrl {
+        pub url: String,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct Notify {
+        pub title: String,
+        pub body: String,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct SetTitle {
+        pub title: String,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct SetCloseGuard {
+        pub active: bool,
+    }
+
+    /// The UI's remembered choices: a JSON object.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct SaveUiState {
+        pub value: Value,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct CheckFolder {
+        pub path: String,
+    }
+
+    /// What the shell sends the UI when a later start handed over a workspace to open
+    /// (`bumblehive://open`).
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct OpenRequested {
+        pub workspace: String,
+    }
+}
+
 /// One profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[ts(export)]
@@ -1388,6 +1525,28 @@ pub struct ErrorBody {
 #[ts(export)]
 pub struct ErrorEnvelope {
     pub error: ErrorBody,
+}
+
+/// What a later start of the app asks the data folder's owner (`owner::hand_off`): bring
+/// its window forward and, if the start named one, open that workspace there (one app
+/// per data folder, SPEC §12.7; ux review 2, E1). One JSON line each way on the owner's
+/// socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerRequest {
+    /// The workspace the later start was asked to open (already made absolute), if any.
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// The later process, for the owner's log.
+    pub pid: u32,
+}
+
+/// The owner's answer to an `OwnerRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerReply {
+    /// Whether the owner did what was asked (a headless owner has no window to show).
+    pub ok: bool,
+    /// What happened, in words the later start prints.
+    pub message: String,
 }
 
 /// The exact text of a sub-agent's report (SPEC §3), built in one place.

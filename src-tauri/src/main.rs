@@ -8,6 +8,9 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 use bumblehive::commands::dispatch;
 use bumblehive::config::{Config, default_config_path, default_data_dir};
+use bumblehive::protocol::commands::Empty;
+use bumblehive::protocol::desktop;
+use bumblehive::protocol::{OwnerReply, OwnerRequest};
 use bumblehive::providers::provider_from_config;
 use bumblehive::service::{RuntimeService, ServiceOptions};
 use futures::StreamExt;
@@ -25,6 +28,8 @@ const EVENT: &str = "bumblehive://event";
 const SESSIONS_EVENT: &str = "bumblehive://sessions";
 /// Sent to the UI when the person closes the window while the UI said work is running.
 const CLOSE_EVENT: &str = "bumblehive://close-requested";
+/// Sent to the UI when a later start handed over a workspace to open (`OpenRequested`).
+const OPEN_EVENT: &str = "bumblehive://open";
 /// The UI's remembered choices (last workspace and session, recents), in the data dir so
 /// that a start with no arguments (from the menu) reopens where the person was.
 const UI_STATE_FILE: &str = "ui-state.json";
@@ -35,7 +40,7 @@ struct Desktop {
     service: RuntimeService,
     feeds: Mutex<HashMap<String, CancellationToken>>,
     next_feed: AtomicU64,
-    info: Value,
+    info: desktop::HostInfo,
     data_dir: PathBuf,
     /// Set by the UI while anything runs: closing the window then asks the person first.
     close_guard: AtomicBool,
@@ -88,14 +93,13 @@ async fn command(
 async fn subscribe(
     app: tauri::AppHandle,
     state: State<'_, Arc<Desktop>>,
-    session_id: String,
-    subscription: Option<String>,
+    args: desktop::Subscribe,
 ) -> Result<String, Value> {
     let controller = state
         .service
-        .controller(&session_id)
+        .controller(&args.session_id)
         .map_err(|err| bumblehive::commands::CommandError::from(err).to_json())?;
-    let (id, stop) = state.register_feed(subscription, "feed");
+    let (id, stop) = state.register_feed(args.subscription, "feed");
     // One IPC message per frame, not per event: several runs streaming deltas at once
     // would otherwise flood the window's main thread (#19). A lone event still goes at once.
     let mut batches = Box::pin(bumblehive::frames::frames(
@@ -115,8 +119,12 @@ async fn subscribe(
 
 /// The workspace given with `--workspace`, if any: opened without the folder dialog.
 #[tauri::command]
-async fn initial_workspace(state: State<'_, Arc<Desktop>>) -> Result<Value, Value> {
-    Ok(state.info["initial_workspace"].clone())
+async fn initial_workspace(
+    state: State<'_, Arc<Desktop>>,
+    args: Empty,
+) -> Result<Option<String>, Value> {
+    let Empty {} = args;
+    Ok(state.info.initial_workspace.clone())
 }
 
 /// Starts forwarding the session list's feed (`SessionListEvent`: the list, then each
@@ -125,11 +133,10 @@ async fn initial_workspace(state: State<'_, Arc<Desktop>>) -> Result<Value, Valu
 async fn subscribe_sessions(
     app: tauri::AppHandle,
     state: State<'_, Arc<Desktop>>,
-    workspace: Option<String>,
-    subscription: Option<String>,
+    args: desktop::SubscribeSessions,
 ) -> Result<String, Value> {
-    let (id, stop) = state.register_feed(subscription, "list");
-    let mut feed = Box::pin(state.service.session_list_feed(workspace, stop));
+    let (id, stop) = state.register_feed(args.subscription, "list");
+    let mut feed = Box::pin(state.service.session_list_feed(args.workspace, stop));
     let feed_id = id.clone();
     tauri::async_runtime::spawn(async move {
         while let Some(event) = feed.next().await {
@@ -146,12 +153,15 @@ async fn subscribe_sessions(
 
 /// Stops one feed. Runs, children and wake-ups go on (SPEC §5).
 #[tauri::command]
-async fn unsubscribe(state: State<'_, Arc<Desktop>>, subscription: String) -> Result<(), Value> {
+async fn unsubscribe(
+    state: State<'_, Arc<Desktop>>,
+    args: desktop::Unsubscribe,
+) -> Result<(), Value> {
     if let Some(stop) = state
         .feeds
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .remove(&subscription)
+        .remove(&args.subscription)
     {
         stop.cancel();
     }
@@ -160,13 +170,15 @@ async fn unsubscribe(state: State<'_, Arc<Desktop>>, subscription: String) -> Re
 
 /// Where things are: the workspace given on the command line, the log file, the data dir.
 #[tauri::command]
-async fn app_info(state: State<'_, Arc<Desktop>>) -> Result<Value, Value> {
+async fn app_info(state: State<'_, Arc<Desktop>>, args: Empty) -> Result<desktop::HostInfo, Value> {
+    let Empty {} = args;
     Ok(state.info.clone())
 }
 
 /// Opens a web or mail link in the system's handler (never in the app window).
 #[tauri::command]
-async fn open_url(app: tauri::AppHandle, url: String) -> Result<(), Value> {
+async fn open_url(app: tauri::AppHandle, args: desktop::OpenUrl) -> Result<(), Value> {
+    let url = args.url;
     if !is_external_link(&url) {
         return Err(error(
             "invalid_argument",
@@ -189,7 +201,8 @@ fn is_external_link(url: &str) -> bool {
 
 /// An OS notification (the UI asks only while the window is not focused).
 #[tauri::command]
-async fn notify(app: tauri::AppHandle, title: String, body: String) -> Result<(), Value> {
+async fn notify(app: tauri::AppHandle, args: desktop::Notify) -> Result<(), Value> {
+    let desktop::Notify { title, body } = args;
     // Logged too: a desktop without a notification daemon shows nothing, and the log is
     // then the only trace that the person was asked.
     tracing::info!(%title, %body, "notification requested");
@@ -211,22 +224,26 @@ async fn notify(app: tauri::AppHandle, title: String, body: String) -> Result<()
 
 /// The window title ("Bumblehive — 2 need you").
 #[tauri::command]
-async fn set_title(window: tauri::WebviewWindow, title: String) -> Result<(), Value> {
+async fn set_title(window: tauri::WebviewWindow, args: desktop::SetTitle) -> Result<(), Value> {
     window
-        .set_title(&title)
+        .set_title(&args.title)
         .map_err(|err| error("unavailable", err))
 }
 
 /// The UI says whether anything runs; closing the window then asks it first.
 #[tauri::command]
-async fn set_close_guard(state: State<'_, Arc<Desktop>>, active: bool) -> Result<(), Value> {
-    state.close_guard.store(active, Ordering::SeqCst);
+async fn set_close_guard(
+    state: State<'_, Arc<Desktop>>,
+    args: desktop::SetCloseGuard,
+) -> Result<(), Value> {
+    state.close_guard.store(args.active, Ordering::SeqCst);
     Ok(())
 }
 
 /// The person confirmed quitting: every run stops (on `RunEvent::Exit`) and the app ends.
 #[tauri::command]
-async fn quit(app: tauri::AppHandle) -> Result<(), Value> {
+async fn quit(app: tauri::AppHandle, args: Empty) -> Result<(), Value> {
+    let Empty {} = args;
     app.exit(0);
     Ok(())
 }
@@ -234,13 +251,17 @@ async fn quit(app: tauri::AppHandle) -> Result<(), Value> {
 /// The UI's remembered choices, `{}` when none were saved (or the file is unreadable: a
 /// damaged file only loses "where was I", so it is reported in the log and ignored).
 #[tauri::command]
-async fn load_ui_state(state: State<'_, Arc<Desktop>>) -> Result<Value, Value> {
+async fn load_ui_state(state: State<'_, Arc<Desktop>>, args: Empty) -> Result<Value, Value> {
+    let Empty {} = args;
     Ok(read_ui_state(&state.data_dir))
 }
 
 #[tauri::command]
-async fn save_ui_state(state: State<'_, Arc<Desktop>>, value: Value) -> Result<(), Value> {
-    write_ui_state(&state.data_dir, &value).map_err(|err| error("invalid_argument", err))
+async fn save_ui_state(
+    state: State<'_, Arc<Desktop>>,
+    args: desktop::SaveUiState,
+) -> Result<(), Value> {
+    write_ui_state(&state.data_dir, &args.value).map_err(|err| error("invalid_argument", err))
 }
 
 fn read_ui_state(data_dir: &std::path::Path) -> Value {
@@ -282,8 +303,8 @@ fn write_ui_state(data_dir: &std::path::Path, value: &Value) -> anyhow::Result<(
 /// Checks a picked or typed folder before the UI uses it: `~` is the home folder, the
 /// answer is the real (canonical) path, and a missing folder or a file is a clear error.
 #[tauri::command]
-async fn check_folder(path: String) -> Result<String, Value> {
-    checked_folder(&path, std::env::var_os("HOME").map(PathBuf::from))
+async fn check_folder(args: desktop::CheckFolder) -> Result<String, Value> {
+    checked_folder(&args.path, std::env::var_os("HOME").map(PathBuf::from))
         .map(|p| p.display().to_string())
         .map_err(|message| error("invalid_argument", message))
 }
@@ -318,6 +339,60 @@ fn checked_folder(path: &str, home: Option<PathBuf>) -> Result<PathBuf, String> 
 /// (Ollama's address), which the first screen must not present as the person's choice.
 fn provider_configured(config: &std::path::Path) -> bool {
     bumblehive::config::provider_configured(config)
+}
+
+/// What a later start's request does here: the window comes forward and, when the start
+/// named a workspace, the UI opens it (`OPEN_EVENT`).
+fn later_start_handler(app: tauri::AppHandle) -> bumblehive::owner::HandoffHandler {
+    Arc::new(move |request: OwnerRequest| {
+        let Some(window) = app.get_webview_window("main") else {
+            return OwnerReply {
+                ok: false,
+                message: "the running app has no window".into(),
+            };
+        };
+        // A window manager may refuse to move focus to another app's request: the urgency
+        // hint still makes the taskbar ask for attention.
+        let _ = window.unminimize();
+        let _ = window.show();
+        let _ = window.set_focus();
+        let _ = window.request_user_attention(Some(tauri::UserAttentionType::Informational));
+        let message = match request.workspace {
+            Some(workspace) => {
+                let open = desktop::OpenRequested {
+                    workspace: workspace.clone(),
+                };
+                if let Err(err) = window.emit(OPEN_EVENT, open) {
+                    return OwnerReply {
+                        ok: false,
+                        message: format!("the running window cannot open {workspace}: {err}"),
+                    };
+                }
+                format!("its window opens {workspace}")
+            }
+            None => "its window was brought forward".into(),
+        };
+        OwnerReply { ok: true, message }
+    })
+}
+
+/// The data folder belongs to a running app: hand it this start's workspace, say so, and
+/// end. When it cannot take requests (`bumblehive serve` or `run` owns the folder, or an
+/// older build), the refusal names the owner as before.
+fn hand_over(args: &Args, in_use: bumblehive::owner::OwnerError) -> anyhow::Result<()> {
+    let request = OwnerRequest {
+        workspace: args.workspace.as_ref().map(|w| w.display().to_string()),
+        pid: std::process::id(),
+    };
+    match bumblehive::owner::hand_off(&args.data_dir, &request) {
+        Ok(reply) if reply.ok => {
+            tracing::info!(message = %reply.message, "handed over to the running app");
+            println!("Bumblehive is already running: {}.", reply.message);
+            Ok(())
+        }
+        Ok(reply) => anyhow::bail!("{in_use}; it answered: {}", reply.message),
+        Err(err) => anyhow::bail!("{in_use} ({err})"),
+    }
 }
 
 struct Args {
@@ -412,25 +487,34 @@ fn main() -> anyhow::Result<()> {
     // The data dir and config stay out of sandboxed commands' reach wherever they are
     // (security review 2, finding 10).
     bumblehive::sandbox::hide(&[args.data_dir.clone(), args.config.clone()]);
-    let service = RuntimeService::new(ServiceOptions {
+    let service = match RuntimeService::new(ServiceOptions {
         data_dir: args.data_dir.clone(),
         config_path: Some(args.config.clone()),
         config: Some(config),
         provider_factory: Arc::new(provider_from_config),
         tools: None,
-    })?;
+    }) {
+        Ok(service) => service,
+        // One app per data folder: a second start (the menu entry again, a file manager's
+        // "open with") hands its workspace to the running window and ends (E1).
+        Err(bumblehive::error::RuntimeError::InUse(in_use)) => {
+            return hand_over(&args, in_use);
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let workspace = args.workspace.as_ref().map(|w| w.display().to_string());
     let desktop = Arc::new(Desktop {
         service: service.clone(),
         feeds: Mutex::new(HashMap::new()),
         next_feed: AtomicU64::new(1),
-        info: json!({
-            "initial_workspace": args.workspace.map(|w| w.display().to_string()),
-            "log_dir": logs.display().to_string(),
-            "data_dir": args.data_dir.display().to_string(),
-            "config_path": args.config.display().to_string(),
-            "home_dir": std::env::var_os("HOME").map(|h| PathBuf::from(h).display().to_string()),
-            "provider_configured": provider_configured(&args.config),
-        }),
+        info: desktop::HostInfo {
+            initial_workspace: workspace,
+            log_dir: logs.display().to_string(),
+            data_dir: args.data_dir.display().to_string(),
+            config_path: args.config.display().to_string(),
+            home_dir: std::env::var_os("HOME").map(|h| PathBuf::from(h).display().to_string()),
+            provider_configured: provider_configured(&args.config),
+        },
         data_dir: args.data_dir.clone(),
         close_guard: AtomicBool::new(false),
     });
@@ -439,6 +523,10 @@ fn main() -> anyhow::Result<()> {
         "start-up: service ready"
     );
     memory::limit_network_process();
+    let handoffs = CancellationToken::new();
+    let listening = handoffs.clone();
+    let data_dir = args.data_dir.clone();
+    let runtime_handle = runtime.handle().clone();
     let app = tauri::Builder::default()
         .plugin(tauri_plugin_dialog::init())
         .plugin(tauri_plugin_opener::init())
@@ -447,6 +535,15 @@ fn main() -> anyhow::Result<()> {
         .setup(move |app| {
             if let Some(window) = app.get_webview_window("main") {
                 memory::slim_webview(&window);
+            }
+            // Later starts hand their request over to this window from now on.
+            let _entered = runtime_handle.enter();
+            if let Err(err) = bumblehive::owner::listen(
+                &data_dir,
+                later_start_handler(app.handle().clone()),
+                listening.clone(),
+            ) {
+                tracing::warn!("a later start cannot hand over to this window: {err}");
             }
             tracing::info!(
                 ms = started.elapsed().as_millis(),
@@ -514,17 +611,19 @@ fn main() -> anyhow::Result<()> {
     );
     app.run(move |handle, event| {
         if let tauri::RunEvent::Exit = event {
+            handoffs.cancel();
             // Stop every run and task before the process goes, so histories end valid.
             let service = handle.state::<Arc<Desktop>>().service.clone();
             // Bounded (review R6): a run or server that does not stop must not keep the
             // app from quitting; what is left dies with the process.
             tauri::async_runtime::block_on(async {
-                let stop = std::time::Duration::from_secs(10);
+                // The same 5 s as `serve` and `run` (issue 27).
+                let stop = std::time::Duration::from_secs(5);
                 if tokio::time::timeout(stop, service.shutdown())
                     .await
                     .is_err()
                 {
-                    tracing::warn!("runs did not stop within 10 s; quitting anyway");
+                    tracing::warn!("runs did not stop within 5 s; quitting anyway");
                 }
             });
         }

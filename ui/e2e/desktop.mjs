@@ -133,6 +133,22 @@ try {
   for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', mock: mock ?? { requests: [] }, timeout: 30000, opened, windowTitle, notifications })) {
     await runner.step(title, fn);
   }
+
+  await runner.step('a second start of the app hands its workspace to the running window and ends (E1)', async () => {
+    const other = join(space.dir, 'second-start');
+    mkdirSync(other, { recursive: true });
+    const env = { ...process.env, DISPLAY: display, WAYLAND_DISPLAY: '', GDK_BACKEND: 'x11' };
+    const second = spawnSync(APP, ['--workspace', other, '--config', space.config, '--data-dir', space.data], { env, timeout: 30000 });
+    const said = `${second.stdout}${second.stderr}`;
+    check(second.status === 0, `the second start exited ${second.status} (${second.signal ?? ''}): ${said}`);
+    check(/already running/.test(said) && said.includes(other), `the second start said: ${said}`);
+    // The running window opened the workspace it was handed; no second window exists.
+    await until('the running window to open the handed-over workspace', () =>
+      wd.execute("return document.querySelector('[data-testid=workspace-path]')?.getAttribute('title') ?? '';"), (t) => t === other);
+    const windows = spawnSync('xdotool', ['search', '--onlyvisible', '--name', TITLE], { env }).stdout.toString().trim().split('\n').filter(Boolean);
+    check(windows.length === 1, `expected one window, found ${windows.length}`);
+    await driver.shot('e1-second-start-handed-over');
+  });
 } finally {
   if (runner.failed && display) {
     spawnSync('import', ['-window', 'root', join(out, 'failure-screen.png')], { env: { ...process.env, DISPLAY: display } });

@@ -4,6 +4,9 @@
 
 import type { CommandArgs } from './bindings/CommandArgs';
 import type { CommandResults } from './bindings/CommandResults';
+import type { DesktopCommandArgs } from './bindings/DesktopCommandArgs';
+import type { DesktopCommandResults } from './bindings/DesktopCommandResults';
+import type { OpenRequested } from './bindings/OpenRequested';
 import type { Event as WireEvent } from './bindings/Event';
 import type { FoundServer } from './bindings/FoundServer';
 import type { SessionListEvent } from './bindings/SessionListEvent';
@@ -12,6 +15,10 @@ import type { SessionListEvent } from './bindings/SessionListEvent';
  * from the Rust table (`protocol::commands::command_table!`), so a renamed field fails to
  * compile here too. */
 export type CommandName = keyof CommandArgs & keyof CommandResults;
+
+/** A command of the desktop shell's own table (`protocol::desktop`): typed there once,
+ * called as `invoke(name, {args})`. */
+export type DesktopCommandName = keyof DesktopCommandArgs & keyof DesktopCommandResults;
 export type { CommandArgs, CommandResults };
 
 /** Connection state of an event stream, for the "reconnecting…" banner. */
@@ -70,6 +77,9 @@ export interface Platform {
   onCloseRequested?(handler: () => void): () => void;
   /** Quits the app (after the person confirmed). */
   quit?(): void;
+  /** A later start of the app handed this window a workspace to open (one app per data
+   * folder: the second start ends, this window opens it). */
+  onOpenRequested?(handler: (workspace: string) => void): () => void;
 }
 
 export interface HostInfo {
@@ -162,6 +172,8 @@ export const TAURI_EVENT = 'bumblehive://event';
 export const TAURI_SESSIONS_EVENT = 'bumblehive://sessions';
 /** Sent by the shell when the window is closed while the close guard is set. */
 export const TAURI_CLOSE_EVENT = 'bumblehive://close-requested';
+/** Sent by the shell when a later start of the app handed over a workspace to open. */
+export const TAURI_OPEN_EVENT = 'bumblehive://open';
 
 export function createTauriPlatform(tauri: TauriGlobals): Platform {
   const handlers = new Map<string, (event: WireEvent) => void>();
@@ -203,6 +215,9 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
       throw toCommandError(err);
     }
   };
+  /** The shell's own commands, typed by `DesktopCommandArgs` / `DesktopCommandResults`. */
+  const shell = <N extends DesktopCommandName>(command: N, args: DesktopCommandArgs[N]): Promise<DesktopCommandResults[N]> =>
+    tauri.core.invoke(command, { args });
 
   return {
     kind: 'tauri',
@@ -214,19 +229,14 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
       const unsubscribeIds = (list: string[]) => {
         for (const id of list) handlers.delete(id);
         for (const id of new Set(list)) {
-          tauri.core.invoke('unsubscribe', { subscription: id }).catch(() => undefined);
+          shell('unsubscribe', { subscription: id }).catch(() => undefined);
         }
       };
       handlers.set(clientId, onEvent);
       const attempt = async () => {
         await listen();
         if (closed) return;
-        // Both spellings: a Rust `session_id` parameter is `sessionId` to Tauri's invoke.
-        const answer = await tauri.core.invoke('subscribe', {
-          sessionId,
-          session_id: sessionId,
-          subscription: clientId,
-        });
+        const answer: unknown = await shell('subscribe', { session_id: sessionId, subscription: clientId });
         const id = answer == null || typeof answer === 'object' ? clientId : String(answer);
         if (id !== clientId) {
           ids = [clientId, id];
@@ -265,13 +275,13 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
         }
       });
       void listListening
-        .then(() => (closed ? undefined : tauri.core.invoke('subscribe_sessions', { workspace, subscription: id })))
+        .then(() => (closed ? undefined : shell('subscribe_sessions', { workspace, subscription: id })))
         .catch((err) => console.error('subscribe_sessions failed', err));
       return () => {
         if (closed) return;
         closed = true;
         listHandlers.delete(id);
-        tauri.core.invoke('unsubscribe', { subscription: id }).catch(() => undefined);
+        shell('unsubscribe', { subscription: id }).catch(() => undefined);
       };
     },
     async pickFolder(defaultPath) {
@@ -285,7 +295,7 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
     },
     async initialWorkspace() {
       try {
-        const value = await tauri.core.invoke('initial_workspace', {});
+        const value = await shell('initial_workspace', {});
         return typeof value === 'string' && value ? value : null;
       } catch {
         return null;
@@ -293,7 +303,7 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
     },
     openExternal(url) {
       // The shell checks the scheme again and hands the link to the system (opener plugin).
-      tauri.core.invoke('open_url', { url }).catch((err) => console.warn('cannot open the link', toCommandError(err).message));
+      shell('open_url', { url }).catch((err) => console.warn('cannot open the link', toCommandError(err).message));
     },
     probeProviders: () => probeThroughBackend(invoke),
     async checkFolder(path) {
@@ -308,35 +318,35 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
         if (error.code !== 'unknown_command') throw error;
       }
       try {
-        return String(await tauri.core.invoke('check_folder', { path }));
+        return String(await shell('check_folder', { path }));
       } catch (err) {
         throw toCommandError(err);
       }
     },
     async loadUiState() {
       try {
-        const value = await tauri.core.invoke('load_ui_state', {});
-        return value && typeof value === 'object' && !Array.isArray(value) ? value : {};
+        const value = await shell('load_ui_state', {});
+        return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
       } catch {
         return {};
       }
     },
     async saveUiState(state) {
-      await tauri.core.invoke('save_ui_state', { value: state }).catch((err) => console.warn('cannot save the UI state', toCommandError(err).message));
+      await shell('save_ui_state', { value: state as DesktopCommandArgs['save_ui_state']['value'] }).catch((err) => console.warn('cannot save the UI state', toCommandError(err).message));
     },
     async hostInfo() {
-      const info: any = await tauri.core.invoke('app_info', {}).catch(() => ({}));
+      const info: Partial<DesktopCommandResults['app_info']> | null = await shell('app_info', {}).catch(() => null);
       return { home_dir: info?.home_dir ?? null, provider_configured: info?.provider_configured ?? null };
     },
     notify(title, body) {
-      tauri.core.invoke('notify', { title, body }).catch((err) => console.warn('cannot notify', toCommandError(err).message));
+      shell('notify', { title, body }).catch((err) => console.warn('cannot notify', toCommandError(err).message));
     },
     setTitle(title) {
       if (globalThis.document) document.title = title;
-      tauri.core.invoke('set_title', { title }).catch(() => undefined);
+      shell('set_title', { title }).catch(() => undefined);
     },
     setCloseGuard(active) {
-      tauri.core.invoke('set_close_guard', { active }).catch(() => undefined);
+      shell('set_close_guard', { active }).catch(() => undefined);
     },
     onCloseRequested(handler) {
       let off: (() => void) | null = null;
@@ -351,7 +361,24 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
       };
     },
     quit() {
-      tauri.core.invoke('quit', {}).catch(() => undefined);
+      shell('quit', {}).catch(() => undefined);
+    },
+    onOpenRequested(handler) {
+      let off: (() => void) | null = null;
+      let gone = false;
+      void tauri.event
+        .listen(TAURI_OPEN_EVENT, (e) => {
+          const open = e.payload as Partial<OpenRequested> | null;
+          if (open && typeof open.workspace === 'string' && open.workspace) handler(open.workspace);
+        })
+        .then((u) => {
+          if (gone) u();
+          else off = u;
+        });
+      return () => {
+        gone = true;
+        off?.();
+      };
     },
   };
 }

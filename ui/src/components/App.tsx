@@ -198,6 +198,10 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     };
   }, [platform]);
 
+  // A later start of the app (the menu entry again, `bumblehive-desktop --workspace DIR`)
+  // hands its workspace to this window and ends: open it here, checked like a picked one.
+  useEffect(() => platform.onOpenRequested?.((path) => void openWorkspace(path)), [platform, openWorkspace]);
+
   // Whenever the picker shows, ask the backend which workspaces have sessions (a backend
   // without the command lists only the remembered ones).
   const showingPicker = !booting && !workspace;

@@ -127,6 +127,23 @@ describe('reopening where the person was (D16)', () => {
   });
 });
 
+describe('one app per data folder (E1)', () => {
+  it('a workspace handed over by a later start of the app opens here, checked like a picked one', async () => {
+    const fake = workspacePlatform([info('s1')]);
+    fake.folders = { '/ws': '/ws', '/home/me/other': '/home/me/other' };
+    const root = await open(fake, null);
+    expect(fake.callsOf('list_sessions')).toEqual([{ workspace: '/ws' }]);
+    await inAct(() => fake.openHandler!('/home/me/other'));
+    expect(fake.callsOf('list_sessions').at(-1)).toEqual({ workspace: '/home/me/other' });
+    expect(fake.uiState).toMatchObject({ lastWorkspace: '/home/me/other' });
+    // A folder that is gone by then is said (in the sidebar), and the open workspace stays.
+    await inAct(() => fake.openHandler!('/gone'));
+    const alerts = Array.from(root.querySelectorAll('[role=alert]')).map((a) => a.textContent ?? '');
+    expect(alerts.join(' ')).toContain('/gone does not exist');
+    expect(fake.callsOf('list_sessions').at(-1)).toEqual({ workspace: '/home/me/other' });
+  });
+});
+
 describe('folders are checked before use (D8)', () => {
   it('a typed missing folder is refused with a clear error, not opened and not remembered', async () => {
     const fake = workspacePlatform([]);

@@ -121,6 +121,13 @@ export class FakePlatform implements Platform {
   quit() {
     this.quitCalls++;
   }
+  openHandler: ((workspace: string) => void) | null = null;
+  onOpenRequested(handler: (workspace: string) => void) {
+    this.openHandler = handler;
+    return () => {
+      if (this.openHandler === handler) this.openHandler = null;
+    };
+  }
   initialWorkspace() {
     return Promise.resolve(this.workspace);
   }

@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from 'vitest';
-import { CommandError, TAURI_EVENT, createTauriPlatform, createWebPlatform, detectPlatform, readToken, toCommandError } from '../platform';
+import { CommandError, TAURI_EVENT, TAURI_OPEN_EVENT, createTauriPlatform, createWebPlatform, detectPlatform, readToken, toCommandError } from '../platform';
 
 class FakeEventSource {
   static last: FakeEventSource | null = null;
@@ -130,8 +130,8 @@ describe('tauri platform', () => {
       }
       if (cmd === 'subscribe') {
         // Emits before answering: the UI must not lose it.
-        listener?.({ payload: { subscription: args.subscription, event: { type: 'snapshot', session_id: args.sessionId } } });
-        return args.subscription;
+        listener?.({ payload: { subscription: args.args.subscription, event: { type: 'snapshot', session_id: args.args.session_id } } });
+        return args.args.subscription;
       }
       if (cmd === 'initial_workspace') return '/from/cli';
       return null;
@@ -167,7 +167,7 @@ describe('tauri platform', () => {
     const { tauri, invoke } = fakeTauri();
     invoke.mockImplementation(async (cmd: string, args: any) => {
       if (cmd === 'check_folder') {
-        if (args.path === '/nope') throw { code: 'invalid_argument', message: '/nope does not exist' };
+        if (args.args.path === '/nope') throw { code: 'invalid_argument', message: '/nope does not exist' };
         return '/real';
       }
       if (cmd === 'load_ui_state') return { lastWorkspace: '/w' };
@@ -178,7 +178,8 @@ describe('tauri platform', () => {
     });
     const platform = createTauriPlatform(tauri);
     platform.openExternal('https://example.com/x');
-    expect(invoke).toHaveBeenCalledWith('open_url', { url: 'https://example.com/x' });
+    // The shell's own commands take their typed arguments as one `args` (protocol::desktop).
+    expect(invoke).toHaveBeenCalledWith('open_url', { args: { url: 'https://example.com/x' } });
     await platform.pickFolder!('/last');
     expect(tauri.dialog.open).toHaveBeenCalledWith({ directory: true, multiple: false, defaultPath: '/last' });
     expect(await platform.checkFolder!('~/x')).toBe('/real');
@@ -187,16 +188,16 @@ describe('tauri platform', () => {
     expect(err.message).toBe('/nope does not exist');
     expect(await platform.loadUiState!()).toEqual({ lastWorkspace: '/w' });
     await platform.saveUiState!({ lastWorkspace: '/v' });
-    expect(invoke).toHaveBeenCalledWith('save_ui_state', { value: { lastWorkspace: '/v' } });
+    expect(invoke).toHaveBeenCalledWith('save_ui_state', { args: { value: { lastWorkspace: '/v' } } });
     expect(await platform.hostInfo!()).toEqual({ home_dir: '/home/me', provider_configured: false });
     platform.setTitle!('Bumblehive — 2 need you');
-    expect(invoke).toHaveBeenCalledWith('set_title', { title: 'Bumblehive — 2 need you' });
+    expect(invoke).toHaveBeenCalledWith('set_title', { args: { title: 'Bumblehive — 2 need you' } });
     platform.setCloseGuard!(true);
-    expect(invoke).toHaveBeenCalledWith('set_close_guard', { active: true });
+    expect(invoke).toHaveBeenCalledWith('set_close_guard', { args: { active: true } });
     platform.notify!('t', 'b');
-    expect(invoke).toHaveBeenCalledWith('notify', { title: 't', body: 'b' });
+    expect(invoke).toHaveBeenCalledWith('notify', { args: { title: 't', body: 'b' } });
     platform.quit!();
-    expect(invoke).toHaveBeenCalledWith('quit', {});
+    expect(invoke).toHaveBeenCalledWith('quit', { args: {} });
   });
 
   it("checks a folder with the runtime's check_workspace through the command table (refusals said at once, D8)", async () => {
@@ -222,16 +223,38 @@ describe('tauri platform', () => {
     const stop = platform.subscribe('s1', (e) => events.push(e));
     await new Promise((r) => setTimeout(r, 0));
     const subscribeCall = invoke.mock.calls.find((c) => c[0] === 'subscribe')!;
-    const id = (subscribeCall[1] as any).subscription;
-    expect(subscribeCall[1]).toMatchObject({ sessionId: 's1', session_id: 's1' });
+    const id = (subscribeCall[1] as any).args.subscription;
+    expect(subscribeCall[1]).toMatchObject({ args: { session_id: 's1' } });
     expect(events).toEqual([{ type: 'snapshot', session_id: 's1' }]);
     emit({ subscription: id, event: JSON.stringify({ type: 'result', session_id: 's1', content: 'ok' }) });
     emit({ subscription: 'someone-else', event: { type: 'result', session_id: 'other', content: 'no' } });
     expect(events.map((e) => e.type)).toEqual(['snapshot', 'result']);
     stop();
-    expect(invoke).toHaveBeenCalledWith('unsubscribe', { subscription: id });
+    expect(invoke).toHaveBeenCalledWith('unsubscribe', { args: { subscription: id } });
     emit({ subscription: id, event: { type: 'result', session_id: 's1', content: 'late' } });
     expect(events.length).toBe(2);
+  });
+
+  it('opens the workspace a later start of the app handed over (bumblehive://open)', async () => {
+    let opened: ((e: { payload: any }) => void) | null = null;
+    const tauri = {
+      core: { invoke: vi.fn(async () => null) },
+      event: {
+        listen: vi.fn(async (name: string, fn: (e: { payload: any }) => void) => {
+          if (name === TAURI_OPEN_EVENT) opened = fn;
+          return () => undefined;
+        }),
+      },
+    };
+    const platform = createTauriPlatform(tauri);
+    const asked: string[] = [];
+    const off = platform.onOpenRequested!((w) => asked.push(w));
+    await new Promise((r) => setTimeout(r, 0));
+    opened!({ payload: { workspace: '/home/me/other' } });
+    opened!({ payload: { workspace: '' } });
+    opened!({ payload: null });
+    expect(asked).toEqual(['/home/me/other']);
+    off();
   });
 
   it('is chosen when window.__TAURI__ exists', () => {
