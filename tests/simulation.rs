@@ -8,6 +8,12 @@
 //! stops, and a new service on the same data folder recovers. The model is scripted by the
 //! text it is given (`PLAN:` for a parent, `Task:` for a child), so every run ends.
 //!
+//! A second mode kills a real process: the same steps run in a child process (this test
+//! binary again, `simulation_child_process`), which the test kills with SIGKILL at seeded
+//! step boundaries while its background work goes on, then starts again on the same data
+//! folder, as the crash harness does; what the person did survives in a state file, so the
+//! invariants are checked across every kill.
+//!
 //! Invariants are written down in `tests/SIMULATION.md`, next to SPEC §12.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -33,6 +39,15 @@ use crate::lifecycle::GateTool;
 /// The seeds CI runs (each a different mix; see `scripts/simulate.sh` for longer runs).
 const CI_SEEDS: &[u64] = &[1, 2, 3, 5, 8, 13, 21, 34, 55, 89];
 const CI_STEPS: usize = 70;
+
+/// Process mode: the seeds CI kills for real, how many steps each, how many kills.
+const KILL_SEEDS: &[u64] = &[4, 7, 12];
+const KILL_STEPS: usize = 60;
+const KILLS: usize = 3;
+/// Process mode: the person's ledger, the config and the steps so far, kept across kills.
+const STATE_FILE: &str = "sim-state.json";
+/// Process mode: what the child prints after each step (the test kills it at one).
+const STEP_LINE: &str = "SIMSTEP ";
 
 /// The scripted model: a parent follows the plan in its first message (`PLAN:d2,w,g1,m,t`)
 /// one step per model call, a child the plan after `Task:`; past its plan, or on any
@@ -159,8 +174,9 @@ impl ModelProvider for Model {
 }
 
 /// What the person did that the invariants need: every message they sent (and where),
-/// what they discarded, what they deleted.
-#[derive(Default)]
+/// what they discarded, what they deleted. In process mode it is kept in the state file
+/// across kills.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 struct Ledger {
     sent: BTreeMap<String, String>,
     discarded: BTreeSet<String>,
@@ -170,7 +186,9 @@ struct Ledger {
 struct Sim {
     seed: u64,
     rng: StdRng,
-    dir: tempfile::TempDir,
+    dir: PathBuf,
+    /// The folder, removed with the simulation (none in process mode: the test owns it).
+    _temp: Option<tempfile::TempDir>,
     model: Arc<Model>,
     gates: Arc<GateTool>,
     rt: Option<Arc<tokio::runtime::Runtime>>,
@@ -180,6 +198,8 @@ struct Sim {
     config: Value,
     /// A restart (false) or crash (true) the step asked for, done once its context is left.
     restart_next: Option<bool>,
+    /// Process mode: the process may be killed at any time, so the ledger is kept on disk.
+    killable: bool,
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -192,9 +212,15 @@ fn runtime() -> tokio::runtime::Runtime {
 
 impl Sim {
     fn new(seed: u64) -> Sim {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path().to_path_buf();
+        Sim::first(seed, dir, Some(temp))
+    }
+
+    /// A new simulation in `dir`: a workspace (a repository) and a config from the seed.
+    fn first(seed: u64, dir: PathBuf, temp: Option<tempfile::TempDir>) -> Sim {
         let mut rng = StdRng::seed_from_u64(seed);
-        let dir = tempfile::tempdir().unwrap();
-        let workspace = dir.path().join("ws");
+        let workspace = dir.join("ws");
         std::fs::create_dir_all(&workspace).unwrap();
         std::fs::write(workspace.join("data.txt"), "DATA").unwrap();
         // A repository, so children may be isolated in worktrees.
@@ -227,6 +253,7 @@ impl Sim {
             seed,
             rng,
             dir,
+            _temp: temp,
             model: Arc::new(Model {
                 violations: Mutex::new(Vec::new()),
             }),
@@ -237,17 +264,18 @@ impl Sim {
             book: Ledger::default(),
             config,
             restart_next: None,
+            killable: false,
         };
         sim.open();
         sim
     }
 
     fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.dir.join("data")
     }
 
     fn workspace(&self) -> String {
-        self.dir.path().join("ws").display().to_string()
+        self.dir.join("ws").display().to_string()
     }
 
     fn open(&mut self) {
@@ -379,12 +407,16 @@ impl Sim {
                     return format!("nothing pending in {target}");
                 };
                 if self.rng.random_bool(0.25) {
+                    // Marked before the call: a process killed right after the discard
+                    // must not count the message as lost.
+                    self.book.discarded.insert(message.message_id.clone());
+                    self.persist_if_killable();
                     match ctl.discard(&message.message_id) {
-                        Ok(()) => {
-                            self.book.discarded.insert(message.message_id.clone());
-                            format!("discard {} in {target}", message.message_id)
+                        Ok(()) => format!("discard {} in {target}", message.message_id),
+                        Err(err) => {
+                            self.book.discarded.remove(&message.message_id);
+                            format!("discard refused: {err}")
                         }
-                        Err(err) => format!("discard refused: {err}"),
                     }
                 } else {
                     format!(
@@ -544,6 +576,65 @@ impl Sim {
         }
     }
 
+    /// Process mode: the next epoch of a simulation whose last process was killed. What
+    /// the person did and the steps so far come from the state file; the service starts on
+    /// the data folder the killed process left, and nothing may be running after its
+    /// recovery (§12.4, §12.7).
+    fn after_kill(seed: u64, dir: PathBuf, epoch: u64) -> Sim {
+        let state: Value =
+            serde_json::from_slice(&std::fs::read(dir.join(STATE_FILE)).unwrap()).unwrap();
+        let mut sim = Sim {
+            seed,
+            // Each epoch draws its own steps; the seed and the epoch fix them.
+            rng: StdRng::seed_from_u64(seed ^ (epoch << 40)),
+            dir,
+            _temp: None,
+            model: Arc::new(Model {
+                violations: Mutex::new(Vec::new()),
+            }),
+            gates: GateTool::new(),
+            rt: None,
+            service: None,
+            log: serde_json::from_value(state["log"].clone()).unwrap(),
+            book: serde_json::from_value(state["book"].clone()).unwrap(),
+            config: state["config"].clone(),
+            restart_next: None,
+            killable: true,
+        };
+        sim.log
+            .push(format!("--- killed with SIGKILL; epoch {epoch} starts"));
+        sim.open();
+        sim.nothing_runs_after_a_start();
+        sim
+    }
+
+    /// Process mode: what the next process needs if this one is killed now. Replaced
+    /// atomically, so a kill leaves the old state or the new; no fsync, since a killed
+    /// process loses nothing the kernel already has.
+    fn persist(&self) {
+        let state = json!({"config": self.config, "book": self.book, "log": self.log});
+        let temp = self.dir.join(format!("{STATE_FILE}.tmp"));
+        std::fs::write(&temp, serde_json::to_vec(&state).unwrap()).unwrap();
+        std::fs::rename(&temp, self.dir.join(STATE_FILE)).unwrap();
+    }
+
+    fn persist_if_killable(&self) {
+        if self.killable {
+            self.persist();
+        }
+    }
+
+    fn nothing_runs_after_a_start(&self) {
+        for info in self.sessions() {
+            if info.state == SessionState::Running {
+                self.fail(&format!(
+                    "{} is running right after a start",
+                    info.session_id
+                ));
+            }
+        }
+    }
+
     /// A restart (`crash: false`: shutdown, then a new service) or a crash: the runtime is
     /// stopped where it is, every task dropped at its next await, and a new service starts
     /// on what is on disk.
@@ -566,14 +657,7 @@ impl Sim {
         }
         self.open();
         // After a restart nothing is running that no process runs (§12.4, §12.7).
-        for info in self.sessions() {
-            if info.state == SessionState::Running {
-                self.fail(&format!(
-                    "{} is running right after a start",
-                    info.session_id
-                ));
-            }
-        }
+        self.nothing_runs_after_a_start();
     }
 
     /// Checks what must hold at every step, while work goes on.
@@ -831,31 +915,54 @@ fn json_merge(target: &mut Value, patch: &Value) {
 /// so often and at the end.
 pub fn run_seed(seed: u64, steps: usize) {
     let mut sim = Sim::new(seed);
-    for index in 0..steps {
-        let did = sim.step();
-        sim.log.push(format!("{index:3}: {did}"));
-        sim.check_live();
-        if index % 25 == 24 {
-            sim.quiesce();
-            sim.log.push(format!("{index:3}: (quiet)"));
-            sim.check_quiet();
+    sim.run_steps(0..steps);
+    sim.finish();
+}
+
+impl Sim {
+    /// Steps `range`, checking after every step, and at a quiet point every 25 steps.
+    /// A killable simulation keeps its ledger on disk after each step and says which step
+    /// it finished (the test may kill it there, with its background work going on).
+    fn run_steps(&mut self, range: std::ops::Range<usize>) {
+        for index in range {
+            let did = self.step();
+            self.log.push(format!("{index:3}: {did}"));
+            self.persist_if_killable();
+            self.check_live();
+            if index % 25 == 24 {
+                self.quiesce();
+                self.log.push(format!("{index:3}: (quiet)"));
+                self.persist_if_killable();
+                self.check_quiet();
+            }
+            if self.killable {
+                use std::io::Write;
+                println!("{STEP_LINE}{index}");
+                let _ = std::io::stdout().flush();
+            }
         }
     }
-    sim.quiesce();
-    sim.check_quiet();
-    // And once more after a restart: nothing is delivered twice, nothing comes back.
-    sim.restart(false);
-    sim.quiesce();
-    sim.check_quiet();
-    if std::env::var_os("BUMBLEHIVE_SIM_LOG").is_some() {
-        println!("seed {seed}:\n  {}", sim.log.join("\n  "));
+
+    /// The end of a simulation: quiet, checked, restarted, checked again, shut down.
+    fn finish(mut self) {
+        let sim = &mut self;
+        let seed = sim.seed;
+        sim.quiesce();
+        sim.check_quiet();
+        // And once more after a restart: nothing is delivered twice, nothing comes back.
+        sim.restart(false);
+        sim.quiesce();
+        sim.check_quiet();
+        if std::env::var_os("BUMBLEHIVE_SIM_LOG").is_some() {
+            println!("seed {seed}:\n  {}", sim.log.join("\n  "));
+        }
+        let service = sim.service.take().unwrap();
+        let rt = Arc::try_unwrap(sim.rt.take().unwrap())
+            .unwrap_or_else(|_| panic!("the runtime is still in use"));
+        rt.block_on(service.shutdown());
+        drop(service);
+        rt.shutdown_timeout(Duration::from_secs(10));
     }
-    let service = sim.service.take().unwrap();
-    let rt = Arc::try_unwrap(sim.rt.take().unwrap())
-        .unwrap_or_else(|_| panic!("the runtime is still in use"));
-    rt.block_on(service.shutdown());
-    drop(service);
-    rt.shutdown_timeout(Duration::from_secs(10));
 }
 
 fn seeds_from_env() -> Option<(Vec<u64>, usize)> {
@@ -889,4 +996,130 @@ fn simulation_random_interleavings_keep_every_invariant() {
         seeds.len(),
         seeds.len() as f64 * 60.0 / secs.max(0.001)
     );
+}
+
+/// Process mode, the child's side: one epoch of a killed simulation, run when the test
+/// below starts this binary again (`BUMBLEHIVE_SIM_CHILD` names the folder); a plain
+/// `cargo test -- --ignored` run finds no variable and does nothing.
+#[test]
+#[ignore = "run by simulation_sigkill_at_random_points_keeps_every_invariant in a child process"]
+fn simulation_child_process() {
+    let Some(dir) = std::env::var_os("BUMBLEHIVE_SIM_CHILD").map(PathBuf::from) else {
+        return;
+    };
+    let number = |name: &str| -> usize {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} is not set"))
+    };
+    let (seed, epoch) = (
+        number("BUMBLEHIVE_SIM_SEED") as u64,
+        number("BUMBLEHIVE_SIM_EPOCH"),
+    );
+    let (from, steps) = (
+        number("BUMBLEHIVE_SIM_FROM"),
+        number("BUMBLEHIVE_SIM_STEPS"),
+    );
+    let mut sim = if epoch == 0 {
+        let mut sim = Sim::first(seed, dir, None);
+        sim.killable = true;
+        sim.persist();
+        sim
+    } else {
+        Sim::after_kill(seed, dir, epoch as u64)
+    };
+    sim.run_steps(from..steps);
+    sim.finish();
+    println!("{STEP_LINE}done");
+}
+
+/// Process mode, the test's side: each seed's steps run in a child process that is killed
+/// with SIGKILL right after seeded steps (its runs, tasks, flushes and git still going),
+/// then started again on the same folders, KILLS times; the last process finishes the
+/// steps and checks every invariant once more after a clean restart. A failure prints the
+/// seed, every step of every epoch, and where each kill landed.
+#[test]
+fn simulation_sigkill_at_random_points_keeps_every_invariant() {
+    use std::io::BufRead;
+    let seeds: Vec<u64> = std::env::var("BUMBLEHIVE_SIM_KILL_SEEDS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| KILL_SEEDS.to_vec());
+    let exe = std::env::current_exe().unwrap();
+    for seed in seeds {
+        let temp = tempfile::tempdir().unwrap();
+        let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(7919));
+        let mut kills: Vec<usize> = (0..KILLS)
+            .map(|_| rng.random_range(3..KILL_STEPS - 3))
+            .collect();
+        kills.sort_unstable();
+        kills.dedup();
+        let mut from = 0;
+        let mut landed = Vec::new();
+        for epoch in 0..=kills.len() {
+            let kill_at = kills.get(epoch).copied();
+            let mut child = std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "simulation::simulation_child_process",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("BUMBLEHIVE_SIM_CHILD", temp.path())
+                .env("BUMBLEHIVE_SIM_SEED", seed.to_string())
+                .env("BUMBLEHIVE_SIM_EPOCH", epoch.to_string())
+                .env("BUMBLEHIVE_SIM_FROM", from.to_string())
+                .env("BUMBLEHIVE_SIM_STEPS", KILL_STEPS.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+            let mut output = Vec::new();
+            let mut killed = false;
+            let mut done = false;
+            for line in stdout.lines() {
+                let Ok(line) = line else { break };
+                // Anywhere in the line: libtest prints "test … ... " before the test's
+                // own first line.
+                if let Some((_, step)) = line.split_once(STEP_LINE) {
+                    done |= step == "done";
+                    if kill_at.is_some() && step.parse().ok() == kill_at {
+                        // SIGKILL: no destructor, no flush, no shutdown of anything.
+                        child.kill().unwrap();
+                        killed = true;
+                        landed.push(format!("epoch {epoch}: killed after step {step}"));
+                        break;
+                    }
+                } else {
+                    output.push(line);
+                }
+            }
+            let status = child.wait().unwrap();
+            let mut stderr = String::new();
+            if let Some(mut err) = child.stderr.take() {
+                use std::io::Read;
+                let _ = err.read_to_string(&mut stderr);
+            }
+            let steps = std::fs::read(temp.path().join(STATE_FILE))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .map(|s| s["log"].clone())
+                .unwrap_or_default();
+            let failed = if killed {
+                false
+            } else {
+                !status.success() || !done
+            };
+            assert!(
+                !failed,
+                "simulation seed {seed} (killed with SIGKILL: {landed:?}) failed in epoch {epoch} ({status}):\n{}\n{stderr}\nsteps so far: {steps:#}",
+                output.join("\n")
+            );
+            from = kill_at.map_or(KILL_STEPS, |k| k + 1);
+        }
+        println!("simulation seed {seed}, process mode: {landed:?}");
+    }
 }
