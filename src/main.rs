@@ -259,8 +259,10 @@ async fn serve(
     Ok(())
 }
 
-/// Longest wait for the runs to stop after SIGINT/SIGTERM.
-const SERVICE_STOP: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest wait for the runs to stop after SIGINT/SIGTERM, or at the end of `run`: a
+/// stop request ends the process within 5 s whatever an MCP server, a model server or a
+/// command does (MCP supervisors get 3 s of it, then are aborted; issue 27).
+const SERVICE_STOP: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// SIGINT and SIGTERM, registered when made.
 struct Signals {

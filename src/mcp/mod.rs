@@ -658,7 +658,8 @@ impl McpManager {
 
 /// How long a stopping supervisor may take (closing its connection waits up to 2 s for
 /// the server to go) before it is aborted, which kills its process group all the same.
-const SUPERVISOR_STOP: Duration = Duration::from_secs(5);
+/// Under the 5 s in which the app, `run` and `serve` exit after a stop request.
+const SUPERVISOR_STOP: Duration = Duration::from_secs(3);
 
 /// Waits for supervisors that were told to stop, together, up to [`SUPERVISOR_STOP`];
 /// the ones still running then are aborted (a stop must never wait on a server).
