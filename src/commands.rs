@@ -212,6 +212,13 @@ pub async fn execute(
         Command::ApplyWorktree(a) => {
             CommandOutput::ApplyWorktree(service.apply_worktree(&a.session_id).await?)
         }
+        Command::UndoHistory(a) => CommandOutput::UndoHistory(
+            crate::checkpoints::session_ops::undo_history(service.shared(), &a.workspace).await?,
+        ),
+        Command::ClearUndoHistory(a) => CommandOutput::ClearUndoHistory(
+            crate::checkpoints::session_ops::clear_undo_history(service.shared(), &a.workspace)
+                .await?,
+        ),
         Command::DiscardWorktree(a) => {
             service.discard_worktree(&a.session_id).await?;
             CommandOutput::DiscardWorktree(done())

@@ -1048,6 +1048,33 @@ pub mod commands {
         pub turns: Vec<TurnChange>,
     }
 
+    /// `undo_history` / `clear_undo_history`: a workspace.
+    #[derive(Debug, Clone, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct WorkspaceRef {
+        pub workspace: String,
+    }
+
+    /// How much undo history a workspace keeps (its shadow store under the data dir),
+    /// and the bound past which the oldest turns lose theirs.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct UndoHistory {
+        pub workspace: String,
+        #[ts(type = "number")]
+        pub bytes: u64,
+        /// `checkpoints.max_store_mb` in bytes.
+        #[ts(type = "number")]
+        pub max_bytes: u64,
+        /// `checkpoints.max_age_days`.
+        #[ts(type = "number")]
+        pub max_age_days: u64,
+        /// Why there is no undo history (git missing), when there is none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional = nullable)]
+        pub off: Option<String>,
+    }
+
     /// What an undo restored (or, as a preview, would restore).
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
     #[ts(export)]
@@ -1145,6 +1172,8 @@ pub mod commands {
         fork_session => ForkSession(ForkSession) -> Forked;
         apply_worktree => ApplyWorktree(SessionRef) -> Applied;
         discard_worktree => DiscardWorktree(SessionRef) -> Empty;
+        undo_history => UndoHistory(WorkspaceRef) -> UndoHistory;
+        clear_undo_history => ClearUndoHistory(WorkspaceRef) -> UndoHistory;
         list_mcp_servers => ListMcpServers(ListMcpServers) -> Vec<McpServerInfo>;
         set_mcp_server_enabled => SetMcpServerEnabled(SetMcpServerEnabled) -> Vec<McpServerInfo>;
         restart_mcp_server => RestartMcpServer(RestartMcpServer) -> Empty;

@@ -1134,3 +1134,80 @@ async fn undo_survives_a_symlinked_folder() {
     assert_eq!(fx.get("notes.txt"), None, "{undone}");
     fx.shutdown().await;
 }
+
+/// Issue 27: Settings shows a workspace's undo history against its bound, and "Clear"
+/// empties it through the command table: the store shrinks, every earlier turn of every
+/// session there says its history was cleared, undoing one is refused with that reason,
+/// and the next turn is recorded (and undone) as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_history_is_shown_against_its_bound_and_clear_empties_it() {
+    let fx = Fx::new().await;
+    let ws = fx.ws.to_str().unwrap().to_string();
+    let empty = fx.ok("undo_history", json!({"workspace": ws})).await;
+    if empty["off"].is_string() {
+        eprintln!("skipped: git is missing");
+        return;
+    }
+    assert_eq!(empty["bytes"], 0, "{empty}");
+    assert_eq!(empty["max_bytes"], 1024 * 1024 * 1024, "{empty}");
+    assert_eq!(empty["max_age_days"], 30, "{empty}");
+    let (a, mut events_a) = fx.session();
+    let (b, mut events_b) = fx.session();
+    for (session, events, turn) in [(&a, &mut events_a, 0), (&b, &mut events_b, 1)] {
+        let content = format!("{turn}").repeat(2_000);
+        fx.turn(
+            session,
+            events,
+            &format!("write {turn}"),
+            &[(
+                "c1",
+                "write_file",
+                json!({"path": format!("f{turn}.txt"), "content": content}),
+            )],
+        )
+        .await;
+    }
+    let before = fx.ok("undo_history", json!({"workspace": ws})).await;
+    assert!(before["bytes"].as_u64().unwrap() > 0, "{before}");
+
+    let after = fx.ok("clear_undo_history", json!({"workspace": ws})).await;
+    assert!(
+        after["bytes"].as_u64().unwrap() < before["bytes"].as_u64().unwrap(),
+        "{before} → {after}"
+    );
+    for session in [&a, &b] {
+        let changes = fx.ok("turn_changes", json!({"session_id": session})).await;
+        let turn = &changes["turns"][0];
+        assert_eq!(turn["pruned"], true, "{changes}");
+        let (code, message) = fx
+            .err(
+                "undo_turn",
+                json!({"session_id": session, "message_index": turn["message_index"]}),
+            )
+            .await;
+        assert!(message.contains("cleared"), "{code}: {message}");
+    }
+    // What the workspace holds now stays; the next turn is recorded and undone as before.
+    assert!(fx.get("f0.txt").is_some() && fx.get("f1.txt").is_some());
+    fx.turn(
+        &a,
+        &mut events_a,
+        "write again",
+        &[(
+            "c2",
+            "write_file",
+            json!({"path": "g.txt", "content": "new"}),
+        )],
+    )
+    .await;
+    let changes = fx.ok("turn_changes", json!({"session_id": a})).await;
+    let last = changes["turns"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["pruned"], false, "{changes}");
+    fx.ok(
+        "undo_turn",
+        json!({"session_id": a, "message_index": last["message_index"]}),
+    )
+    .await;
+    assert_eq!(fx.get("g.txt"), None);
+    assert!(fx.get("f0.txt").is_some(), "an earlier, cleared turn stays");
+}

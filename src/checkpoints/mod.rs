@@ -956,8 +956,24 @@ impl Checkpoints {
             shadow.prune()?;
             dropped.extend(round);
         }
+        self.note_pruned(shadow, &dropped)?;
+        tracing::info!(
+            workspace = %shadow.workspace.display(),
+            records = dropped.len() / 2,
+            "checkpoint store pruned to its bound"
+        );
+        Ok(dropped.len() / 2)
+    }
+
+    /// Each session whose records lost their trees says so in its records, up to the
+    /// newest one dropped (its turns then show as cleared and cannot be undone).
+    fn note_pruned(
+        &self,
+        shadow: &Shadow,
+        dropped: &[(u64, String, String)],
+    ) -> Result<(), CheckpointError> {
         let mut until: BTreeMap<String, u64> = BTreeMap::new();
-        for (stamp, session, _) in &dropped {
+        for (stamp, session, _) in dropped {
             let entry = until.entry(session.clone()).or_insert(0);
             *entry = (*entry).max(*stamp);
         }
@@ -971,12 +987,50 @@ impl Checkpoints {
                 },
             )?;
         }
-        tracing::info!(
-            workspace = %workspace,
-            records = dropped.len() / 2,
-            "checkpoint store pruned to its bound"
-        );
-        Ok(dropped.len() / 2)
+        Ok(())
+    }
+
+    /// Clears `workspace`'s undo history (Settings' "Clear"): every record's trees go and
+    /// each session's records say so; what the workspace holds now stays the base of the
+    /// next snapshot. `None` while a call is between its snapshots (its record would
+    /// lose its "before"): the person tries again a moment later. Returns how many
+    /// records lost their trees.
+    pub async fn clear(
+        self: &Arc<Self>,
+        workspace: &Path,
+    ) -> Result<Option<usize>, CheckpointError> {
+        self.check_on()?;
+        let shadow = self.shadow(workspace);
+        let guard = self.lock(&shadow).lock_owned().await;
+        if self.pinned(&shadow) {
+            return Ok(None);
+        }
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let _guard = guard;
+            let mut refs: Vec<(u64, String, String)> = shadow
+                .refs("refs/bh/")?
+                .into_iter()
+                .filter_map(|name| {
+                    parse_ref(&name).map(|(session, stamp)| (stamp, session, name))
+                })
+                .collect();
+            this.adopt(&shadow, &mut refs)?;
+            shadow.drop_refs(&refs.iter().map(|r| r.2.clone()).collect::<Vec<_>>())?;
+            if shadow.git_dir.join("HEAD").exists() {
+                shadow.prune()?;
+            }
+            this.note_pruned(&shadow, &refs)?;
+            tracing::info!(workspace = %shadow.workspace.display(), records = refs.len() / 2, "undo history cleared");
+            Ok(Some(refs.len() / 2))
+        })
+        .await
+        .map_err(|err| CheckpointError::Git(format!("clearing failed: {err}")))?
+    }
+
+    /// The store's bound, as the config sets it (Settings shows it beside the size).
+    pub fn store_limits(&self) -> StoreLimits {
+        self.limits()
     }
 
     /// Gives refs to this store's records that have none (see `maintain_blocking`);

@@ -33,6 +33,55 @@ pub(crate) async fn turn_changes(
     Ok(registry.shared.checkpoints.turn_changes(session_id).await?)
 }
 
+/// How much undo history a workspace keeps, against its bound (Settings).
+pub(crate) async fn undo_history(
+    shared: &crate::runtime::Shared,
+    workspace: &str,
+) -> Result<commands::UndoHistory, RuntimeError> {
+    let checkpoints = shared.checkpoints.clone();
+    let limits = checkpoints.store_limits();
+    if let Some(why) = checkpoints.off() {
+        return Ok(commands::UndoHistory {
+            workspace: workspace.to_string(),
+            bytes: 0,
+            max_bytes: limits.max_bytes,
+            max_age_days: limits.max_age.as_secs() / (24 * 3600),
+            off: Some(why.to_string()),
+        });
+    }
+    let path = std::path::PathBuf::from(workspace);
+    // `git count-objects`: a process, so off the async workers.
+    let bytes = tokio::task::spawn_blocking(move || checkpoints.store_bytes(&path))
+        .await
+        .map_err(|err| RuntimeError::Unavailable(format!("cannot measure: {err}")))??;
+    Ok(commands::UndoHistory {
+        workspace: workspace.to_string(),
+        bytes,
+        max_bytes: limits.max_bytes,
+        max_age_days: limits.max_age.as_secs() / (24 * 3600),
+        off: None,
+    })
+}
+
+/// Clears a workspace's undo history (Settings' "Clear"): its turns then say their
+/// history was cleared and cannot be undone. Refused (busy) while a change is being
+/// recorded there.
+pub(crate) async fn clear_undo_history(
+    shared: &crate::runtime::Shared,
+    workspace: &str,
+) -> Result<commands::UndoHistory, RuntimeError> {
+    let cleared = shared
+        .checkpoints
+        .clear(std::path::Path::new(workspace))
+        .await?;
+    if cleared.is_none() {
+        return Err(RuntimeError::Busy(format!(
+            "a change in {workspace} is being recorded now; clear its undo history once it is done"
+        )));
+    }
+    undo_history(shared, workspace).await
+}
+
 /// Undoes the changes of a session's turns from the person's message at
 /// `message_index` on (or previews that). Refused while the session runs.
 pub(crate) async fn undo_turn(

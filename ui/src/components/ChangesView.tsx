@@ -203,6 +203,11 @@ export function ChangesView(props: {
             {props.messageText?.(turn.message_index) && <span class="muted"> — {props.messageText(turn.message_index)!.slice(0, 80)}</span>}
             {turn.undone && <span class="badge" data-testid="turn-undone"> undone</span>}
           </header>
+          {turn.pruned && (
+            <div class="muted small" data-testid="turn-pruned">
+              This turn's undo history was cleared (Settings' Clear, or the store's bound: <code>checkpoints.max_store_mb</code>, <code>checkpoints.max_age_days</code>): its changes can no longer be shown or undone.
+            </div>
+          )}
           <FileList files={turn.files} testid="turn-files" />
           {turn.skipped.length > 0 && (
             <div class="muted small" data-testid="turn-skipped">
@@ -211,7 +216,7 @@ export function ChangesView(props: {
           )}
           {!props.child && (
             <div class="row">
-              <button type="button" disabled={busy || turn.undone} data-testid="turn-undo" onClick={() => void ask(turn.message_index, false)}>
+              <button type="button" disabled={busy || turn.undone || turn.pruned} data-testid="turn-undo" onClick={() => void ask(turn.message_index, false)}>
                 Undo changes
               </button>
               <button type="button" disabled={busy} data-testid="turn-rewind" onClick={() => void ask(turn.message_index, true)}>

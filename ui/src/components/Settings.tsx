@@ -5,6 +5,7 @@ import { ErrorBox } from './ErrorBox';
 import { ModelServers } from './ModelServers';
 import { McpServers } from './McpServers';
 import { SkillsList } from './SkillsList';
+import { UndoHistory } from './UndoHistory';
 
 export interface ProviderForm {
   kind: 'openai' | 'anthropic';
@@ -273,6 +274,7 @@ export function Settings(props: {
         )}
         {!props.welcome && <McpServers platform={platform} workspace={props.workspace ?? null} />}
         {!props.welcome && <SkillsList platform={platform} workspace={props.workspace ?? null} />}
+        {!props.welcome && <UndoHistory platform={platform} workspace={props.workspace ?? null} />}
         {form && (
           <form
             class="settings-form"
