@@ -9,6 +9,18 @@ import { ErrorBox } from './ErrorBox';
 let attachmentSeq = 0;
 
 /**
+ * What was typed and attached but not sent, per composer (`draftKey`: a session id, or
+ * `new` for a conversation not started yet), kept while the window lives: switching
+ * sessions keeps each one's text with it, and never shows it in another's (E8).
+ */
+const unsent = new Map<string, { text: string; attachments: Attachment[] }>();
+
+/** Forgets every unsent text (tests mount a fresh app each time). */
+export function forgetUnsent(): void {
+  unsent.clear();
+}
+
+/**
  * The prompt: Enter sends, Shift+Enter is a new line, Esc stops; `/` commands, `@` files.
  * Pasted or dropped images become attachments sent with the next message; dropped text files
  * are inserted as fenced code blocks.
@@ -23,6 +35,13 @@ export function Composer(props: {
   autoFocus?: boolean;
   /** Text (and images, removable) to put in the composer (edit and resend); a new object each time. */
   draft?: { text: string; images?: ImagePart[] } | null;
+  /** The draft was put in the composer: the owner drops it, so it is applied once only. */
+  onDraftTaken?: () => void;
+  /**
+   * Whose composer this is (a session id, or `new`): unsent text is kept under it. The owner
+   * gives each key its own composer (`key={draftKey}`).
+   */
+  draftKey?: string;
   commands?: SlashCommand[];
   /** Runs a command; a returned promise that fails shows its error here, a string it gives shows as a note. */
   onCommand?: (name: string, arg: string) => void | Promise<void | string>;
@@ -33,7 +52,8 @@ export function Composer(props: {
   /** Shown under the text field (the model picker). */
   extra?: ComponentChildren;
 }) {
-  const [text, setText] = useState('');
+  const kept = props.draftKey ? unsent.get(props.draftKey) : undefined;
+  const [text, setText] = useState(kept?.text ?? '');
   const [sending, setSending] = useState(false);
   const [stopping, setStopping] = useState(false);
   const [error, setError] = useState<{ message: string; retry?: () => void } | null>(null);
@@ -43,7 +63,7 @@ export function Composer(props: {
   /** The `$skill` being typed, with where it starts (skills complete like files). */
   const [dollar, setDollar] = useState<{ query: string; start: number } | null>(null);
   const mentionSeq = useRef(0);
-  const [attachments, setAttachments] = useState<Attachment[]>([]);
+  const [attachments, setAttachments] = useState<Attachment[]>(kept?.attachments ?? []);
   const attached = useRef(0);
   attached.current = attachments.length;
   /** Why pasted or dropped files were refused or cut (shown until dismissed or sent). */
@@ -59,7 +79,15 @@ export function Composer(props: {
     const images = props.draft.images ?? [];
     setAttachments(images.map((image, k) => ({ id: `a${++attachmentSeq}`, name: `image ${k + 1}`, image })));
     area.current?.focus();
+    props.onDraftTaken?.();
   }, [props.draft]);
+
+  // Keep what is typed with its session (read back when its composer is shown again).
+  useEffect(() => {
+    if (!props.draftKey) return;
+    if (text || attachments.length) unsent.set(props.draftKey, { text, attachments });
+    else unsent.delete(props.draftKey);
+  }, [text, attachments, props.draftKey]);
 
   const commands = props.commands ?? [];
   const query = slashQuery(text);
@@ -259,8 +287,11 @@ export function Composer(props: {
     if (slash && named) return runCommand(named.name, slash.arg);
     setSending(true);
     setError(null);
+    const key = props.draftKey;
     try {
       await props.onSend(content, images);
+      // Sent: its composer may be gone already (a new conversation's), its text must go too.
+      if (key && unsent.get(key)?.text === content) unsent.delete(key);
       setText((current) => (current === content ? '' : current));
       const sent = new Set(images);
       setAttachments((list) => list.filter((a) => !sent.has(a.image)));

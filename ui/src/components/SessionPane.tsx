@@ -290,6 +290,7 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
       {canMessage && (
         <Composer
           key={tab.sessionId}
+          draftKey={tab.sessionId}
           running={!!t?.running}
           onSend={(text, images) => model.submitToChild(tab.sessionId, text, images)}
           onStop={() => model.cancel(tab.sessionId)}
@@ -334,7 +335,8 @@ export function SessionPane(props: {
   const [tab, setTab] = useState<string>('main');
   const [resuming, setResuming] = useState(false);
   const [resumeError, setResumeError] = useState<string | null>(null);
-  const [draft, setDraft] = useState<{ text: string; images?: ImagePart[] } | null>(null);
+  // A draft to put in a composer (Edit, Rewind, Fork), for the session it was made for (E8).
+  const [draft, setDraft] = useState<{ for: string | null; text: string; images?: ImagePart[] } | null>(null);
   // The model picker: the session's choice (from the list), or one made before it exists.
   const [chosen, setChosen] = useState<{ provider: string | null } | null>(null);
   const [pickError, setPickError] = useState<string | null>(null);
@@ -551,7 +553,7 @@ export function SessionPane(props: {
             <p>Ask the agent about the files in this workspace. It can delegate pieces of work to sub-agents that run in their own tabs.</p>
           </div>
         </div>
-        <Composer running={false} onSend={sendTyped} onStop={async () => undefined} autoFocus {...composerProps} />
+        <Composer key="new" draftKey="new" running={false} onSend={sendTyped} onStop={async () => undefined} autoFocus {...composerProps} />
       </div>
     );
   }
@@ -635,7 +637,7 @@ export function SessionPane(props: {
           sessionId={model.sessionId}
           messageText={(i) => main.messages?.[i - (main.first ?? 0)]?.content ?? undefined}
           onForked={(forked) => {
-            setDraft({ text: forked.draft, images: forked.draft_images ?? [] });
+            setDraft({ for: forked.session.session_id, text: forked.draft, images: forked.draft_images ?? [] });
             callbacks.current.onCreated(forked.session.session_id);
           }}
         />
@@ -683,14 +685,14 @@ export function SessionPane(props: {
             key={model.sessionId}
             onRetry={(text, images) => model.submit(text, images)}
             onOpenSettings={props.onOpenSettings}
-            onEdit={(text, images) => setDraft({ text, images })}
+            onEdit={(text, images) => setDraft({ for: model.sessionId, text, images })}
             onLoadEarlier={() => model.loadEarlier(model.sessionId)}
             onFork={(index) =>
               void platform
                 .invoke('fork_session', { session_id: model.sessionId, message_index: index, rewind: false })
                 .then((forked) => {
                   // The message's images come back too (removable), as Edit does.
-                  setDraft({ text: forked.draft, images: forked.draft_images ?? [] });
+                  setDraft({ for: forked.session.session_id, text: forked.draft, images: forked.draft_images ?? [] });
                   callbacks.current.onCreated(forked.session.session_id);
                 })
                 .catch((err) => setForkError(`Cannot fork: ${toCommandError(err).message}`))
@@ -712,7 +714,17 @@ export function SessionPane(props: {
             onResumeAll={() => model.steerAll()}
             onDiscard={(id) => model.discard(id)}
           />
-          <Composer running={state.running} onSend={sendTyped} onStop={() => model.cancel()} autoFocus draft={draft} {...composerProps} />
+          <Composer
+            key={model.sessionId}
+            draftKey={model.sessionId}
+            running={state.running}
+            onSend={sendTyped}
+            onStop={() => model.cancel()}
+            autoFocus
+            draft={draft?.for === model.sessionId ? draft : null}
+            onDraftTaken={() => setDraft(null)}
+            {...composerProps}
+          />
         </>
       )}
     </div>
