@@ -12,6 +12,8 @@ import { PlatformContext } from './context';
 import { FolderDialog } from './FolderDialog';
 import { Inbox } from './Inbox';
 import { QuitConfirm } from './QuitConfirm';
+import { QuickSwitcher } from './QuickSwitcher';
+import { focusComposer } from './focus';
 import { SessionPane, type PaneStats } from './SessionPane';
 import { Settings } from './Settings';
 import { Sidebar } from './Sidebar';
@@ -50,6 +52,8 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   /** Whether a provider is configured: from the host, null when nobody can tell. */
   const [configured, setConfigured] = useState<boolean | null>(null);
   const [inbox, setInbox] = useState(false);
+  /** The Ctrl+K session switcher, open. */
+  const [switcher, setSwitcher] = useState(false);
   const [setupDeclined, setSetupDeclined] = useState(false);
   // Session tools the backend may not have yet: a command it does not know hides its control.
   const [tools, setTools] = useState({ rename: true, archive: true, search: true });
@@ -253,6 +257,42 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     if (root !== sessionId) attention.seen(root, sessionId);
   };
 
+  // Window keys (E17): Ctrl+N a new conversation, Ctrl+K the session switcher, Ctrl+,
+  // Settings (the pane has Ctrl+Tab and Ctrl+1…9 for its tabs). Not while a dialog is open.
+  const keys = useRef({ open: false, newSession: () => undefined as void, settings: () => undefined as void });
+  keys.current = {
+    open: Boolean(workspace && !booting),
+    newSession: () => {
+      select(null);
+      setFocusTab(null);
+    },
+    settings: () => setSettings('open'),
+  };
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      if (!(e.ctrlKey || e.metaKey) || e.altKey || e.defaultPrevented) return;
+      if (document.querySelector('.overlay') || !keys.current.open) return;
+      const k = e.key.toLowerCase();
+      if (k === 'n' && !e.shiftKey) {
+        e.preventDefault();
+        keys.current.newSession();
+      } else if (k === 'k' && !e.shiftKey) {
+        e.preventDefault();
+        setSwitcher(true);
+      } else if (e.key === ',') {
+        e.preventDefault();
+        keys.current.settings();
+      }
+    };
+    window.addEventListener('keydown', onKey);
+    return () => window.removeEventListener('keydown', onKey);
+  }, []);
+  // A dialog closed: focus goes back to the composer, unless it went somewhere on purpose (E16).
+  const dialogOpen = Boolean(settings || inbox || switcher || folderDialog || linked);
+  useEffect(() => {
+    if (!dialogOpen) focusComposer(true);
+  }, [dialogOpen]);
+
   const remove = async (s: SessionInfo) => {
     try {
       const args: SessionRef = { session_id: s.session_id };
@@ -448,6 +488,17 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
               goTo(id);
             }}
             onClose={() => setInbox(false)}
+          />
+        )}
+        {switcher && (
+          <QuickSwitcher
+            sessions={sessions}
+            selected={selected}
+            onOpen={(id) => {
+              setSwitcher(false);
+              goTo(id);
+            }}
+            onClose={() => setSwitcher(false)}
           />
         )}
         {linked && (

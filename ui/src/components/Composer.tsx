@@ -59,6 +59,8 @@ export function Composer(props: {
   const [error, setError] = useState<{ message: string; retry?: () => void } | null>(null);
   const area = useRef<HTMLTextAreaElement>(null);
   const [choice, setChoice] = useState(0);
+  /** The person moved the menu's highlight with the arrows (Enter then picks it). */
+  const [moved, setMoved] = useState(false);
   const [mention, setMention] = useState<{ query: string; start: number; files: string[] } | null>(null);
   /** The `$skill` being typed, with where it starts (skills complete like files). */
   const [dollar, setDollar] = useState<{ query: string; start: number } | null>(null);
@@ -319,10 +321,12 @@ export function Composer(props: {
     if (menu.length && (e.key === 'ArrowDown' || e.key === 'ArrowUp')) {
       e.preventDefault();
       setChoice((c) => (c + (e.key === 'ArrowDown' ? 1 : menu.length - 1)) % menu.length);
+      setMoved(true);
       return;
     }
-    // `/agent ` + Enter runs it as typed (lists the profiles) rather than picking the first name.
-    const bareArg = argCommand && !typingArg?.query && e.key === 'Enter';
+    // `/agent ` + Enter runs it as typed (lists the profiles) rather than picking the first
+    // name, unless the person highlighted one with the arrows: Enter chooses that (E17).
+    const bareArg = argCommand && !typingArg?.query && e.key === 'Enter' && !moved;
     if (menu.length && !bareArg && (e.key === 'Tab' || (e.key === 'Enter' && !e.shiftKey && !e.isComposing))) {
       const item = menu[Math.min(choice, menu.length - 1)];
       e.preventDefault();
@@ -416,6 +420,7 @@ export function Composer(props: {
             const el = e.target as HTMLTextAreaElement;
             setText(el.value);
             setChoice(0);
+            setMoved(false);
             updateMention(el.value, el.selectionStart ?? el.value.length);
             setDollar(skillAt(el.value, el.selectionStart ?? el.value.length));
           }}

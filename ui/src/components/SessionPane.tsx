@@ -21,6 +21,7 @@ import { Progress } from './Progress';
 import { Icon, type IconName } from './Icon';
 import { NeedsBadge } from './Sidebar';
 import { Meter } from './StatusLine';
+import { focusComposer } from './focus';
 import { namesSkill, type SlashCommand } from '../commands';
 import type { SkillCatalog } from '../bindings/SkillCatalog';
 import type { ListSkills } from '../bindings/ListSkills';
@@ -399,6 +400,36 @@ export function SessionPane(props: {
     window.addEventListener('keydown', onKey);
     return () => window.removeEventListener('keydown', onKey);
   }, [model]);
+
+  // Ctrl+Tab / Ctrl+Shift+Tab go round the tabs, Ctrl+1…8 open the nth, Ctrl+9 the last (E17).
+  const tabOrder = useRef<string[]>(['main']);
+  tabOrder.current = model && state ? ['main', 'changes', ...state.children.map((c) => c.sessionId)] : ['main'];
+  const tabNow = useRef(tab);
+  tabNow.current = tab;
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      if (!(e.ctrlKey || e.metaKey) || e.altKey || e.defaultPrevented || document.querySelector('.overlay')) return;
+      const order = tabOrder.current;
+      if (order.length < 2) return;
+      const at = Math.max(0, order.indexOf(tabNow.current));
+      let next: string | undefined;
+      if (e.key === 'Tab') next = order[(at + (e.shiftKey ? order.length - 1 : 1)) % order.length];
+      else if (/^[1-9]$/.test(e.key) && !e.shiftKey) next = e.key === '9' ? order[order.length - 1] : order[Number(e.key) - 1];
+      else return;
+      e.preventDefault();
+      if (!next) return;
+      setTab(next);
+      // The tab's composer (its own, or none) takes the keys next.
+      requestAnimationFrame(() => focusComposer(false));
+    };
+    window.addEventListener('keydown', onKey);
+    return () => window.removeEventListener('keydown', onKey);
+  }, []);
+  // The last approval decided: the dock is gone, and focus with it; the composer takes it (E16).
+  const approvalsWaiting = state?.approvals.length ?? 0;
+  useEffect(() => {
+    if (approvalsWaiting === 0) focusComposer(true);
+  }, [approvalsWaiting]);
 
   const sessionInfo = props.sessions.find((s) => s.session_id === sessionId);
   const current = chosen ? chosen.provider : (sessionInfo?.provider ?? null);
