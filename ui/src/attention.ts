@@ -1,11 +1,12 @@
 // The hook over the pure attention state of model.ts: one background feed per live
 // top-level session (the selected one's events come from its SessionModel instead),
-// OS notifications while the window is not focused, the window title and the close guard.
+// OS notifications while the window is not focused and the window title. The close guard
+// follows the live states (status.ts), in App.
 
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import type { Event as WireEvent } from './bindings/Event';
 import type { SessionInfo } from './bindings/SessionInfo';
-import { acknowledge, emptyRoot, reduceRoot, rootsToWatch, summarize, windowTitle, type Alert, type AttentionSummary, type RootAttention } from './model';
+import { acknowledge, emptyRoot, forgetSession, reduceRoot, rootsToWatch, summarize, windowTitle, type Alert, type AttentionSummary, type RootAttention } from './model';
 import type { Platform } from './platform';
 
 /**
@@ -22,6 +23,10 @@ export interface Attention {
   feed: (rootId: string, event: WireEvent) => void;
   /** The person looked at a session: its failure stops asking for attention. */
   seen: (rootId: string, sessionId: string) => void;
+  /** The trees whose events the window hears (status.ts's `liveStates` reads them). */
+  roots: RootAttention[];
+  /** A session was deleted: no tree counts it any more. */
+  forget: (sessionId: string) => void;
 }
 
 export function useAttention(
@@ -74,6 +79,22 @@ export function useAttention(
     setRoots(rootsRef.current);
   }, []);
 
+  const forget = useCallback((sessionId: string) => {
+    let changed = false;
+    const next: Record<string, RootAttention> = {};
+    for (const [id, root] of Object.entries(rootsRef.current)) {
+      if (id === sessionId) {
+        changed = true;
+        continue;
+      }
+      next[id] = forgetSession(root, sessionId);
+      if (next[id] !== root) changed = true;
+    }
+    if (!changed) return;
+    rootsRef.current = next;
+    setRoots(next);
+  }, []);
+
   // Background feeds follow the list: live trees other than the selected one.
   const watch = rootsToWatch(sessions, selected, feedLimit(platform)).join('\n');
   useEffect(() => {
@@ -115,14 +136,11 @@ export function useAttention(
     }
   }, [known, selected]);
 
-  const summary = useMemo(() => summarize(Object.values(roots)), [roots]);
+  const list = useMemo(() => Object.values(roots), [roots]);
+  const summary = useMemo(() => summarize(list), [list]);
 
   useEffect(() => {
     platform.setTitle?.(windowTitle(summary.count));
   }, [platform, summary.count]);
-  useEffect(() => {
-    platform.setCloseGuard?.(summary.running > 0);
-  }, [platform, summary.running > 0]);
-
-  return { summary, feed, seen };
+  return { summary, feed, seen, roots: list, forget };
 }

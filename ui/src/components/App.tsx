@@ -1,4 +1,4 @@
-import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import type { ListSessions } from '../bindings/ListSessions';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionRef } from '../bindings/SessionRef';
@@ -19,6 +19,7 @@ import { Settings } from './Settings';
 import { Sidebar } from './Sidebar';
 import { StatusLine } from './StatusLine';
 import { applyListEvent } from '../sessionlist';
+import { countStates, liveStates } from '../status';
 import { treeModels } from '../usage';
 import { WorkspacePicker } from './WorkspacePicker';
 
@@ -71,7 +72,16 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     await platform.invoke('compact', args);
   };
   const attention = useAttention(platform, sessions, selected, () => refreshSoonRef.current());
+  const forgetRef = useRef(attention.forget);
+  forgetRef.current = attention.forget;
   const refreshSoonRef = useRef<() => void>(() => undefined);
+  // One live state per session: every indicator and count reads this (E4, E5).
+  const states = useMemo(() => liveStates(sessions, attention.roots), [sessions, attention.roots]);
+  const counts = countStates(states);
+  const busy = counts.running + counts.waiting;
+  useEffect(() => {
+    platform.setCloseGuard?.(busy > 0);
+  }, [platform, busy > 0]);
 
   const remember = (next: UiState) => {
     uiState.current = next;
@@ -103,6 +113,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     listFeedLive.current = true;
     const stop = platform.subscribeSessions(ws, (event) => {
       if (workspaceRef.current !== ws) return;
+      if (event.type === 'removed') forgetRef.current(event.session_id);
       setSessions((list) => applyListEvent(list, event));
       setListError(null);
     });
@@ -297,6 +308,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     try {
       const args: SessionRef = { session_id: s.session_id };
       await platform.invoke('delete_session', args);
+      attention.forget(s.session_id);
       if (selected === s.session_id) select(null);
       void loadSessions();
     } catch (err) {
@@ -345,6 +357,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
           error={listError?.message ?? pickError}
           needs={attention.summary.sessions}
           needCount={attention.summary.count}
+          states={states}
           onInbox={() => setInbox(true)}
           onRename={
             tools.rename
@@ -456,6 +469,8 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             onEvent={attention.feed}
             onTabSeen={(root, id) => attention.seen(root, id)}
             needs={attention.summary.sessions}
+            states={states}
+            onSessionDeleted={attention.forget}
             needsSetup={needsSetup}
             onOpenSettings={() => setSettings(needsSetup ? 'welcome' : 'open')}
             onNew={() => select(null)}
@@ -473,7 +488,8 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
           config={configured === false ? null : config}
           treeTokens={selected ? stats?.treeTokens ?? null : null}
           models={selected ? treeModels(sessions, selected) : []}
-          runs={Math.max(attention.summary.running, selected ? stats?.runs ?? 0 : 0)}
+          runs={counts.running}
+          waiting={counts.waiting}
           transport={transport}
           context={selected ? stats?.context ?? null : null}
           instructions={selected ? stats?.instructions ?? [] : []}
@@ -549,7 +565,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             }}
           />
         )}
-        <QuitConfirm platform={platform} running={attention.summary.running} />
+        <QuitConfirm platform={platform} running={busy} />
         <ContextMenu platform={platform} />
         {settings && (
           <Settings

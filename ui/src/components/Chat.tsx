@@ -12,6 +12,7 @@ import { ToolCard } from './ToolCard';
 import { CopyButton } from './CopyButton';
 import { Icon } from './Icon';
 import { formatTokens } from '../util';
+import type { LiveState } from '../status';
 
 /** Where each session's chat was scrolled, so switching sessions keeps each one's place. */
 const positions = new Map<string, { top: number; stick: boolean; start?: number | null }>();
@@ -273,6 +274,8 @@ export function Chat(props: {
   onLoadEarlier?: () => Promise<void>;
   /** Task ids of sub-agents the person deleted (their cards say "deleted"). */
   deleted?: string[];
+  /** The children's live states by session id (status.ts): their `sub_agent` cards say it. */
+  childStates?: Record<string, LiveState>;
 }) {
   const { transcript: t } = props;
   const statuses = props.statuses ?? NO_STATUSES;
@@ -509,6 +512,7 @@ export function Chat(props: {
               live={t.tools[call.id]}
               result={results.get(call.id)}
               child={call.name === 'sub_agent' ? props.tabs.find((c) => c.taskId === call.id) : undefined}
+              childStates={props.childStates}
               reported={reported.has(call.id)}
               deleted={props.deleted?.includes(call.id)}
               onOpenChild={props.onOpenChild}
@@ -534,7 +538,7 @@ export function Chat(props: {
   t.notes.filter((n) => n.at > end).forEach((n, k) => items.push(note(n, `x${k}`)));
   return { items, titles };
     // Everything the rows show; callbacks are read through `handlers` when used.
-  }, [t.messages, t.first, t.notes, t.compactions, t.tools, t.running, t.status, statuses, props.tabs, props.deleted, from, canSend]);
+  }, [t.messages, t.first, t.notes, t.compactions, t.tools, t.running, t.status, statuses, props.tabs, props.deleted, props.childStates, from, canSend]);
   const titles = items.titles;
   const rows = items.items;
 

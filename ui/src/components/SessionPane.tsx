@@ -1,8 +1,7 @@
-import { useEffect, useLayoutEffect, useReducer, useRef, useState } from 'preact/hooks';
+import { useEffect, useLayoutEffect, useMemo, useReducer, useRef, useState } from 'preact/hooks';
 import type { CreateSession } from '../bindings/CreateSession';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionRef } from '../bindings/SessionRef';
-import type { SubagentState } from '../bindings/SubagentState';
 import type { ContextMeter } from '../bindings/ContextMeter';
 import type { InstructionFile } from '../bindings/InstructionFile';
 import type { Event as WireEvent } from '../bindings/Event';
@@ -18,10 +17,11 @@ import { ConfirmButton } from './ConfirmButton';
 import { ErrorBox } from './ErrorBox';
 import { PendingTray } from './PendingTray';
 import { Progress } from './Progress';
-import { Icon, type IconName } from './Icon';
+import { Icon } from './Icon';
 import { NeedsBadge } from './Sidebar';
 import { Meter } from './StatusLine';
 import { focusComposer } from './focus';
+import { childState, isActive, LIVE, rootState, type LiveState } from '../status';
 import { namesSkill, type SlashCommand } from '../commands';
 import type { SkillCatalog } from '../bindings/SkillCatalog';
 import type { ListSkills } from '../bindings/ListSkills';
@@ -41,21 +41,10 @@ export interface PaneStats {
   instructions: InstructionFile[];
 }
 
-const STATE_ICON: Record<SubagentState, IconName> = {
-  waiting_for_slot: 'waiting',
-  running: 'running',
-  done: 'done',
-  failed: 'failed',
-  cancelled: 'cancelled',
-};
-
-const STATE_LABEL: Record<SubagentState, string> = {
-  waiting_for_slot: 'waiting for a slot',
-  running: 'running',
-  done: 'done',
-  failed: 'failed',
-  cancelled: 'cancelled',
-};
+/** A child tab's state from the model alone (when the app gives no live state). */
+function tabState(tab: ChildTab, info: SessionInfo | undefined): LiveState {
+  return tab.interrupted ? 'interrupted' : childState({ sub: tab.state }, info);
+}
 
 /** The composer's slash commands; those the runtime cannot do yet show as "coming". */
 export const SLASH_COMMANDS: SlashCommand[] = [
@@ -184,8 +173,17 @@ function childTip(tab: ChildTab, info: SessionInfo | undefined, usage: Tokens, s
   return lines.join('\n');
 }
 
-function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionInfo; onDeleted: () => void; onSessionsChanged: () => void }) {
-  const { model, tab, info } = props;
+function ChildView(props: {
+  model: SessionModel;
+  tab: ChildTab;
+  /** Its live state (status.ts): the header, the notices and what can be done follow it. */
+  status: LiveState;
+  info?: SessionInfo;
+  onDeleted: () => void;
+  onSessionsChanged: () => void;
+  childStates: Record<string, LiveState>;
+}) {
+  const { model, tab, info, status } = props;
   const t = model.state.transcripts[tab.sessionId];
   const [error, setError] = useState<{ message: string; retry: () => void } | null>(null);
   const [busy, setBusy] = useState(false);
@@ -194,26 +192,29 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
   const usage = childTokens(model, info, tab.sessionId);
   const agent = agentLabel(info);
   const models = sessionModels(info);
-  const active = tab.state === 'running' || tab.state === 'waiting_for_slot';
+  const active = isActive(status);
+  const interrupted = status === 'interrupted';
 
   const act = async (run: () => Promise<void>) => {
     setBusy(true);
     setError(null);
     try {
       await run();
+      // The list says what the runtime stored (resumed, cancelled): the states follow it.
+      props.onSessionsChanged();
     } catch (err) {
       setError({ message: toCommandError(err).message, retry: () => void act(run) });
     } finally {
       setBusy(false);
     }
   };
-  const cancel = () => act(() => (tab.interrupted ? model.cancelInterrupted(tab.sessionId) : model.cancel(tab.sessionId)));
+  const cancel = () => act(() => (interrupted ? model.cancelInterrupted(tab.sessionId) : model.cancel(tab.sessionId)));
   const resume = () => act(() => model.resumeChild(tab.sessionId));
   const retry = () => act(() => model.submitToChild(tab.sessionId, FAILED_RETRY));
   // A finished or failed child takes a message typed into its tab: it runs again and reports again.
   // Done, failed, or stopped by the person: writing to it runs it again (the person's
   // message starts even a child the person stopped).
-  const canMessage = (tab.state === 'done' || tab.state === 'failed' || tab.state === 'cancelled') && !tab.interrupted;
+  const canMessage = status === 'done' || status === 'failed' || status === 'stopped';
   const remove = () =>
     void act(async () => {
       const args: SessionRef = { session_id: tab.sessionId };
@@ -225,8 +226,8 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
     <div class="child-view" data-testid="child-view" data-session-id={tab.sessionId}>
       <div class="child-head">
         <strong class="child-title">{tab.title}</strong>
-        <span class={`badge badge-${tab.state}`} data-testid="child-state" data-state={tab.state}>
-          {STATE_LABEL[tab.state]}
+        <span class={`badge status-${status}`} data-testid="child-state" data-state={status}>
+          <Icon name={LIVE[status].icon} /> {LIVE[status].label}
         </span>
         {agent && (
           <span class="child-agent" data-testid="child-agent" title="The sub-agent's profile and the model it ran on last">
@@ -241,7 +242,7 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
         <button type="button" aria-pressed={changes} data-testid="child-changes" onClick={() => setChanges(!changes)}>
           {changes ? 'Conversation' : 'Changes'}
         </button>
-        <button type="button" disabled={!(active || tab.interrupted) || busy} data-testid="child-cancel" onClick={() => void cancel()}>
+        <button type="button" disabled={!(active || interrupted) || busy} data-testid="child-cancel" onClick={() => void cancel()}>
           Cancel
         </button>
         <ConfirmButton
@@ -249,12 +250,12 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
           disabled={busy}
           testid="child-delete"
           label="Delete…"
-          confirmLabel={tab.state === 'done' || tab.state === 'failed' || tab.state === 'cancelled' ? 'Delete it' : 'Delete it (no report)'}
+          confirmLabel={canMessage ? 'Delete it' : 'Delete it (no report)'}
           title="Delete this sub-agent session and its history; its report will not be delivered"
           onConfirm={remove}
         />
       </div>
-      {tab.state === 'failed' && !tab.interrupted && (
+      {status === 'failed' && (
         <div class="notice" data-testid="child-failed">
           This sub-agent failed; its parent got the error as its report. Retry runs it again (it reports again to its parent),
           or write to it below.
@@ -263,7 +264,7 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
           </button>
         </div>
       )}
-      {tab.interrupted && (
+      {interrupted && (
         <div class="notice" data-testid="child-interrupted">
           This sub-agent was cut off when Bumblehive stopped. Resume it from where it was, or cancel it (its parent
           then gets an error report).
@@ -282,8 +283,9 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
           transcript={t}
           canSend={false}
           tabs={model.state.children}
+          childStates={props.childStates}
           footer={t.running ? <Progress transcript={t} approvals={model.state.approvals.filter((a) => a.session_id === tab.sessionId).length} /> : null}
-          empty={<div class="empty">{tab.state === 'waiting_for_slot' ? (tab.server ? `Waiting for a free slot on ${tab.server}…` : 'Waiting for a free slot…') : 'Nothing yet.'}</div>}
+          empty={<div class="empty">{status === 'waiting' ? (tab.server ? `Waiting for a free slot on ${tab.server}…` : 'Waiting for a free slot…') : 'Nothing yet.'}</div>}
         />
       ) : (
         <div class="empty">Loading…</div>
@@ -320,6 +322,10 @@ export function SessionPane(props: {
   /** The person opened a child's tab. */
   onTabSeen?: (rootId: string, sessionId: string) => void;
   needs?: Record<string, SessionNeeds>;
+  /** The live state of every session (status.ts), as the sidebar shows it. */
+  states?: Record<string, LiveState>;
+  /** A session was deleted here (a child's Delete). */
+  onSessionDeleted?: (sessionId: string) => void;
   /** No provider is configured: the first send opens the set-up instead. */
   needsSetup?: boolean;
   onOpenSettings?: () => void;
@@ -377,6 +383,17 @@ export function SessionPane(props: {
   }, [model, tab]);
 
   const state = useModelState(model);
+  // The children's live states, one object while they stay the same (the chat's rows are
+  // memoised on it).
+  const childKey = (state?.children ?? [])
+    .map((c) => `${c.sessionId}\n${props.states?.[c.sessionId] ?? tabState(c, props.sessions.find((s) => s.session_id === c.sessionId))}`)
+    .join('\n');
+  const childStates = useMemo(() => {
+    const parts = childKey ? childKey.split('\n') : [];
+    const out: Record<string, LiveState> = {};
+    for (let k = 0; k + 1 < parts.length; k += 2) out[parts[k]] = parts[k + 1] as LiveState;
+    return out;
+  }, [childKey]);
 
   useEffect(() => {
     if (model) model.mergeChildren(props.sessions);
@@ -590,7 +607,10 @@ export function SessionPane(props: {
   }
 
   const main = state.transcripts[model.sessionId];
-  const interrupted = state.children.filter((c) => c.interrupted);
+  const infoOf = (id: string) => props.sessions.find((s) => s.session_id === id);
+  const statusOf = (c: ChildTab): LiveState => props.states?.[c.sessionId] ?? tabState(c, infoOf(c.sessionId));
+  const rootStatus: LiveState = props.states?.[model.sessionId] ?? rootState({ running: state.running }, sessionInfo);
+  const interrupted = state.children.filter((c) => statusOf(c) === 'interrupted');
   const resumeAll = async () => {
     setResuming(true);
     setResumeError(null);
@@ -615,37 +635,42 @@ export function SessionPane(props: {
   return (
     <div class="session-pane" data-testid="session-pane" data-session-id={model.sessionId} data-running={state.running} data-paused={state.paused}>
       <div class="tabs" role="tablist">
-        <button type="button" role="tab" aria-selected={!childTab && !showChanges} class={`tab ${!childTab && !showChanges ? 'active' : ''}`} data-testid="tab-main" onClick={() => setTab('main')}>
+        <button
+          type="button"
+          role="tab"
+          aria-selected={!childTab && !showChanges}
+          class={`tab ${!childTab && !showChanges ? 'active' : ''}`}
+          data-testid="tab-main"
+          data-status={rootStatus}
+          onClick={() => setTab('main')}
+        >
           Main
-          {state.running && <span class="dot running" aria-label="running" />}
+          {isActive(rootStatus) && <span class={`dot status-${rootStatus}`} aria-label={LIVE[rootStatus].label} title={LIVE[rootStatus].label} />}
         </button>
         <button type="button" role="tab" aria-selected={showChanges} class={`tab ${showChanges ? 'active' : ''}`} data-testid="tab-changes" onClick={() => setTab('changes')}>
           Changes
         </button>
         {state.children.map((c) => {
-          const info = props.sessions.find((s) => s.session_id === c.sessionId);
+          const info = infoOf(c.sessionId);
           const agent = agentLabel(info);
-          const stateText = c.interrupted
-            ? 'interrupted'
-            : c.state === 'waiting_for_slot' && c.server
-              ? `waiting for a slot on ${c.server}`
-              : STATE_LABEL[c.state];
+          const live = statusOf(c);
+          const stateText = live === 'waiting' && c.server ? `waiting for a slot on ${c.server}` : LIVE[live].label;
           return (
           <button
             key={c.sessionId}
             type="button"
             role="tab"
             aria-selected={childTab?.sessionId === c.sessionId}
-            class={`tab child-tab state-${c.state} ${childTab?.sessionId === c.sessionId ? 'active' : ''}`}
+            class={`tab child-tab status-${live} ${childTab?.sessionId === c.sessionId ? 'active' : ''}`}
             data-testid="child-tab"
             data-title={c.title}
-            data-state={c.state}
+            data-state={live}
             data-session-id={c.sessionId}
             title={childTip(c, info, childTokens(model, info, c.sessionId), stateText)}
             onClick={() => setTab(c.sessionId)}
           >
             <span class="tab-icon">
-              <Icon name={c.interrupted ? 'paused' : STATE_ICON[c.state]} />
+              <Icon name={LIVE[live].icon} />
             </span>
             <span class="tab-title">{c.title}</span>
             {agent && (
@@ -677,11 +702,14 @@ export function SessionPane(props: {
           <ChildView
             model={model}
             tab={childTab}
-            info={props.sessions.find((s) => s.session_id === childTab.sessionId)}
+            status={statusOf(childTab)}
+            childStates={childStates}
+            info={infoOf(childTab.sessionId)}
             onSessionsChanged={props.onSessionsChanged}
             onDeleted={() => {
               setTab('main');
               model.removeChild(childTab.sessionId);
+              props.onSessionDeleted?.(childTab.sessionId);
               props.onSessionsChanged();
             }}
           />
@@ -732,6 +760,7 @@ export function SessionPane(props: {
             statuses={state.statuses}
             inflight={state.inflight}
             tabs={state.children}
+            childStates={childStates}
             onOpenChild={(id) => setTab(id)}
             deleted={state.deleted}
             footer={state.running || main.running ? <Progress transcript={main} approvals={state.approvals.length} /> : null}

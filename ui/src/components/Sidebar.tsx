@@ -4,14 +4,12 @@ import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionNeeds } from '../model';
 import { agentLabel } from '../usage';
 import { basename, formatTokens } from '../util';
-import { Icon, type IconName } from './Icon';
+import { Icon } from './Icon';
+import { childState, LIVE, rootState, type LiveState } from '../status';
 
-/** A session's life state as an icon (SVG: font glyphs are boxes on plain font sets). */
-export function stateIcon(s: SessionInfo): { icon: IconName; label: string } {
-  if (s.interrupted) return { icon: 'failed', label: 'interrupted' };
-  if (s.state === 'running') return { icon: 'running', label: 'running' };
-  if (s.state === 'paused') return { icon: 'paused', label: s.parent_session_id ? 'stopped' : 'paused' };
-  return { icon: 'idle', label: 'idle' };
+/** A session's state from the list alone (when no live state is given). */
+export function listedState(s: SessionInfo): LiveState {
+  return s.parent_session_id ? childState({}, s) : rootState({}, s);
 }
 
 /** "2 approvals", "failed", "1 report": what a session's badge says. */
@@ -84,6 +82,8 @@ export function Sidebar(props: {
   onSettings: () => void;
   /** What needs the person, per session id. */
   needs?: Record<string, SessionNeeds>;
+  /** The live state of each session (status.ts): the icon and its word. */
+  states?: Record<string, LiveState>;
   needCount?: number;
   onInbox?: () => void;
   /** Session tools; each is hidden when the backend lacks its command (it rejects). */
@@ -140,7 +140,8 @@ export function Sidebar(props: {
     // A child shows its profile and the model it ran on last ("explore · qwen2.5-coder").
     const agent = depth > 0 ? agentLabel(s) : '';
     const own = Number(s.usage?.input_tokens ?? 0) + Number(s.usage?.output_tokens ?? 0);
-    const tip = depth > 0 ? [s.title, agent, `${formatTokens(own)} tokens`].filter(Boolean).join(' · ') : s.title;
+    const live = props.states?.[s.session_id] ?? listedState(s);
+    const tip = [s.title, LIVE[live].label, agent, depth > 0 ? `${formatTokens(own)} tokens` : ''].filter(Boolean).join(' · ');
     return (
       <li key={s.session_id}>
         <div
@@ -148,6 +149,7 @@ export function Sidebar(props: {
           data-testid="session-item"
           data-session-id={s.session_id}
           data-state={s.state}
+          data-status={live}
           data-parent-id={s.parent_session_id ?? undefined}
         >
           {editing?.id === s.session_id ? (
@@ -176,8 +178,8 @@ export function Sidebar(props: {
             </form>
           ) : (
           <button type="button" class="session-open" onClick={() => (depth === 0 ? props.onSelect(s.session_id) : props.onSelect(rootOf(s), s.session_id))} onDblClick={() => props.onRename && depth === 0 && setEditing({ id: s.session_id, title: s.title })} title={tip}>
-            <span class={`badge badge-${s.interrupted ? 'interrupted' : s.state}`} data-testid="session-state" data-state={stateIcon(s).label} title={stateIcon(s).label}>
-              <Icon name={stateIcon(s).icon} label={stateIcon(s).label} />
+            <span class={`badge status-${live}`} data-testid="session-state" data-state={live} title={LIVE[live].label}>
+              <Icon name={LIVE[live].icon} label={LIVE[live].label} />
             </span>
             {s.forked_from && (
               <span class="fork-mark muted" data-testid="fork-mark" title="A fork of the conversation above">
