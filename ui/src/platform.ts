@@ -93,8 +93,22 @@ export class CommandError extends Error {
   }
 }
 
-/** Turns whatever a transport rejected with into a `CommandError`. */
+/**
+ * An error's words for people: the runtime's error kinds ("invalid argument: …") are for
+ * programs (the `code` says them); the person reads what is wrong (E18).
+ */
+export function forPeople(message: string): string {
+  return message.replace(/\binvalid argument: /gi, '');
+}
+
+/** Turns whatever a transport rejected with into a `CommandError` (its message for people). */
 export function toCommandError(err: unknown, status?: number): CommandError {
+  const error = rawCommandError(err, status);
+  const text = forPeople(error.message);
+  return text === error.message ? error : new CommandError(error.code, text, error.status);
+}
+
+function rawCommandError(err: unknown, status?: number): CommandError {
   if (err instanceof CommandError) return err;
   let value: any = err;
   if (typeof value === 'string') {

@@ -276,6 +276,8 @@ export function Chat(props: {
   deleted?: string[];
   /** The children's live states by session id (status.ts): their `sub_agent` cards say it. */
   childStates?: Record<string, LiveState>;
+  /** Who wrote a user message (a child's tab: its parent's task, the parent, or the person). */
+  senderOf?: (message: Message, index: number) => string;
 }) {
   const { transcript: t } = props;
   const statuses = props.statuses ?? NO_STATUSES;
@@ -456,7 +458,7 @@ export function Chat(props: {
         items.push(
           <div key={key} class={`message user${mark.cls}`} data-testid="chat-message" data-role="user" data-summarised={mark.data} data-message-id={m.id ?? undefined}>
             <div class="message-head">
-              <span class="who">{canSend ? 'You' : 'Task from the parent agent'}</span>
+              <span class="who" data-testid="message-who">{props.senderOf ? props.senderOf(m, i) : canSend ? 'You' : 'Task from the parent agent'}</span>
               <StatusChip status={chipFor(i, m.id)} />
               <span class="spacer" />
               {i === lastUser && canSend && props.onEdit && !t.running && (

@@ -1,6 +1,7 @@
 import { useEffect, useLayoutEffect, useMemo, useReducer, useRef, useState } from 'preact/hooks';
 import type { CreateSession } from '../bindings/CreateSession';
 import type { SessionInfo } from '../bindings/SessionInfo';
+import type { Message } from '../bindings/Message';
 import type { SessionRef } from '../bindings/SessionRef';
 import type { ContextMeter } from '../bindings/ContextMeter';
 import type { InstructionFile } from '../bindings/InstructionFile';
@@ -215,6 +216,22 @@ function ChildView(props: {
   // Done, failed, or stopped by the person: writing to it runs it again (the person's
   // message starts even a child the person stopped).
   const canMessage = status === 'done' || status === 'failed' || status === 'stopped';
+  // Who wrote each of its messages: its task and its parent's `message_subagent`s come from
+  // the parent agent; anything else was typed here by the person (a follow-up, Retry) (E18).
+  const parentTranscript = model.state.transcripts[tab.parentSessionId ?? model.sessionId];
+  const fromParent = new Set<string>();
+  for (const m of parentTranscript?.messages ?? []) {
+    for (const call of m.tool_calls ?? []) {
+      const args = call.arguments as { task_id?: unknown; message?: unknown } | null;
+      if (call.name === 'message_subagent' && args?.task_id === tab.taskId && typeof args?.message === 'string') fromParent.add(args.message.trim());
+    }
+  }
+  const firstUser = t?.messages.findIndex((m) => m.role === 'user') ?? -1;
+  const senderOf = (m: Message, index: number): string => {
+    if (m.id?.startsWith('task:') || (t && index === t.first + firstUser && !m.id?.startsWith('msg-'))) return 'Task from the parent agent';
+    if (fromParent.has((m.content ?? '').trim())) return 'From the parent agent';
+    return 'You';
+  };
   const remove = () =>
     void act(async () => {
       const args: SessionRef = { session_id: tab.sessionId };
@@ -284,6 +301,7 @@ function ChildView(props: {
           canSend={false}
           tabs={model.state.children}
           childStates={props.childStates}
+          senderOf={senderOf}
           footer={t.running ? <Progress transcript={t} approvals={model.state.approvals.filter((a) => a.session_id === tab.sessionId).length} /> : null}
           empty={<div class="empty">{status === 'waiting' ? (tab.server ? `Waiting for a free slot on ${tab.server}…` : 'Waiting for a free slot…') : 'Nothing yet.'}</div>}
         />
