@@ -395,6 +395,10 @@ export function SessionPane(props: {
   useEffect(() => {
     if (model && tab !== 'main') callbacks.current.onTabSeen?.(model.sessionId, tab);
   }, [model, tab]);
+  // The open tab is scrolled into the strip's view (opened from a menu, a key, a card).
+  useEffect(() => {
+    (document.querySelector('.tabs [role="tab"][aria-selected="true"]') as HTMLElement | null)?.scrollIntoView?.({ block: 'nearest', inline: 'nearest' });
+  }, [tab]);
   // Only the shown chat's deltas re-render this pane (the others stream into the model).
   useLayoutEffect(() => {
     model?.setShown(tab === 'main' || tab === 'changes' ? [model.sessionId] : [tab]);
@@ -702,6 +706,24 @@ export function SessionPane(props: {
           </button>
           );
         })}
+        {state.children.length > 0 && (
+          <select
+            class="tab-menu"
+            data-testid="tab-menu"
+            aria-label="All tabs"
+            title="All tabs (the strip scrolls when they do not fit)"
+            value={childTab ? childTab.sessionId : showChanges ? 'changes' : 'main'}
+            onChange={(e) => setTab((e.target as HTMLSelectElement).value)}
+          >
+            <option value="main">Main</option>
+            <option value="changes">Changes</option>
+            {state.children.map((c) => (
+              <option key={c.sessionId} value={c.sessionId}>
+                {c.title} — {LIVE[statusOf(c)].label}
+              </option>
+            ))}
+          </select>
+        )}
       </div>
       {state.stream === 'reconnecting' && <div class="banner" data-testid="reconnecting">Connection lost; reconnecting…</div>}
       {showChanges ? (
