@@ -64,6 +64,9 @@ export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; 
 
   const who = approval.title ? `Sub-agent “${approval.title}”` : 'The agent';
   const hint = argumentHint(approval.arguments);
+  const always = approval.remember_label
+    ? approval.remember_label.charAt(0).toUpperCase() + approval.remember_label.slice(1)
+    : `Always allow ${approval.tool} in this session`;
   return (
     <div class="approval-dock">
       <div
@@ -135,10 +138,8 @@ export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; 
             Approve
           </button>
           {approval.rememberable && (
-            <button type="button" disabled={busy} data-testid="approval-always" onClick={() => void decide(true, true)}>
-              {approval.remember_label
-                ? approval.remember_label.charAt(0).toUpperCase() + approval.remember_label.slice(1)
-                : `Always allow ${approval.tool} in this session`}
+            <button type="button" class="approval-always" disabled={busy} data-testid="approval-always" title={always} onClick={() => void decide(true, true)}>
+              {always}
             </button>
           )}
           <button type="button" class="danger" disabled={busy} data-testid="approval-deny" onClick={() => void decide(false, false)}>

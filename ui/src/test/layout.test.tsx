@@ -83,3 +83,28 @@ describe('layout at usual widths (E15)', () => {
     expect(menu.value).toBe('c3');
   });
 });
+
+describe('the approval dock (E20)', () => {
+  it('a long "Always allow exactly …" wraps inside the dock, with the whole text in its tooltip', async () => {
+    const fake = workspacePlatform([info(P)]);
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    style = document.createElement('style');
+    style.textContent = css;
+    document.head.appendChild(style);
+    const command = `python3 -c "import urllib.request; print(urllib.request.urlopen('https://example.com/${'x'.repeat(200)}').read())"`;
+    const label = `always allow exactly \`${command}\` [network] in this session`;
+    await inAct(() =>
+      fake.emit(P, snapshot(P, { running: true }), {
+        type: 'approval_request', approval_id: 'a1', session_id: P, parent_session_id: null, title: null, tool: 'run_command',
+        arguments: { command }, rememberable: true, remember_label: label,
+      }),
+    );
+    const always = $(mounted.root, 'approval-always')!;
+    expect(always.title).toBe(`A${label.slice(1)}`);
+    const cs = getComputedStyle(always);
+    expect(cs.whiteSpace).toBe('normal');
+    expect(cs.maxWidth).toBe('100%');
+    expect(cs.overflowWrap || cs.getPropertyValue('overflow-wrap')).toBe('anywhere');
+  });
+});
