@@ -97,6 +97,12 @@ export function Sidebar(props: {
   const [query, setQuery] = useState('');
   const [found, setFound] = useState<SessionInfo[] | null>(null);
   const [showArchived, setShowArchived] = useState(false);
+  /** The session just archived: a toast offers to undo it for a while (E23). */
+  const [archived, setArchived] = useState<SessionInfo | null>(null);
+  const toastTimer = useRef<ReturnType<typeof setTimeout> | null>(null);
+  useEffect(() => () => {
+    if (toastTimer.current) clearTimeout(toastTimer.current);
+  }, []);
   const searchSeq = useRef(0);
   const search = useRef(props.onSearch);
   search.current = props.onSearch;
@@ -127,12 +133,15 @@ export function Sidebar(props: {
       setToolError(`Cannot rename: ${(err as Error).message ?? err}`);
     }
   };
-  const archive = async (s: SessionInfo, archived: boolean) => {
+  const archive = async (s: SessionInfo, archive: boolean) => {
     try {
-      await props.onArchive?.(s, archived);
+      await props.onArchive?.(s, archive);
       setToolError(null);
+      if (toastTimer.current) clearTimeout(toastTimer.current);
+      setArchived(archive ? s : null);
+      if (archive) toastTimer.current = setTimeout(() => setArchived(null), 10000);
     } catch (err) {
-      setToolError(`Cannot archive: ${(err as Error).message ?? err}`);
+      setToolError(`Cannot ${archive ? 'archive' : 'take it out of the archive'}: ${(err as Error).message ?? err}`);
     }
   };
   const renderNode = (node: Node, depth: number) => {
@@ -145,7 +154,8 @@ export function Sidebar(props: {
     return (
       <li key={s.session_id}>
         <div
-          class={`session-item depth-${Math.min(depth, 3)} ${s.forked_from ? 'forked' : ''} ${props.selected === s.session_id ? 'selected' : ''}`}
+          class={`session-item depth-${Math.min(depth, 3)} ${s.forked_from ? 'forked' : ''} ${props.selected === s.session_id ? 'selected' : ''} ${archivedOf(s) ? 'archived' : ''}`}
+          data-archived={archivedOf(s) ? 'true' : undefined}
           data-testid="session-item"
           data-session-id={s.session_id}
           data-state={s.state}
@@ -187,6 +197,11 @@ export function Sidebar(props: {
               </span>
             )}
             <span class="session-title">{s.title || 'Untitled'}</span>
+            {depth === 0 && archivedOf(s) && (
+              <span class="archived-mark muted" data-testid="archived-mark" title="Archived: hidden from the usual list">
+                archived
+              </span>
+            )}
             {agent && (
               <span class="session-agent muted" data-testid="session-agent">
                 {agent}
@@ -311,6 +326,16 @@ export function Sidebar(props: {
         <button type="button" class="link" data-testid="show-archived" onClick={() => setShowArchived(!showArchived)}>
           {showArchived ? 'Hide archived' : `Archived (${archivedCount})`}
         </button>
+      )}
+      {archived && (
+        <div class="toast" role="status" data-testid="archive-toast">
+          <span>
+            Archived “{archived.title || 'Untitled'}”.
+          </span>
+          <button type="button" class="link" data-testid="archive-undo" onClick={() => void archive(archived, false)}>
+            Undo
+          </button>
+        </div>
       )}
       <button type="button" class="quiet settings-button" data-testid="settings-button" onClick={props.onSettings}>
         <Icon name="gear" /> Settings
