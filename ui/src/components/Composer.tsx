@@ -58,6 +58,7 @@ export function Composer(props: {
   const [stopping, setStopping] = useState(false);
   const [error, setError] = useState<{ message: string; retry?: () => void } | null>(null);
   const area = useRef<HTMLTextAreaElement>(null);
+  const picker = useRef<HTMLInputElement>(null);
   const [choice, setChoice] = useState(0);
   /** The person moved the menu's highlight with the arrows (Enter then picks it). */
   const [moved, setMoved] = useState(false);
@@ -239,8 +240,15 @@ export function Composer(props: {
   };
 
   const onPaste = (e: ClipboardEvent) => {
-    // Pasted text goes into the field as usual; only images are taken here.
-    const files = Array.from(e.clipboardData?.files ?? []).filter((f) => f.type.startsWith('image/'));
+    // Pasted text goes into the field as usual; only images are taken here. Chromium lists
+    // a pasted screenshot in `files`; WebKitGTK may give it only as an item (E14).
+    let files = Array.from(e.clipboardData?.files ?? []).filter((f) => f.type.startsWith('image/'));
+    if (!files.length) {
+      files = Array.from(e.clipboardData?.items ?? [])
+        .filter((item) => item.kind === 'file' && item.type.startsWith('image/'))
+        .map((item) => item.getAsFile())
+        .filter((f): f is File => f != null);
+    }
     if (!files.length) return;
     e.preventDefault();
     // Taking the images stops the default paste: put any text that came with them in by hand.
@@ -428,6 +436,36 @@ export function Composer(props: {
           onPaste={onPaste}
         />
         <div class="composer-buttons">
+          {canAttach && (
+            <>
+              <button
+                type="button"
+                class="attach-button"
+                data-testid="attach-button"
+                title="Attach images (PNG, JPEG, GIF, WebP); you can also paste or drop them"
+                aria-label="Attach images"
+                disabled={props.disabled}
+                onClick={() => picker.current?.click()}
+              >
+                + Image
+              </button>
+              <input
+                ref={picker}
+                type="file"
+                accept="image/png,image/jpeg,image/gif,image/webp"
+                multiple
+                hidden
+                data-testid="attach-input"
+                onChange={(e) => {
+                  const input = e.target as HTMLInputElement;
+                  const files = Array.from(input.files ?? []);
+                  input.value = '';
+                  // Chosen files are checked like dropped ones: anything but an image is refused.
+                  if (files.length) void addFiles(files, true);
+                }}
+              />
+            </>
+          )}
           {props.extra}
           <button type="button" class="danger" data-testid="stop-button" disabled={!props.running || stopping} onClick={() => void stop()} title="Stop (Esc)">
             {stopping ? 'Stopping…' : 'Stop'}

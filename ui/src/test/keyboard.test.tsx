@@ -149,7 +149,7 @@ describe('focus rings (E17)', () => {
     try {
       const root = mounted.root;
       await inAct(() => fake.emit(P, snapshot(P, { subagents: [child(1)] as any, tree_usage: { input_tokens: 100, output_tokens: 35 } as any })));
-      const stops = Array.from(root.querySelectorAll('button:not(:disabled), select, textarea, input, [tabindex]:not([tabindex="-1"])')) as HTMLElement[];
+      const stops = Array.from(root.querySelectorAll('button:not(:disabled), select, textarea, input:not([hidden]), [tabindex]:not([tabindex="-1"])')) as HTMLElement[];
       const names = (el: HTMLElement) => el.dataset.testid ?? el.className ?? el.tagName;
       // The stops the review found without a ring are among them.
       expect(stops.some((el) => el.matches('.model-picker'))).toBe(true);
