@@ -36,7 +36,13 @@ export function useAttention(
   /** A background tree changed in a way the sessions list shows (refresh it). */
   onListChanged?: () => void,
   focused: () => boolean = () => document.hasFocus(),
+  /** Opens what a notification announced (its session, a child's tab: its approval docks there). */
+  open?: (sessionId: string) => void,
 ): Attention {
+  const openRef = useRef(open);
+  openRef.current = open;
+  /** The last notification sent while the window was not focused, not opened yet. */
+  const announced = useRef<Alert | null>(null);
   const listChanged = useRef(onListChanged);
   listChanged.current = onListChanged;
   const [roots, setRoots] = useState<Record<string, RootAttention>>({});
@@ -51,7 +57,11 @@ export function useAttention(
       if (!alerts.length || focused()) return;
       for (const alert of alerts) {
         const title = alert.kind === 'approval' ? 'Bumblehive needs your approval' : alert.kind === 'failed' ? 'Bumblehive: something failed' : 'Bumblehive: reports are in';
-        platform.notify?.(title, alert.text);
+        announced.current = alert;
+        platform.notify?.(title, alert.text, () => {
+          announced.current = null;
+          openRef.current?.(alert.sessionId);
+        });
       }
     },
     [platform],
@@ -138,6 +148,23 @@ export function useAttention(
 
   const list = useMemo(() => Object.values(roots), [roots]);
   const summary = useMemo(() => summarize(list), [list]);
+  const summaryRef = useRef(summary);
+  summaryRef.current = summary;
+
+  // Back in the window after a notification (its click focuses the window, or the person
+  // follows the taskbar's urgency hint): it opens what was announced, while it still waits
+  // (E21). The desktop's notification daemon does not tell the app about the click itself.
+  useEffect(() => {
+    const onFocus = () => {
+      const alert = announced.current;
+      announced.current = null;
+      if (!alert) return;
+      const still = alert.kind !== 'approval' || summaryRef.current.approvals.some((a) => a.session_id === alert.sessionId);
+      if (still) openRef.current?.(alert.sessionId);
+    };
+    window.addEventListener('focus', onFocus);
+    return () => window.removeEventListener('focus', onFocus);
+  }, []);
 
   useEffect(() => {
     platform.setTitle?.(windowTitle(summary.count));

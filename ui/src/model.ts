@@ -1287,6 +1287,8 @@ export function forgetSession(root: RootAttention, sessionId: string): RootAtten
 export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record<string, string> = {}): { root: RootAttention; alerts: Alert[] } {
   const alerts: Alert[] = [];
   const name = (id: string) => root.children[id]?.title ?? titles[id] ?? 'a session';
+  // Which conversation it is about, when the list knows its title (E21).
+  const where = titles[root.rootId] ? ` in “${titles[root.rootId]}”` : '';
   let next = root;
   switch (event.type) {
     case 'snapshot': {
@@ -1316,7 +1318,7 @@ export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record
       if (root.approvals.some((a) => a.approval_id === info.approval_id)) break;
       next = { ...root, approvals: [...root.approvals, info] };
       const who = info.session_id === root.rootId ? 'The agent' : `Sub-agent “${info.title ?? name(info.session_id)}”`;
-      alerts.push({ kind: 'approval', rootId: root.rootId, sessionId: info.session_id, text: `${who} asks to run ${info.tool}` });
+      alerts.push({ kind: 'approval', rootId: root.rootId, sessionId: info.session_id, text: `${who} asks to run ${info.tool}${where}` });
       break;
     }
     case 'approval_resolved':
@@ -1361,7 +1363,7 @@ export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record
           [event.session_id]: { state, title: known?.title ?? titles[event.session_id] ?? '', parent: known?.parent ?? null, taskId: known?.taskId ?? data.task_id ?? null },
         };
         next = { ...root, children, failed: state === 'failed' ? withFailed(root.failed, event.session_id) : root.failed };
-        if (state === 'failed') alerts.push({ kind: 'failed', rootId: root.rootId, sessionId: event.session_id, text: `Sub-agent “${name(event.session_id)}” failed` });
+        if (state === 'failed') alerts.push({ kind: 'failed', rootId: root.rootId, sessionId: event.session_id, text: `Sub-agent “${name(event.session_id)}” failed${where}` });
         const busy = Object.values(children).some((c) => c.state === 'running' || c.state === 'waiting_for_slot');
         const wasBusy = Object.values(root.children).some((c) => c.state === 'running' || c.state === 'waiting_for_slot');
         if ((state === 'done' || state === 'failed') && wasBusy && !busy) {

@@ -63,7 +63,11 @@ export interface Platform {
   /** Facts of the host: the home folder, whether the config names a provider. */
   hostInfo?(): Promise<HostInfo>;
   /** An OS notification (callers ask only while the window is not focused). */
-  notify?(title: string, body: string): void;
+  /**
+   * An OS notification. `onClick`: the person clicked it (where the platform can tell: the
+   * browser's; the desktop's daemon cannot, so the app opens it when the window is focused).
+   */
+  notify?(title: string, body: string, onClick?: () => void): void;
   setTitle?(title: string): void;
   /** While true, closing the window calls the `onCloseRequested` handler instead. */
   setCloseGuard?(active: boolean): void;
@@ -539,9 +543,15 @@ export function createWebPlatform(options: WebOptions = {}): Platform {
         /* private mode */
       }
     },
-    notify(title, body) {
+    notify(title, body, onClick) {
       const N = (globalThis as any).Notification;
-      if (N && N.permission === 'granted') new N(title, { body });
+      if (!N || N.permission !== 'granted') return;
+      const shown = new N(title, { body });
+      shown.onclick = () => {
+        globalThis.focus?.();
+        onClick?.();
+        shown.close?.();
+      };
     },
     setTitle(title) {
       if (globalThis.document) document.title = title;

@@ -71,7 +71,9 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     const args: SessionRef = { session_id: sessionId };
     await platform.invoke('compact', args);
   };
-  const attention = useAttention(platform, sessions, selected, () => refreshSoonRef.current());
+  // A notification clicked (or the window focused after one) opens what it announced.
+  const goToRef = useRef<(sessionId: string) => void>(() => undefined);
+  const attention = useAttention(platform, sessions, selected, () => refreshSoonRef.current(), undefined, (id) => goToRef.current(id));
   const forgetRef = useRef(attention.forget);
   forgetRef.current = attention.forget;
   const refreshSoonRef = useRef<() => void>(() => undefined);
@@ -303,6 +305,11 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   useEffect(() => {
     if (!dialogOpen) focusComposer(true);
   }, [dialogOpen]);
+
+  goToRef.current = (id) => {
+    setInbox(false);
+    goTo(id);
+  };
 
   const remove = async (s: SessionInfo) => {
     try {

@@ -29,7 +29,7 @@ describe('attention across sessions (pure)', () => {
       snapshot('p', { running: true, subagents: [{ task_id: 't', session_id: 'c', parent_session_id: 'p', title: 'Editor', state: 'running' }] }),
       approval('a1', 'c', { title: 'Editor' }),
     );
-    expect(alerts).toEqual([{ kind: 'approval', rootId: 'p', sessionId: 'c', text: 'Sub-agent “Editor” asks to run write_file' }]);
+    expect(alerts).toEqual([{ kind: 'approval', rootId: 'p', sessionId: 'c', text: 'Sub-agent “Editor” asks to run write_file in “Refactor”' }]);
     const s = summarize([root]);
     expect(s.count).toBe(1);
     expect(s.sessions.c).toEqual({ approvals: 1, failed: false, reports: 0 });
