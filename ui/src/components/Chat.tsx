@@ -13,6 +13,31 @@ import { CopyButton } from './CopyButton';
 import { Icon } from './Icon';
 import { formatTokens } from '../util';
 import type { LiveState } from '../status';
+import { splitMentions, typedText } from '../mentions';
+
+/**
+ * The person's message: the text as typed, and a chip per file its @-mentions carried to the
+ * model (a click shows the file as sent); the files are not pasted into the bubble (E12).
+ */
+function UserText(props: { content: string | null | undefined }) {
+  if (!props.content) return null;
+  const { text, files } = splitMentions(props.content);
+  return (
+    <>
+      {text ? <div class="plain">{text}</div> : null}
+      {files.length > 0 && (
+        <div class="mention-chips" data-testid="mention-chips">
+          {files.map((f) => (
+            <details key={f.path} class="mention-chip" data-testid="mention-chip" data-path={f.path}>
+              <summary title="Sent to the model with this message; click to see it">@{f.path}</summary>
+              <pre class="plain mention-body">{f.body}</pre>
+            </details>
+          ))}
+        </div>
+      )}
+    </>
+  );
+}
 
 /** Where each session's chat was scrolled, so switching sessions keeps each one's place. */
 const positions = new Map<string, { top: number; stick: boolean; start?: number | null }>();
@@ -408,7 +433,8 @@ export function Chat(props: {
     }
 
   const items: ComponentChildren[] = [];
-  const lastText = lastUserAt >= 0 ? (t.messages[lastUserAt].content ?? '') : '';
+  // As typed: the files its mentions carried are added again by the runtime (E12).
+  const lastText = lastUserAt >= 0 ? typedText(t.messages[lastUserAt].content ?? '') : '';
   const lastImages = lastUserAt >= 0 ? (t.messages[lastUserAt].images ?? []) : [];
   const note = (n: Note, key: string) => (
     <NoteView
@@ -462,7 +488,7 @@ export function Chat(props: {
               <StatusChip status={chipFor(i, m.id)} />
               <span class="spacer" />
               {i === lastUser && canSend && props.onEdit && !t.running && (
-                <button type="button" class="quiet icon-button" data-testid="edit-message" title="Edit and send again as a new message" aria-label="Edit and send again" onClick={() => props.onEdit?.(m.content ?? '', m.images ?? [])}>
+                <button type="button" class="quiet icon-button" data-testid="edit-message" title="Edit and send again as a new message" aria-label="Edit and send again" onClick={() => props.onEdit?.(typedText(m.content ?? ''), m.images ?? [])}>
                   <Icon name="edit" />
                 </button>
               )}
@@ -477,9 +503,9 @@ export function Chat(props: {
                   Fork
                 </button>
               )}
-              <CopyButton text={m.content ?? ''} />
+              <CopyButton text={typedText(m.content ?? '')} />
             </div>
-            {m.content ? <div class="plain">{m.content}</div> : null}
+            <UserText content={m.content} />
             <MessageImages images={m.images} />
           </div>,
         );

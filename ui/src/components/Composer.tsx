@@ -5,6 +5,7 @@ import { fencedBlock, fileKind, imageRefusal, imageSrc, isBinaryText, MAX_TEXT_C
 import type { ImagePart } from '../bindings/ImagePart';
 import { toCommandError } from '../platform';
 import { ErrorBox } from './ErrorBox';
+import { mentionedPaths } from '../mentions';
 
 let attachmentSeq = 0;
 
@@ -66,6 +67,8 @@ export function Composer(props: {
   /** The `$skill` being typed, with where it starts (skills complete like files). */
   const [dollar, setDollar] = useState<{ query: string; start: number } | null>(null);
   const mentionSeq = useRef(0);
+  /** Files chosen from the @ menu (or brought back by Edit): shown as chips while their @path stays. */
+  const [picked, setPicked] = useState<string[]>(() => (kept ? mentionedPaths(kept.text) : []));
   const [attachments, setAttachments] = useState<Attachment[]>(kept?.attachments ?? []);
   const attached = useRef(0);
   attached.current = attachments.length;
@@ -77,6 +80,7 @@ export function Composer(props: {
   useEffect(() => {
     if (!props.draft) return;
     setText(props.draft.text);
+    setPicked(mentionedPaths(props.draft.text));
     // The edited message's images come back as attachments (the person may remove them);
     // they replace what was attached, as the text replaces what was typed.
     const images = props.draft.images ?? [];
@@ -163,6 +167,7 @@ export function Composer(props: {
     if (!mention || !el) return;
     const next = insertMention(text, mention.start, el.selectionStart ?? text.length, path);
     setText(next.text);
+    setPicked((list) => (list.includes(path) ? list : [...list, path]));
     setMention(null);
     requestAnimationFrame(() => {
       el.focus();
@@ -289,6 +294,16 @@ export function Composer(props: {
     void addFiles(files, true);
   };
 
+  const inText = mentionedPaths(text);
+  const chips = picked.filter((p) => inText.includes(p));
+  /** Takes `@path` out of the text (its chip's ×). */
+  const dropMention = (path: string) => {
+    const escaped = path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    setText((current) => current.replace(new RegExp(`(^|\\s)@${escaped}(?=[\\s,.;:)!?]|$) ?`, 'g'), '$1'));
+    setPicked((list) => list.filter((p) => p !== path));
+    area.current?.focus();
+  };
+
   const send = async (content = text) => {
     const images = attachments.map((a) => a.image);
     if ((!content.trim() && !images.length) || sending || props.disabled) return;
@@ -391,6 +406,18 @@ export function Composer(props: {
                 ×
               </button>
             </div>
+          ))}
+        </div>
+      )}
+      {chips.length > 0 && (
+        <div class="mention-chips composer-mentions" data-testid="composer-mentions" title="These files go to the model with the message; the chat shows them as chips">
+          {chips.map((p) => (
+            <span key={p} class="mention-chip" data-testid="composer-mention" data-path={p}>
+              @{p}
+              <button type="button" class="quiet mention-remove" aria-label={`Remove @${p}`} title={`Remove @${p}`} onClick={() => dropMention(p)}>
+                ×
+              </button>
+            </span>
           ))}
         </div>
       )}

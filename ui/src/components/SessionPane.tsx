@@ -22,6 +22,7 @@ import { Icon } from './Icon';
 import { NeedsBadge } from './Sidebar';
 import { Meter } from './StatusLine';
 import { focusComposer } from './focus';
+import { typedText } from '../mentions';
 import { childState, isActive, LIVE, rootState, type LiveState } from '../status';
 import { namesSkill, type SlashCommand } from '../commands';
 import type { SkillCatalog } from '../bindings/SkillCatalog';
@@ -733,7 +734,7 @@ export function SessionPane(props: {
           sessionId={model.sessionId}
           messageText={(i) => main.messages?.[i - (main.first ?? 0)]?.content ?? undefined}
           onForked={(forked) => {
-            setDraft({ for: forked.session.session_id, text: forked.draft, images: forked.draft_images ?? [] });
+            setDraft({ for: forked.session.session_id, text: typedText(forked.draft), images: forked.draft_images ?? [] });
             callbacks.current.onCreated(forked.session.session_id);
           }}
         />
@@ -791,7 +792,7 @@ export function SessionPane(props: {
                 .invoke('fork_session', { session_id: model.sessionId, message_index: index, rewind: false })
                 .then((forked) => {
                   // The message's images come back too (removable), as Edit does.
-                  setDraft({ for: forked.session.session_id, text: forked.draft, images: forked.draft_images ?? [] });
+                  setDraft({ for: forked.session.session_id, text: typedText(forked.draft), images: forked.draft_images ?? [] });
                   callbacks.current.onCreated(forked.session.session_id);
                 })
                 .catch((err) => setForkError(`Cannot fork: ${toCommandError(err).message}`))
