@@ -130,10 +130,10 @@ export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; 
         {error && (
           <ErrorBox message={error} onRetry={last ? () => void decide(last[0], last[1]) : undefined} onDismiss={() => setError(null)} />
         )}
-        <div class="muted small approval-keys" data-testid="approval-keys">
-          Click or Space on a button decides; Enter never approves (in the reason field it denies). Tab moves between the buttons.
-        </div>
         <div class="dialog-buttons">
+          <div class="muted small approval-keys" data-testid="approval-keys">
+            Click or Space on a button decides; Enter never approves (in the reason field it denies). Tab moves between the buttons.
+          </div>
           <button type="button" class="primary" disabled={busy} data-testid="approval-approve" onClick={() => void decide(true, false)}>
             Approve
           </button>

@@ -106,5 +106,9 @@ describe('the approval dock (E20)', () => {
     expect(cs.whiteSpace).toBe('normal');
     expect(cs.maxWidth).toBe('100%');
     expect(cs.overflowWrap || cs.getPropertyValue('overflow-wrap')).toBe('anywhere');
+    // However long the request, the decision and its keys stay in sight at the dock's bottom.
+    const buttons = always.closest('.dialog-buttons')!;
+    expect(getComputedStyle(buttons).position).toBe('sticky');
+    expect($(buttons as HTMLElement, 'approval-keys')).not.toBeNull();
   });
 });
