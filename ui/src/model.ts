@@ -1063,12 +1063,6 @@ export class SessionModel {
 
   // ------------------------------------------------------------------ derived
 
-  /** Runs working now in this session's tree. */
-  activeRuns(): number {
-    const own = this.state.running ? 1 : 0;
-    return own + this.state.children.filter((c) => c.state === 'running').length;
-  }
-
   childFor(taskId: string | null | undefined): ChildTab | undefined {
     if (!taskId) return undefined;
     return this.state.children.find((c) => c.taskId === taskId);
@@ -1418,8 +1412,6 @@ export interface SessionNeeds {
 export interface AttentionSummary {
   /** How many things need the person (approvals, unseen failures, trays with reports). */
   count: number;
-  /** Runs working now in the whole app (roots and sub-agents). */
-  running: number;
   /** Per session id (roots also count their whole tree). */
   sessions: Record<string, SessionNeeds>;
   approvals: ApprovalInfo[];
@@ -1433,13 +1425,10 @@ export function summarize(roots: RootAttention[]): AttentionSummary {
   const sessions: Record<string, SessionNeeds> = {};
   const at = (id: string) => (sessions[id] ??= { approvals: 0, failed: false, reports: 0 });
   let count = 0;
-  let running = 0;
   const approvals: ApprovalInfo[] = [];
   const failed: AttentionSummary['failed'] = [];
   const trays: AttentionSummary['trays'] = [];
   for (const root of roots) {
-    if (root.running) running++;
-    for (const c of Object.values(root.children)) if (c.state === 'running') running++;
     for (const a of root.approvals) {
       approvals.push(a);
       at(a.session_id).approvals++;
@@ -1458,7 +1447,7 @@ export function summarize(roots: RootAttention[]): AttentionSummary {
       count++;
     }
   }
-  return { count, running, sessions, approvals, failed, trays };
+  return { count, sessions, approvals, failed, trays };
 }
 
 /** The window title: "Bumblehive — 2 need you". */

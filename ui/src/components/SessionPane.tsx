@@ -37,7 +37,6 @@ import type { SetAgent } from '../bindings/SetAgent';
 
 export interface PaneStats {
   treeTokens: number;
-  runs: number;
   /** The open session's own context meter (the status line shows it). */
   context: ContextMeter | null;
   instructions: InstructionFile[];
@@ -422,13 +421,12 @@ export function SessionPane(props: {
     if (model) model.mergeChildren(props.sessions);
   }, [model, props.sessions]);
 
-  const runs = model ? model.activeRuns() : 0;
   const treeTokens = state ? totalTokens(state.treeUsage) : 0;
   const context = (model && state?.transcripts[model.sessionId]?.context) || null;
   const instructions = state?.instructions ?? NO_FILES;
   useEffect(() => {
-    props.onStats?.({ treeTokens, runs, context, instructions });
-  }, [treeTokens, runs, context?.used, context?.window, context?.percent, instructions]);
+    props.onStats?.({ treeTokens, context, instructions });
+  }, [treeTokens, context?.used, context?.window, context?.percent, instructions]);
 
   // Esc stops the run from anywhere in the window (the approval dialog swallows it).
   useEffect(() => {
