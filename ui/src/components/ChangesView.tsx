@@ -224,7 +224,15 @@ export function ChangesView(props: {
           <header>
             <strong data-testid="turn-number">Turn {prompts?.get(turn.message_index)?.n ?? position + 1}</strong>
             {turnText(turn.message_index) && <span class="muted"> — {turnText(turn.message_index)!.slice(0, 80)}</span>}
-            {turn.undone && <span class="badge" data-testid="turn-undone"> undone</span>}
+            {/* A space outside the badge: one inside an inline box is dropped ("worldundone"). */}
+            {turn.undone && (
+              <>
+                {' '}
+                <span class="badge turn-undone" data-testid="turn-undone">
+                  undone
+                </span>
+              </>
+            )}
           </header>
           <FileList files={turn.files} testid="turn-files" />
           {turn.skipped.length > 0 && (

@@ -63,7 +63,7 @@ describe('turn numbers in the Changes view', () => {
         available: true,
         turns: [
           { message_index: 0, files: [{ path: 'a', status: 'added', diff: '' }], skipped: [], undone: false, pruned: false },
-          { message_index: 5, files: [{ path: 'b', status: 'added', diff: '' }], skipped: [], undone: false, pruned: false },
+          { message_index: 5, files: [{ path: 'b', status: 'added', diff: '' }], skipped: [], undone: true, pruned: false },
         ],
       }),
       get_session: ({ session_id }) => historyPage(info(session_id), history),
@@ -80,6 +80,10 @@ describe('turn numbers in the Changes view', () => {
     expect($$(root, 'turn-number').map((n) => n.textContent)).toEqual(['Turn 1', 'Turn 2']);
     expect(heads.join(' ')).toContain('first prompt');
     expect(heads.join(' ')).toContain('second prompt');
+    // An undone turn's mark stands apart from its title ("second prompt undone", not "promptundone").
+    const undone = $(root, 'turn-undone')!;
+    expect(undone.textContent).toBe('undone');
+    expect(undone.previousSibling?.textContent).toMatch(/\s$/);
   });
 });
 
