@@ -24,5 +24,7 @@ export default defineConfig({
   test: {
     environment: 'jsdom',
     include: ['src/**/*.test.{ts,tsx}'],
+    // The stylesheet is read as text by the focus-ring test (`styles.css?raw`).
+    css: { include: [/styles\.css/] },
   },
 });

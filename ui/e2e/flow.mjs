@@ -338,6 +338,8 @@ export function flowSteps(driver, ctx) {
       'rename and search: a new title, then a session found by words of its messages',
       async () => {
         const s0 = await state();
+        // A row's tools take room only while it is pointed at or focused (E15): focus it.
+        await driver.query(`document.querySelector('[data-testid=session-item][data-session-id="${s0.session}"] .session-open').focus(); return true;`);
         await driver.click(`[data-testid=session-item][data-session-id="${s0.session}"] [data-testid=session-rename]`);
         await waitFor('the title field', (s) => s.renameInput);
         // Set as a person's typing would (WebKit's WebDriver clear does not reach Preact).
@@ -533,6 +535,7 @@ export function flowSteps(driver, ctx) {
       'a session renamed from the sidebar keeps its title across a reload',
       async () => {
         const id = (await state()).session;
+        await driver.query(`document.querySelector('[data-testid=session-item][data-session-id="${id}"] .session-open').focus(); return true;`);
         await driver.click(`[data-testid=session-item][data-session-id="${id}"] [data-testid=session-rename]`);
         await waitFor('the title field', (s) => s.renameInput);
         await driver.query(String.raw`

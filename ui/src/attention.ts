@@ -1,11 +1,12 @@
 // The hook over the pure attention state of model.ts: one background feed per live
 // top-level session (the selected one's events come from its SessionModel instead),
-// OS notifications while the window is not focused, the window title and the close guard.
+// OS notifications while the window is not focused and the window title. The close guard
+// follows the live states (status.ts), in App.
 
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import type { Event as WireEvent } from './bindings/Event';
 import type { SessionInfo } from './bindings/SessionInfo';
-import { acknowledge, emptyRoot, reduceRoot, rootsToWatch, summarize, windowTitle, type Alert, type AttentionSummary, type RootAttention } from './model';
+import { acknowledge, emptyRoot, forgetSession, reduceRoot, rootsToWatch, summarize, windowTitle, type Alert, type AttentionSummary, type RootAttention } from './model';
 import type { Platform } from './platform';
 
 /**
@@ -22,6 +23,10 @@ export interface Attention {
   feed: (rootId: string, event: WireEvent) => void;
   /** The person looked at a session: its failure stops asking for attention. */
   seen: (rootId: string, sessionId: string) => void;
+  /** The trees whose events the window hears (status.ts's `liveStates` reads them). */
+  roots: RootAttention[];
+  /** A session was deleted: no tree counts it any more. */
+  forget: (sessionId: string) => void;
 }
 
 export function useAttention(
@@ -31,7 +36,13 @@ export function useAttention(
   /** A background tree changed in a way the sessions list shows (refresh it). */
   onListChanged?: () => void,
   focused: () => boolean = () => document.hasFocus(),
+  /** Opens what a notification announced (its session, a child's tab: its approval docks there). */
+  open?: (sessionId: string) => void,
 ): Attention {
+  const openRef = useRef(open);
+  openRef.current = open;
+  /** The last notification sent while the window was not focused, not opened yet. */
+  const announced = useRef<Alert | null>(null);
   const listChanged = useRef(onListChanged);
   listChanged.current = onListChanged;
   const [roots, setRoots] = useState<Record<string, RootAttention>>({});
@@ -46,7 +57,11 @@ export function useAttention(
       if (!alerts.length || focused()) return;
       for (const alert of alerts) {
         const title = alert.kind === 'approval' ? 'Bumblehive needs your approval' : alert.kind === 'failed' ? 'Bumblehive: something failed' : 'Bumblehive: reports are in';
-        platform.notify?.(title, alert.text);
+        announced.current = alert;
+        platform.notify?.(title, alert.text, () => {
+          announced.current = null;
+          openRef.current?.(alert.sessionId);
+        });
       }
     },
     [platform],
@@ -72,6 +87,22 @@ export function useAttention(
     if (next === current) return;
     rootsRef.current = { ...rootsRef.current, [rootId]: next };
     setRoots(rootsRef.current);
+  }, []);
+
+  const forget = useCallback((sessionId: string) => {
+    let changed = false;
+    const next: Record<string, RootAttention> = {};
+    for (const [id, root] of Object.entries(rootsRef.current)) {
+      if (id === sessionId) {
+        changed = true;
+        continue;
+      }
+      next[id] = forgetSession(root, sessionId);
+      if (next[id] !== root) changed = true;
+    }
+    if (!changed) return;
+    rootsRef.current = next;
+    setRoots(next);
   }, []);
 
   // Background feeds follow the list: live trees other than the selected one.
@@ -115,14 +146,28 @@ export function useAttention(
     }
   }, [known, selected]);
 
-  const summary = useMemo(() => summarize(Object.values(roots)), [roots]);
+  const list = useMemo(() => Object.values(roots), [roots]);
+  const summary = useMemo(() => summarize(list), [list]);
+  const summaryRef = useRef(summary);
+  summaryRef.current = summary;
+
+  // Back in the window after a notification (its click focuses the window, or the person
+  // follows the taskbar's urgency hint): it opens what was announced, while it still waits
+  // (E21). The desktop's notification daemon does not tell the app about the click itself.
+  useEffect(() => {
+    const onFocus = () => {
+      const alert = announced.current;
+      announced.current = null;
+      if (!alert) return;
+      const still = alert.kind !== 'approval' || summaryRef.current.approvals.some((a) => a.session_id === alert.sessionId);
+      if (still) openRef.current?.(alert.sessionId);
+    };
+    window.addEventListener('focus', onFocus);
+    return () => window.removeEventListener('focus', onFocus);
+  }, []);
 
   useEffect(() => {
     platform.setTitle?.(windowTitle(summary.count));
   }, [platform, summary.count]);
-  useEffect(() => {
-    platform.setCloseGuard?.(summary.running > 0);
-  }, [platform, summary.running > 0]);
-
-  return { summary, feed, seen };
+  return { summary, feed, seen, roots: list, forget };
 }

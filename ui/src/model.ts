@@ -1063,12 +1063,6 @@ export class SessionModel {
 
   // ------------------------------------------------------------------ derived
 
-  /** Runs working now in this session's tree. */
-  activeRuns(): number {
-    const own = this.state.running ? 1 : 0;
-    return own + this.state.children.filter((c) => c.state === 'running').length;
-  }
-
   childFor(taskId: string | null | undefined): ChildTab | undefined {
     if (!taskId) return undefined;
     return this.state.children.find((c) => c.taskId === taskId);
@@ -1238,6 +1232,8 @@ export interface RootAttention {
   waitingReports: string[];
   /** Sessions of the tree whose run failed and which the person has not looked at since. */
   failed: string[];
+  /** Sessions of the tree whose next model call waits for a slot of its server (`slot.waiting`). */
+  slots: string[];
 }
 
 export type AlertKind = 'approval' | 'failed' | 'reports';
@@ -1251,15 +1247,42 @@ export interface Alert {
 }
 
 export function emptyRoot(rootId: string): RootAttention {
-  return { rootId, running: false, approvals: [], children: {}, waitingReports: [], failed: [] };
+  return { rootId, running: false, approvals: [], children: {}, waitingReports: [], failed: [], slots: [] };
 }
 
 const withFailed = (list: string[], id: string) => (list.includes(id) ? list : [...list, id]);
+
+/** A session's wait for a slot is over (it streams, calls a tool, or its run ended). */
+function slotOver(root: RootAttention, sessionId: string): RootAttention {
+  return root.slots.includes(sessionId) ? { ...root, slots: root.slots.filter((id) => id !== sessionId) } : root;
+}
+
+/**
+ * A session was deleted: it and everything below it leave the tree, so nothing counts it
+ * as running or waiting any more (a deleted running child must not keep "1 running" and the
+ * quit question, E4).
+ */
+export function forgetSession(root: RootAttention, sessionId: string): RootAttention {
+  const gone = new Set([sessionId]);
+  for (let pass = 0; pass < 8; pass++) {
+    for (const [id, c] of Object.entries(root.children)) if (c.parent && gone.has(c.parent)) gone.add(id);
+  }
+  if (![...gone].some((id) => id in root.children || root.slots.includes(id) || root.failed.includes(id) || root.approvals.some((a) => a.session_id === id))) return root;
+  return {
+    ...root,
+    children: Object.fromEntries(Object.entries(root.children).filter(([id]) => !gone.has(id))),
+    approvals: root.approvals.filter((a) => !gone.has(a.session_id)),
+    failed: root.failed.filter((id) => !gone.has(id)),
+    slots: root.slots.filter((id) => !gone.has(id)),
+  };
+}
 
 /** Folds one event of a root's feed into its attention state. */
 export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record<string, string> = {}): { root: RootAttention; alerts: Alert[] } {
   const alerts: Alert[] = [];
   const name = (id: string) => root.children[id]?.title ?? titles[id] ?? 'a session';
+  // Which conversation it is about, when the list knows its title (E21).
+  const where = titles[root.rootId] ? ` in “${titles[root.rootId]}”` : '';
   let next = root;
   switch (event.type) {
     case 'snapshot': {
@@ -1289,14 +1312,21 @@ export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record
       if (root.approvals.some((a) => a.approval_id === info.approval_id)) break;
       next = { ...root, approvals: [...root.approvals, info] };
       const who = info.session_id === root.rootId ? 'The agent' : `Sub-agent “${info.title ?? name(info.session_id)}”`;
-      alerts.push({ kind: 'approval', rootId: root.rootId, sessionId: info.session_id, text: `${who} asks to run ${info.tool}` });
+      alerts.push({ kind: 'approval', rootId: root.rootId, sessionId: info.session_id, text: `${who} asks to run ${info.tool}${where}` });
       break;
     }
     case 'approval_resolved':
       next = { ...root, approvals: root.approvals.filter((a) => a.approval_id !== event.approval_id) };
       break;
     case 'message_status': {
-      if (event.session_id !== root.rootId) break;
+      if (event.session_id !== root.rootId) {
+        // A follow-up or Retry started a finished sub-agent again: it runs.
+        const known = root.children[event.session_id];
+        if (event.status === 'started' && known && known.state !== 'running' && known.state !== 'waiting_for_slot') {
+          next = { ...root, children: { ...root.children, [event.session_id]: { ...known, state: 'running' } } };
+        }
+        break;
+      }
       if (event.status === 'started' && !root.running) next = { ...root, running: true };
       if (!reportTaskId(event.message_id)) break;
       next = reported(next, reportTaskId(event.message_id)!, false, alerts, titles);
@@ -1306,15 +1336,28 @@ export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record
     }
     case 'event': {
       const data = (event.data ?? {}) as any;
-      if (event.kind === 'subagent.state' && event.session_id !== root.rootId) {
+      if (event.kind === 'slot.waiting') {
+        if (!root.slots.includes(event.session_id)) next = { ...root, slots: [...root.slots, event.session_id] };
+        break;
+      }
+      // The model answers (or the run ended): the wait for a slot is over.
+      const answered = event.kind === 'message.appended' && (data.message as Message | undefined)?.role === 'assistant';
+      if (answered || event.kind === 'content.delta' || event.kind === 'tool.call.started' || event.kind === 'run.cancelled') root = slotOver(root, event.session_id);
+      next = root;
+      if (event.kind === 'message.discarded' && event.session_id === root.rootId) {
+        // The person discarded a waiting report: the tray's count follows (E4).
+        const id = String(data.message_id ?? '');
+        if (root.waitingReports.includes(id)) next = { ...root, waitingReports: root.waitingReports.filter((m) => m !== id) };
+      } else if (event.kind === 'subagent.state' && event.session_id !== root.rootId) {
         const state = data.state as SubagentState;
+        if (state !== 'running' && state !== 'waiting_for_slot') root = slotOver(root, event.session_id);
         const known = root.children[event.session_id];
         const children = {
           ...root.children,
           [event.session_id]: { state, title: known?.title ?? titles[event.session_id] ?? '', parent: known?.parent ?? null, taskId: known?.taskId ?? data.task_id ?? null },
         };
         next = { ...root, children, failed: state === 'failed' ? withFailed(root.failed, event.session_id) : root.failed };
-        if (state === 'failed') alerts.push({ kind: 'failed', rootId: root.rootId, sessionId: event.session_id, text: `Sub-agent “${name(event.session_id)}” failed` });
+        if (state === 'failed') alerts.push({ kind: 'failed', rootId: root.rootId, sessionId: event.session_id, text: `Sub-agent “${name(event.session_id)}” failed${where}` });
         const busy = Object.values(children).some((c) => c.state === 'running' || c.state === 'waiting_for_slot');
         const wasBusy = Object.values(root.children).some((c) => c.state === 'running' || c.state === 'waiting_for_slot');
         if ((state === 'done' || state === 'failed') && wasBusy && !busy) {
@@ -1330,9 +1373,11 @@ export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record
       break;
     }
     case 'result':
+      root = next = slotOver(root, event.session_id);
       if (event.session_id === root.rootId) next = { ...root, running: false };
       break;
     case 'error':
+      root = slotOver(root, event.session_id);
       next = { ...root, running: event.session_id === root.rootId ? false : root.running, failed: withFailed(root.failed, event.session_id) };
       if (event.session_id === root.rootId) alerts.push({ kind: 'failed', rootId: root.rootId, sessionId: event.session_id, text: `“${name(event.session_id)}” failed: ${event.message}` });
       break;
@@ -1367,8 +1412,6 @@ export interface SessionNeeds {
 export interface AttentionSummary {
   /** How many things need the person (approvals, unseen failures, trays with reports). */
   count: number;
-  /** Runs working now in the whole app (roots and sub-agents). */
-  running: number;
   /** Per session id (roots also count their whole tree). */
   sessions: Record<string, SessionNeeds>;
   approvals: ApprovalInfo[];
@@ -1382,13 +1425,10 @@ export function summarize(roots: RootAttention[]): AttentionSummary {
   const sessions: Record<string, SessionNeeds> = {};
   const at = (id: string) => (sessions[id] ??= { approvals: 0, failed: false, reports: 0 });
   let count = 0;
-  let running = 0;
   const approvals: ApprovalInfo[] = [];
   const failed: AttentionSummary['failed'] = [];
   const trays: AttentionSummary['trays'] = [];
   for (const root of roots) {
-    if (root.running) running++;
-    for (const c of Object.values(root.children)) if (c.state === 'running') running++;
     for (const a of root.approvals) {
       approvals.push(a);
       at(a.session_id).approvals++;
@@ -1407,7 +1447,7 @@ export function summarize(roots: RootAttention[]): AttentionSummary {
       count++;
     }
   }
-  return { count, running, sessions, approvals, failed, trays };
+  return { count, sessions, approvals, failed, trays };
 }
 
 /** The window title: "Bumblehive — 2 need you". */

@@ -70,7 +70,11 @@ export interface Platform {
   /** Facts of the host: the home folder, whether the config names a provider. */
   hostInfo?(): Promise<HostInfo>;
   /** An OS notification (callers ask only while the window is not focused). */
-  notify?(title: string, body: string): void;
+  /**
+   * An OS notification. `onClick`: the person clicked it (where the platform can tell: the
+   * browser's; the desktop's daemon cannot, so the app opens it when the window is focused).
+   */
+  notify?(title: string, body: string, onClick?: () => void): void;
   setTitle?(title: string): void;
   /** While true, closing the window calls the `onCloseRequested` handler instead. */
   setCloseGuard?(active: boolean): void;
@@ -103,8 +107,22 @@ export class CommandError extends Error {
   }
 }
 
-/** Turns whatever a transport rejected with into a `CommandError`. */
+/**
+ * An error's words for people: the runtime's error kinds ("invalid argument: …") are for
+ * programs (the `code` says them); the person reads what is wrong (E18).
+ */
+export function forPeople(message: string): string {
+  return message.replace(/\binvalid argument: /gi, '');
+}
+
+/** Turns whatever a transport rejected with into a `CommandError` (its message for people). */
 export function toCommandError(err: unknown, status?: number): CommandError {
+  const error = rawCommandError(err, status);
+  const text = forPeople(error.message);
+  return text === error.message ? error : new CommandError(error.code, text, error.status);
+}
+
+function rawCommandError(err: unknown, status?: number): CommandError {
   if (err instanceof CommandError) return err;
   let value: any = err;
   if (typeof value === 'string') {
@@ -552,9 +570,15 @@ export function createWebPlatform(options: WebOptions = {}): Platform {
         /* private mode */
       }
     },
-    notify(title, body) {
+    notify(title, body, onClick) {
       const N = (globalThis as any).Notification;
-      if (N && N.permission === 'granted') new N(title, { body });
+      if (!N || N.permission !== 'granted') return;
+      const shown = new N(title, { body });
+      shown.onclick = () => {
+        globalThis.focus?.();
+        onClick?.();
+        shown.close?.();
+      };
     },
     setTitle(title) {
       if (globalThis.document) document.title = title;

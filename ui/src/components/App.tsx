@@ -1,4 +1,4 @@
-import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import type { ListSessions } from '../bindings/ListSessions';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionRef } from '../bindings/SessionRef';
@@ -12,11 +12,14 @@ import { PlatformContext } from './context';
 import { FolderDialog } from './FolderDialog';
 import { Inbox } from './Inbox';
 import { QuitConfirm } from './QuitConfirm';
+import { QuickSwitcher } from './QuickSwitcher';
+import { focusComposer } from './focus';
 import { SessionPane, type PaneStats } from './SessionPane';
 import { Settings } from './Settings';
 import { Sidebar } from './Sidebar';
 import { StatusLine } from './StatusLine';
 import { applyListEvent } from '../sessionlist';
+import { countStates, liveStates } from '../status';
 import { treeModels } from '../usage';
 import { WorkspacePicker } from './WorkspacePicker';
 
@@ -50,6 +53,8 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   /** Whether a provider is configured: from the host, null when nobody can tell. */
   const [configured, setConfigured] = useState<boolean | null>(null);
   const [inbox, setInbox] = useState(false);
+  /** The Ctrl+K session switcher, open. */
+  const [switcher, setSwitcher] = useState(false);
   const [setupDeclined, setSetupDeclined] = useState(false);
   // Session tools the backend may not have yet: a command it does not know hides its control.
   const [tools, setTools] = useState({ rename: true, archive: true, search: true });
@@ -66,8 +71,19 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     const args: SessionRef = { session_id: sessionId };
     await platform.invoke('compact', args);
   };
-  const attention = useAttention(platform, sessions, selected, () => refreshSoonRef.current());
+  // A notification clicked (or the window focused after one) opens what it announced.
+  const goToRef = useRef<(sessionId: string) => void>(() => undefined);
+  const attention = useAttention(platform, sessions, selected, () => refreshSoonRef.current(), undefined, (id) => goToRef.current(id));
+  const forgetRef = useRef(attention.forget);
+  forgetRef.current = attention.forget;
   const refreshSoonRef = useRef<() => void>(() => undefined);
+  // One live state per session: every indicator and count reads this (E4, E5).
+  const states = useMemo(() => liveStates(sessions, attention.roots), [sessions, attention.roots]);
+  const counts = countStates(states);
+  const busy = counts.running + counts.waiting;
+  useEffect(() => {
+    platform.setCloseGuard?.(busy > 0);
+  }, [platform, busy > 0]);
 
   const remember = (next: UiState) => {
     uiState.current = next;
@@ -99,6 +115,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     listFeedLive.current = true;
     const stop = platform.subscribeSessions(ws, (event) => {
       if (workspaceRef.current !== ws) return;
+      if (event.type === 'removed') forgetRef.current(event.session_id);
       setSessions((list) => applyListEvent(list, event));
       setListError(null);
     });
@@ -257,10 +274,52 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
     if (root !== sessionId) attention.seen(root, sessionId);
   };
 
+  // Window keys (E17): Ctrl+N a new conversation, Ctrl+K the session switcher, Ctrl+,
+  // Settings (the pane has Ctrl+Tab and Ctrl+1…9 for its tabs). Not while a dialog is open.
+  const keys = useRef({ open: false, newSession: () => undefined as void, settings: () => undefined as void });
+  keys.current = {
+    open: Boolean(workspace && !booting),
+    newSession: () => {
+      select(null);
+      setFocusTab(null);
+    },
+    settings: () => setSettings('open'),
+  };
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      if (!(e.ctrlKey || e.metaKey) || e.altKey || e.defaultPrevented) return;
+      if (document.querySelector('.overlay') || !keys.current.open) return;
+      const k = e.key.toLowerCase();
+      if (k === 'n' && !e.shiftKey) {
+        e.preventDefault();
+        keys.current.newSession();
+      } else if (k === 'k' && !e.shiftKey) {
+        e.preventDefault();
+        setSwitcher(true);
+      } else if (e.key === ',') {
+        e.preventDefault();
+        keys.current.settings();
+      }
+    };
+    window.addEventListener('keydown', onKey);
+    return () => window.removeEventListener('keydown', onKey);
+  }, []);
+  // A dialog closed: focus goes back to the composer, unless it went somewhere on purpose (E16).
+  const dialogOpen = Boolean(settings || inbox || switcher || folderDialog || linked);
+  useEffect(() => {
+    if (!dialogOpen) focusComposer(true);
+  }, [dialogOpen]);
+
+  goToRef.current = (id) => {
+    setInbox(false);
+    goTo(id);
+  };
+
   const remove = async (s: SessionInfo) => {
     try {
       const args: SessionRef = { session_id: s.session_id };
       await platform.invoke('delete_session', args);
+      attention.forget(s.session_id);
       if (selected === s.session_id) select(null);
       void loadSessions();
     } catch (err) {
@@ -309,6 +368,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
           error={listError?.message ?? pickError}
           needs={attention.summary.sessions}
           needCount={attention.summary.count}
+          states={states}
           onInbox={() => setInbox(true)}
           onRename={
             tools.rename
@@ -420,6 +480,8 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             onEvent={attention.feed}
             onTabSeen={(root, id) => attention.seen(root, id)}
             needs={attention.summary.sessions}
+            states={states}
+            onSessionDeleted={attention.forget}
             needsSetup={needsSetup}
             onOpenSettings={() => setSettings(needsSetup ? 'welcome' : 'open')}
             onNew={() => select(null)}
@@ -437,7 +499,8 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
           config={configured === false ? null : config}
           treeTokens={selected ? stats?.treeTokens ?? null : null}
           models={selected ? treeModels(sessions, selected) : []}
-          runs={Math.max(attention.summary.running, selected ? stats?.runs ?? 0 : 0)}
+          runs={counts.running}
+          waiting={counts.waiting}
           transport={transport}
           context={selected ? stats?.context ?? null : null}
           instructions={selected ? stats?.instructions ?? [] : []}
@@ -452,6 +515,17 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
               goTo(id);
             }}
             onClose={() => setInbox(false)}
+          />
+        )}
+        {switcher && (
+          <QuickSwitcher
+            sessions={sessions}
+            selected={selected}
+            onOpen={(id) => {
+              setSwitcher(false);
+              goTo(id);
+            }}
+            onClose={() => setSwitcher(false)}
           />
         )}
         {linked && (
@@ -502,7 +576,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             }}
           />
         )}
-        <QuitConfirm platform={platform} running={attention.summary.running} />
+        <QuitConfirm platform={platform} running={busy} />
         <ContextMenu platform={platform} />
         {settings && (
           <Settings

@@ -64,6 +64,9 @@ export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; 
 
   const who = approval.title ? `Sub-agent “${approval.title}”` : 'The agent';
   const hint = argumentHint(approval.arguments);
+  const always = approval.remember_label
+    ? approval.remember_label.charAt(0).toUpperCase() + approval.remember_label.slice(1)
+    : `Always allow ${approval.tool} in this session`;
   return (
     <div class="approval-dock">
       <div
@@ -128,14 +131,15 @@ export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; 
           <ErrorBox message={error} onRetry={last ? () => void decide(last[0], last[1]) : undefined} onDismiss={() => setError(null)} />
         )}
         <div class="dialog-buttons">
+          <div class="muted small approval-keys" data-testid="approval-keys">
+            Click or Space on a button decides; Enter never approves (in the reason field it denies). Tab moves between the buttons.
+          </div>
           <button type="button" class="primary" disabled={busy} data-testid="approval-approve" onClick={() => void decide(true, false)}>
             Approve
           </button>
           {approval.rememberable && (
-            <button type="button" disabled={busy} data-testid="approval-always" onClick={() => void decide(true, true)}>
-              {approval.remember_label
-                ? approval.remember_label.charAt(0).toUpperCase() + approval.remember_label.slice(1)
-                : `Always allow ${approval.tool} in this session`}
+            <button type="button" class="approval-always" disabled={busy} data-testid="approval-always" title={always} onClick={() => void decide(true, true)}>
+              {always}
             </button>
           )}
           <button type="button" class="danger" disabled={busy} data-testid="approval-deny" onClick={() => void decide(false, false)}>

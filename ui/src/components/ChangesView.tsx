@@ -8,6 +8,8 @@ import type { TurnChange } from '../bindings/TurnChange';
 import type { TurnChanges } from '../bindings/TurnChanges';
 import type { UndoResult } from '../bindings/UndoResult';
 import type { WorktreeInfo } from '../bindings/WorktreeInfo';
+import type { SessionWithMessages } from '../bindings/SessionWithMessages';
+import { reportTaskId } from '../model';
 import { toCommandError, type Platform } from '../platform';
 import { DiffView } from './DiffView';
 import { ErrorBox } from './ErrorBox';
@@ -57,6 +59,24 @@ export function ChangesView(props: {
   const [busy, setBusy] = useState(false);
   const [pending, setPending] = useState<Pending | null>(null);
   const [done, setDone] = useState<string | null>(null);
+  /** The person's prompts by history index: their number from 1 and their text (E18). */
+  const [prompts, setPrompts] = useState<Map<number, { n: number; text: string }> | null>(null);
+
+  const readPrompts = async () => {
+    try {
+      const whole: SessionWithMessages = await platform.invoke('get_session', { session_id: sessionId });
+      const found = new Map<number, { n: number; text: string }>();
+      let n = 0;
+      whole.messages.forEach((m, k) => {
+        // A report from a sub-agent is not a prompt of the person's.
+        if (m.role !== 'user' || reportTaskId(m.id)) return;
+        found.set((whole.first_index ?? 0) + k, { n: ++n, text: m.content ?? '' });
+      });
+      setPrompts(found);
+    } catch {
+      setPrompts(null); // numbered by their place in the list instead
+    }
+  };
 
   const load = async () => {
     try {
@@ -70,7 +90,9 @@ export function ChangesView(props: {
     setChanges(null);
     setPending(null);
     setDone(null);
+    setPrompts(null);
     void load();
+    void readPrompts();
   }, [sessionId]);
 
   const run = async (work: () => Promise<void>) => {
@@ -130,6 +152,7 @@ export function ChangesView(props: {
       props.onWorktreeChanged?.();
     });
 
+  const turnText = (index: number) => props.messageText?.(index) ?? (prompts?.get(index)?.text || undefined);
   const turns = changes?.turns ?? [];
   const open = turns.filter((t) => !t.undone && t.files.length > 0);
 
@@ -196,12 +219,20 @@ export function ChangesView(props: {
         </button>
       )}
       {changes && turns.length === 0 && <div class="empty" data-testid="changes-empty">The agent has changed no file in this session.</div>}
-      {turns.map((turn: TurnChange) => (
+      {turns.map((turn: TurnChange, position: number) => (
         <section key={turn.message_index} class={`changes-turn ${turn.undone ? 'undone' : ''}`} data-testid="changes-turn" data-index={turn.message_index}>
           <header>
-            <strong>Turn {turn.message_index}</strong>
-            {props.messageText?.(turn.message_index) && <span class="muted"> — {props.messageText(turn.message_index)!.slice(0, 80)}</span>}
-            {turn.undone && <span class="badge" data-testid="turn-undone"> undone</span>}
+            <strong data-testid="turn-number">Turn {prompts?.get(turn.message_index)?.n ?? position + 1}</strong>
+            {turnText(turn.message_index) && <span class="muted"> — {turnText(turn.message_index)!.slice(0, 80)}</span>}
+            {/* A space outside the badge: one inside an inline box is dropped ("worldundone"). */}
+            {turn.undone && (
+              <>
+                {' '}
+                <span class="badge turn-undone" data-testid="turn-undone">
+                  undone
+                </span>
+              </>
+            )}
           </header>
           {turn.pruned && (
             <div class="muted small" data-testid="turn-pruned">

@@ -12,6 +12,32 @@ import { ToolCard } from './ToolCard';
 import { CopyButton } from './CopyButton';
 import { Icon } from './Icon';
 import { formatTokens } from '../util';
+import type { LiveState } from '../status';
+import { splitMentions, typedText } from '../mentions';
+
+/**
+ * The person's message: the text as typed, and a chip per file its @-mentions carried to the
+ * model (a click shows the file as sent); the files are not pasted into the bubble (E12).
+ */
+function UserText(props: { content: string | null | undefined }) {
+  if (!props.content) return null;
+  const { text, files } = splitMentions(props.content);
+  return (
+    <>
+      {text ? <div class="plain">{text}</div> : null}
+      {files.length > 0 && (
+        <div class="mention-chips" data-testid="mention-chips">
+          {files.map((f) => (
+            <details key={f.path} class="mention-chip" data-testid="mention-chip" data-path={f.path}>
+              <summary title="Sent to the model with this message; click to see it">@{f.path}</summary>
+              <pre class="plain mention-body">{f.body}</pre>
+            </details>
+          ))}
+        </div>
+      )}
+    </>
+  );
+}
 
 /** Where each session's chat was scrolled, so switching sessions keeps each one's place. */
 const positions = new Map<string, { top: number; stick: boolean; start?: number | null }>();
@@ -273,6 +299,10 @@ export function Chat(props: {
   onLoadEarlier?: () => Promise<void>;
   /** Task ids of sub-agents the person deleted (their cards say "deleted"). */
   deleted?: string[];
+  /** The children's live states by session id (status.ts): their `sub_agent` cards say it. */
+  childStates?: Record<string, LiveState>;
+  /** Who wrote a user message (a child's tab: its parent's task, the parent, or the person). */
+  senderOf?: (message: Message, index: number) => string;
 }) {
   const { transcript: t } = props;
   const statuses = props.statuses ?? NO_STATUSES;
@@ -403,7 +433,8 @@ export function Chat(props: {
     }
 
   const items: ComponentChildren[] = [];
-  const lastText = lastUserAt >= 0 ? (t.messages[lastUserAt].content ?? '') : '';
+  // As typed: the files its mentions carried are added again by the runtime (E12).
+  const lastText = lastUserAt >= 0 ? typedText(t.messages[lastUserAt].content ?? '') : '';
   const lastImages = lastUserAt >= 0 ? (t.messages[lastUserAt].images ?? []) : [];
   const note = (n: Note, key: string) => (
     <NoteView
@@ -453,11 +484,11 @@ export function Chat(props: {
         items.push(
           <div key={key} class={`message user${mark.cls}`} data-testid="chat-message" data-role="user" data-summarised={mark.data} data-message-id={m.id ?? undefined}>
             <div class="message-head">
-              <span class="who">{canSend ? 'You' : 'Task from the parent agent'}</span>
+              <span class="who" data-testid="message-who">{props.senderOf ? props.senderOf(m, i) : canSend ? 'You' : 'Task from the parent agent'}</span>
               <StatusChip status={chipFor(i, m.id)} />
               <span class="spacer" />
               {i === lastUser && canSend && props.onEdit && !t.running && (
-                <button type="button" class="quiet icon-button" data-testid="edit-message" title="Edit and send again as a new message" aria-label="Edit and send again" onClick={() => props.onEdit?.(m.content ?? '', m.images ?? [])}>
+                <button type="button" class="quiet icon-button" data-testid="edit-message" title="Edit and send again as a new message" aria-label="Edit and send again" onClick={() => props.onEdit?.(typedText(m.content ?? ''), m.images ?? [])}>
                   <Icon name="edit" />
                 </button>
               )}
@@ -472,9 +503,9 @@ export function Chat(props: {
                   Fork
                 </button>
               )}
-              <CopyButton text={m.content ?? ''} />
+              <CopyButton text={typedText(m.content ?? '')} />
             </div>
-            {m.content ? <div class="plain">{m.content}</div> : null}
+            <UserText content={m.content} />
             <MessageImages images={m.images} />
           </div>,
         );
@@ -509,6 +540,7 @@ export function Chat(props: {
               live={t.tools[call.id]}
               result={results.get(call.id)}
               child={call.name === 'sub_agent' ? props.tabs.find((c) => c.taskId === call.id) : undefined}
+              childStates={props.childStates}
               reported={reported.has(call.id)}
               deleted={props.deleted?.includes(call.id)}
               onOpenChild={props.onOpenChild}
@@ -534,7 +566,7 @@ export function Chat(props: {
   t.notes.filter((n) => n.at > end).forEach((n, k) => items.push(note(n, `x${k}`)));
   return { items, titles };
     // Everything the rows show; callbacks are read through `handlers` when used.
-  }, [t.messages, t.first, t.notes, t.compactions, t.tools, t.running, t.status, statuses, props.tabs, props.deleted, from, canSend]);
+  }, [t.messages, t.first, t.notes, t.compactions, t.tools, t.running, t.status, statuses, props.tabs, props.deleted, props.childStates, from, canSend]);
   const titles = items.titles;
   const rows = items.items;
 

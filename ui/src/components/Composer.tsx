@@ -5,8 +5,21 @@ import { fencedBlock, fileKind, imageRefusal, imageSrc, isBinaryText, MAX_TEXT_C
 import type { ImagePart } from '../bindings/ImagePart';
 import { toCommandError } from '../platform';
 import { ErrorBox } from './ErrorBox';
+import { mentionedPaths } from '../mentions';
 
 let attachmentSeq = 0;
+
+/**
+ * What was typed and attached but not sent, per composer (`draftKey`: a session id, or
+ * `new` for a conversation not started yet), kept while the window lives: switching
+ * sessions keeps each one's text with it, and never shows it in another's (E8).
+ */
+const unsent = new Map<string, { text: string; attachments: Attachment[] }>();
+
+/** Forgets every unsent text (tests mount a fresh app each time). */
+export function forgetUnsent(): void {
+  unsent.clear();
+}
 
 /**
  * The prompt: Enter sends, Shift+Enter is a new line, Esc stops; `/` commands, `@` files.
@@ -23,6 +36,13 @@ export function Composer(props: {
   autoFocus?: boolean;
   /** Text (and images, removable) to put in the composer (edit and resend); a new object each time. */
   draft?: { text: string; images?: ImagePart[] } | null;
+  /** The draft was put in the composer: the owner drops it, so it is applied once only. */
+  onDraftTaken?: () => void;
+  /**
+   * Whose composer this is (a session id, or `new`): unsent text is kept under it. The owner
+   * gives each key its own composer (`key={draftKey}`).
+   */
+  draftKey?: string;
   commands?: SlashCommand[];
   /** Runs a command; a returned promise that fails shows its error here, a string it gives shows as a note. */
   onCommand?: (name: string, arg: string) => void | Promise<void | string>;
@@ -33,17 +53,23 @@ export function Composer(props: {
   /** Shown under the text field (the model picker). */
   extra?: ComponentChildren;
 }) {
-  const [text, setText] = useState('');
+  const kept = props.draftKey ? unsent.get(props.draftKey) : undefined;
+  const [text, setText] = useState(kept?.text ?? '');
   const [sending, setSending] = useState(false);
   const [stopping, setStopping] = useState(false);
   const [error, setError] = useState<{ message: string; retry?: () => void } | null>(null);
   const area = useRef<HTMLTextAreaElement>(null);
+  const picker = useRef<HTMLInputElement>(null);
   const [choice, setChoice] = useState(0);
+  /** The person moved the menu's highlight with the arrows (Enter then picks it). */
+  const [moved, setMoved] = useState(false);
   const [mention, setMention] = useState<{ query: string; start: number; files: string[] } | null>(null);
   /** The `$skill` being typed, with where it starts (skills complete like files). */
   const [dollar, setDollar] = useState<{ query: string; start: number } | null>(null);
   const mentionSeq = useRef(0);
-  const [attachments, setAttachments] = useState<Attachment[]>([]);
+  /** Files chosen from the @ menu (or brought back by Edit): shown as chips while their @path stays. */
+  const [picked, setPicked] = useState<string[]>(() => (kept ? mentionedPaths(kept.text) : []));
+  const [attachments, setAttachments] = useState<Attachment[]>(kept?.attachments ?? []);
   const attached = useRef(0);
   attached.current = attachments.length;
   /** Why pasted or dropped files were refused or cut (shown until dismissed or sent). */
@@ -54,12 +80,21 @@ export function Composer(props: {
   useEffect(() => {
     if (!props.draft) return;
     setText(props.draft.text);
+    setPicked(mentionedPaths(props.draft.text));
     // The edited message's images come back as attachments (the person may remove them);
     // they replace what was attached, as the text replaces what was typed.
     const images = props.draft.images ?? [];
     setAttachments(images.map((image, k) => ({ id: `a${++attachmentSeq}`, name: `image ${k + 1}`, image })));
     area.current?.focus();
+    props.onDraftTaken?.();
   }, [props.draft]);
+
+  // Keep what is typed with its session (read back when its composer is shown again).
+  useEffect(() => {
+    if (!props.draftKey) return;
+    if (text || attachments.length) unsent.set(props.draftKey, { text, attachments });
+    else unsent.delete(props.draftKey);
+  }, [text, attachments, props.draftKey]);
 
   const commands = props.commands ?? [];
   const query = slashQuery(text);
@@ -132,6 +167,7 @@ export function Composer(props: {
     if (!mention || !el) return;
     const next = insertMention(text, mention.start, el.selectionStart ?? text.length, path);
     setText(next.text);
+    setPicked((list) => (list.includes(path) ? list : [...list, path]));
     setMention(null);
     requestAnimationFrame(() => {
       el.focus();
@@ -209,8 +245,15 @@ export function Composer(props: {
   };
 
   const onPaste = (e: ClipboardEvent) => {
-    // Pasted text goes into the field as usual; only images are taken here.
-    const files = Array.from(e.clipboardData?.files ?? []).filter((f) => f.type.startsWith('image/'));
+    // Pasted text goes into the field as usual; only images are taken here. Chromium lists
+    // a pasted screenshot in `files`; WebKitGTK may give it only as an item (E14).
+    let files = Array.from(e.clipboardData?.files ?? []).filter((f) => f.type.startsWith('image/'));
+    if (!files.length) {
+      files = Array.from(e.clipboardData?.items ?? [])
+        .filter((item) => item.kind === 'file' && item.type.startsWith('image/'))
+        .map((item) => item.getAsFile())
+        .filter((f): f is File => f != null);
+    }
     if (!files.length) return;
     e.preventDefault();
     // Taking the images stops the default paste: put any text that came with them in by hand.
@@ -251,6 +294,16 @@ export function Composer(props: {
     void addFiles(files, true);
   };
 
+  const inText = mentionedPaths(text);
+  const chips = picked.filter((p) => inText.includes(p));
+  /** Takes `@path` out of the text (its chip's ×). */
+  const dropMention = (path: string) => {
+    const escaped = path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    setText((current) => current.replace(new RegExp(`(^|\\s)@${escaped}(?=[\\s,.;:)!?]|$) ?`, 'g'), '$1'));
+    setPicked((list) => list.filter((p) => p !== path));
+    area.current?.focus();
+  };
+
   const send = async (content = text) => {
     const images = attachments.map((a) => a.image);
     if ((!content.trim() && !images.length) || sending || props.disabled) return;
@@ -259,8 +312,11 @@ export function Composer(props: {
     if (slash && named) return runCommand(named.name, slash.arg);
     setSending(true);
     setError(null);
+    const key = props.draftKey;
     try {
       await props.onSend(content, images);
+      // Sent: its composer may be gone already (a new conversation's), its text must go too.
+      if (key && unsent.get(key)?.text === content) unsent.delete(key);
       setText((current) => (current === content ? '' : current));
       const sent = new Set(images);
       setAttachments((list) => list.filter((a) => !sent.has(a.image)));
@@ -288,10 +344,12 @@ export function Composer(props: {
     if (menu.length && (e.key === 'ArrowDown' || e.key === 'ArrowUp')) {
       e.preventDefault();
       setChoice((c) => (c + (e.key === 'ArrowDown' ? 1 : menu.length - 1)) % menu.length);
+      setMoved(true);
       return;
     }
-    // `/agent ` + Enter runs it as typed (lists the profiles) rather than picking the first name.
-    const bareArg = argCommand && !typingArg?.query && e.key === 'Enter';
+    // `/agent ` + Enter runs it as typed (lists the profiles) rather than picking the first
+    // name, unless the person highlighted one with the arrows: Enter chooses that (E17).
+    const bareArg = argCommand && !typingArg?.query && e.key === 'Enter' && !moved;
     if (menu.length && !bareArg && (e.key === 'Tab' || (e.key === 'Enter' && !e.shiftKey && !e.isComposing))) {
       const item = menu[Math.min(choice, menu.length - 1)];
       e.preventDefault();
@@ -351,6 +409,18 @@ export function Composer(props: {
           ))}
         </div>
       )}
+      {chips.length > 0 && (
+        <div class="mention-chips composer-mentions" data-testid="composer-mentions" title="These files go to the model with the message; the chat shows them as chips">
+          {chips.map((p) => (
+            <span key={p} class="mention-chip" data-testid="composer-mention" data-path={p}>
+              @{p}
+              <button type="button" class="quiet mention-remove" aria-label={`Remove @${p}`} title={`Remove @${p}`} onClick={() => dropMention(p)}>
+                ×
+              </button>
+            </span>
+          ))}
+        </div>
+      )}
       {menu.length > 0 && (
         <ul class="composer-menu" role="listbox" data-testid={mention ? 'mention-menu' : skillMatches.length ? 'skill-menu' : argCommand ? 'argument-menu' : 'slash-menu'}>
           {menu.map((item, i) => (
@@ -385,6 +455,7 @@ export function Composer(props: {
             const el = e.target as HTMLTextAreaElement;
             setText(el.value);
             setChoice(0);
+            setMoved(false);
             updateMention(el.value, el.selectionStart ?? el.value.length);
             setDollar(skillAt(el.value, el.selectionStart ?? el.value.length));
           }}
@@ -392,6 +463,36 @@ export function Composer(props: {
           onPaste={onPaste}
         />
         <div class="composer-buttons">
+          {canAttach && (
+            <>
+              <button
+                type="button"
+                class="attach-button"
+                data-testid="attach-button"
+                title="Attach images (PNG, JPEG, GIF, WebP); you can also paste or drop them"
+                aria-label="Attach images"
+                disabled={props.disabled}
+                onClick={() => picker.current?.click()}
+              >
+                + Image
+              </button>
+              <input
+                ref={picker}
+                type="file"
+                accept="image/png,image/jpeg,image/gif,image/webp"
+                multiple
+                hidden
+                data-testid="attach-input"
+                onChange={(e) => {
+                  const input = e.target as HTMLInputElement;
+                  const files = Array.from(input.files ?? []);
+                  input.value = '';
+                  // Chosen files are checked like dropped ones: anything but an image is refused.
+                  if (files.length) void addFiles(files, true);
+                }}
+              />
+            </>
+          )}
           {props.extra}
           <button type="button" class="danger" data-testid="stop-button" disabled={!props.running || stopping} onClick={() => void stop()} title="Stop (Esc)">
             {stopping ? 'Stopping…' : 'Stop'}

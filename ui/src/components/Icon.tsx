@@ -1,9 +1,11 @@
 // State icons as inline SVG: font glyphs (●, ✓, ⏸, ◌, !) render as empty boxes on a plain
 // Debian font set. Each icon takes the text colour; the label is for screen readers.
 
-export type IconName = 'running' | 'done' | 'paused' | 'waiting' | 'failed' | 'cancelled' | 'idle' | 'bell' | 'gear' | 'close' | 'chevron' | 'copy' | 'edit';
+export type IconName = 'resume' | 'running' | 'done' | 'paused' | 'waiting' | 'failed' | 'cancelled' | 'idle' | 'bell' | 'gear' | 'close' | 'chevron' | 'copy' | 'edit';
 
 const PATHS: Record<IconName, string> = {
+  // Interrupted, resumable: a circular arrow.
+  resume: '<path d="M12.5 8a4.5 4.5 0 1 1-1.4-3.3" fill="none" stroke="currentColor" stroke-width="1.8" stroke-linecap="round"/><path d="M12.6 2.4v2.9H9.7" fill="none" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" stroke-linejoin="round"/>',
   running: '<circle cx="8" cy="8" r="5" fill="currentColor"/>',
   idle: '<path d="M3.5 8.5l3 3 6-7" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"/>',
   done: '<path d="M3.5 8.5l3 3 6-7" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"/>',

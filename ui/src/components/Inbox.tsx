@@ -11,6 +11,22 @@ export function Inbox(props: {
   onClose: () => void;
 }) {
   const title = (id: string) => props.sessions.find((s) => s.session_id === id)?.title || 'Untitled';
+  const parents = new Map(props.sessions.map((s) => [s.session_id, s.parent_session_id]));
+  const rootOf = (id: string) => {
+    let cur = id;
+    for (let i = 0; i < 16 && parents.get(cur); i++) cur = parents.get(cur)!;
+    return cur;
+  };
+  /** " in “Conversation”" for something of a sub-agent: which conversation it belongs to (E21). */
+  const inConversation = (id: string) => {
+    const root = rootOf(id);
+    return root === id ? null : (
+      <span class="muted inbox-where" data-testid="inbox-where">
+        {' '}
+        in “{title(root)}”
+      </span>
+    );
+  };
   const { approvals, failed, trays } = props.summary;
   const empty = props.summary.count === 0;
   return (
@@ -26,6 +42,7 @@ export function Inbox(props: {
                 <span>
                   <strong>{a.title ?? title(a.session_id)}</strong> wants to run {a.tool}
                   {argumentHint(a.arguments) ? ` on ${argumentHint(a.arguments)}` : ''}
+                  {inConversation(a.session_id)}
                 </span>
               </button>
             </li>
@@ -36,6 +53,7 @@ export function Inbox(props: {
                 <Icon name="failed" />
                 <span>
                   <strong>{title(id)}</strong> failed
+                  {inConversation(id)}
                 </span>
               </button>
             </li>

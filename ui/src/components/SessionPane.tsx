@@ -1,8 +1,8 @@
-import { useEffect, useLayoutEffect, useReducer, useRef, useState } from 'preact/hooks';
+import { useEffect, useLayoutEffect, useMemo, useReducer, useRef, useState } from 'preact/hooks';
 import type { CreateSession } from '../bindings/CreateSession';
 import type { SessionInfo } from '../bindings/SessionInfo';
+import type { Message } from '../bindings/Message';
 import type { SessionRef } from '../bindings/SessionRef';
-import type { SubagentState } from '../bindings/SubagentState';
 import type { ContextMeter } from '../bindings/ContextMeter';
 import type { InstructionFile } from '../bindings/InstructionFile';
 import type { Event as WireEvent } from '../bindings/Event';
@@ -18,9 +18,12 @@ import { ConfirmButton } from './ConfirmButton';
 import { ErrorBox } from './ErrorBox';
 import { PendingTray } from './PendingTray';
 import { Progress } from './Progress';
-import { Icon, type IconName } from './Icon';
+import { Icon } from './Icon';
 import { NeedsBadge } from './Sidebar';
 import { Meter } from './StatusLine';
+import { focusComposer } from './focus';
+import { typedText } from '../mentions';
+import { childState, isActive, LIVE, rootState, type LiveState } from '../status';
 import { namesSkill, type SlashCommand } from '../commands';
 import type { SkillCatalog } from '../bindings/SkillCatalog';
 import type { ListSkills } from '../bindings/ListSkills';
@@ -34,27 +37,15 @@ import type { SetAgent } from '../bindings/SetAgent';
 
 export interface PaneStats {
   treeTokens: number;
-  runs: number;
   /** The open session's own context meter (the status line shows it). */
   context: ContextMeter | null;
   instructions: InstructionFile[];
 }
 
-const STATE_ICON: Record<SubagentState, IconName> = {
-  waiting_for_slot: 'waiting',
-  running: 'running',
-  done: 'done',
-  failed: 'failed',
-  cancelled: 'cancelled',
-};
-
-const STATE_LABEL: Record<SubagentState, string> = {
-  waiting_for_slot: 'waiting for a slot',
-  running: 'running',
-  done: 'done',
-  failed: 'failed',
-  cancelled: 'cancelled',
-};
+/** A child tab's state from the model alone (when the app gives no live state). */
+function tabState(tab: ChildTab, info: SessionInfo | undefined): LiveState {
+  return tab.interrupted ? 'interrupted' : childState({ sub: tab.state }, info);
+}
 
 /** The composer's slash commands; those the runtime cannot do yet show as "coming". */
 export const SLASH_COMMANDS: SlashCommand[] = [
@@ -183,8 +174,17 @@ function childTip(tab: ChildTab, info: SessionInfo | undefined, usage: Tokens, s
   return lines.join('\n');
 }
 
-function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionInfo; onDeleted: () => void; onSessionsChanged: () => void }) {
-  const { model, tab, info } = props;
+function ChildView(props: {
+  model: SessionModel;
+  tab: ChildTab;
+  /** Its live state (status.ts): the header, the notices and what can be done follow it. */
+  status: LiveState;
+  info?: SessionInfo;
+  onDeleted: () => void;
+  onSessionsChanged: () => void;
+  childStates: Record<string, LiveState>;
+}) {
+  const { model, tab, info, status } = props;
   const t = model.state.transcripts[tab.sessionId];
   const [error, setError] = useState<{ message: string; retry: () => void } | null>(null);
   const [busy, setBusy] = useState(false);
@@ -193,26 +193,45 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
   const usage = childTokens(model, info, tab.sessionId);
   const agent = agentLabel(info);
   const models = sessionModels(info);
-  const active = tab.state === 'running' || tab.state === 'waiting_for_slot';
+  const active = isActive(status);
+  const interrupted = status === 'interrupted';
 
   const act = async (run: () => Promise<void>) => {
     setBusy(true);
     setError(null);
     try {
       await run();
+      // The list says what the runtime stored (resumed, cancelled): the states follow it.
+      props.onSessionsChanged();
     } catch (err) {
       setError({ message: toCommandError(err).message, retry: () => void act(run) });
     } finally {
       setBusy(false);
     }
   };
-  const cancel = () => act(() => (tab.interrupted ? model.cancelInterrupted(tab.sessionId) : model.cancel(tab.sessionId)));
+  const cancel = () => act(() => (interrupted ? model.cancelInterrupted(tab.sessionId) : model.cancel(tab.sessionId)));
   const resume = () => act(() => model.resumeChild(tab.sessionId));
   const retry = () => act(() => model.submitToChild(tab.sessionId, FAILED_RETRY));
   // A finished or failed child takes a message typed into its tab: it runs again and reports again.
   // Done, failed, or stopped by the person: writing to it runs it again (the person's
   // message starts even a child the person stopped).
-  const canMessage = (tab.state === 'done' || tab.state === 'failed' || tab.state === 'cancelled') && !tab.interrupted;
+  const canMessage = status === 'done' || status === 'failed' || status === 'stopped';
+  // Who wrote each of its messages: its task and its parent's `message_subagent`s come from
+  // the parent agent; anything else was typed here by the person (a follow-up, Retry) (E18).
+  const parentTranscript = model.state.transcripts[tab.parentSessionId ?? model.sessionId];
+  const fromParent = new Set<string>();
+  for (const m of parentTranscript?.messages ?? []) {
+    for (const call of m.tool_calls ?? []) {
+      const args = call.arguments as { task_id?: unknown; message?: unknown } | null;
+      if (call.name === 'message_subagent' && args?.task_id === tab.taskId && typeof args?.message === 'string') fromParent.add(args.message.trim());
+    }
+  }
+  const firstUser = t?.messages.findIndex((m) => m.role === 'user') ?? -1;
+  const senderOf = (m: Message, index: number): string => {
+    if (m.id?.startsWith('task:') || (t && index === t.first + firstUser && !m.id?.startsWith('msg-'))) return 'Task from the parent agent';
+    if (fromParent.has((m.content ?? '').trim())) return 'From the parent agent';
+    return 'You';
+  };
   const remove = () =>
     void act(async () => {
       const args: SessionRef = { session_id: tab.sessionId };
@@ -224,8 +243,8 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
     <div class="child-view" data-testid="child-view" data-session-id={tab.sessionId}>
       <div class="child-head">
         <strong class="child-title">{tab.title}</strong>
-        <span class={`badge badge-${tab.state}`} data-testid="child-state" data-state={tab.state}>
-          {STATE_LABEL[tab.state]}
+        <span class={`badge status-${status}`} data-testid="child-state" data-state={status}>
+          <Icon name={LIVE[status].icon} /> {LIVE[status].label}
         </span>
         {agent && (
           <span class="child-agent" data-testid="child-agent" title="The sub-agent's profile and the model it ran on last">
@@ -240,7 +259,7 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
         <button type="button" aria-pressed={changes} data-testid="child-changes" onClick={() => setChanges(!changes)}>
           {changes ? 'Conversation' : 'Changes'}
         </button>
-        <button type="button" disabled={!(active || tab.interrupted) || busy} data-testid="child-cancel" onClick={() => void cancel()}>
+        <button type="button" disabled={!(active || interrupted) || busy} data-testid="child-cancel" onClick={() => void cancel()}>
           Cancel
         </button>
         <ConfirmButton
@@ -248,12 +267,12 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
           disabled={busy}
           testid="child-delete"
           label="Delete…"
-          confirmLabel={tab.state === 'done' || tab.state === 'failed' || tab.state === 'cancelled' ? 'Delete it' : 'Delete it (no report)'}
+          confirmLabel={canMessage ? 'Delete it' : 'Delete it (no report)'}
           title="Delete this sub-agent session and its history; its report will not be delivered"
           onConfirm={remove}
         />
       </div>
-      {tab.state === 'failed' && !tab.interrupted && (
+      {status === 'failed' && (
         <div class="notice" data-testid="child-failed">
           This sub-agent failed; its parent got the error as its report. Retry runs it again (it reports again to its parent),
           or write to it below.
@@ -262,7 +281,7 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
           </button>
         </div>
       )}
-      {tab.interrupted && (
+      {interrupted && (
         <div class="notice" data-testid="child-interrupted">
           This sub-agent was cut off when Bumblehive stopped. Resume it from where it was, or cancel it (its parent
           then gets an error report).
@@ -281,8 +300,10 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
           transcript={t}
           canSend={false}
           tabs={model.state.children}
+          childStates={props.childStates}
+          senderOf={senderOf}
           footer={t.running ? <Progress transcript={t} approvals={model.state.approvals.filter((a) => a.session_id === tab.sessionId).length} /> : null}
-          empty={<div class="empty">{tab.state === 'waiting_for_slot' ? (tab.server ? `Waiting for a free slot on ${tab.server}…` : 'Waiting for a free slot…') : 'Nothing yet.'}</div>}
+          empty={<div class="empty">{status === 'waiting' ? (tab.server ? `Waiting for a free slot on ${tab.server}…` : 'Waiting for a free slot…') : 'Nothing yet.'}</div>}
         />
       ) : (
         <div class="empty">Loading…</div>
@@ -290,6 +311,7 @@ function ChildView(props: { model: SessionModel; tab: ChildTab; info?: SessionIn
       {canMessage && (
         <Composer
           key={tab.sessionId}
+          draftKey={tab.sessionId}
           running={!!t?.running}
           onSend={(text, images) => model.submitToChild(tab.sessionId, text, images)}
           onStop={() => model.cancel(tab.sessionId)}
@@ -318,6 +340,10 @@ export function SessionPane(props: {
   /** The person opened a child's tab. */
   onTabSeen?: (rootId: string, sessionId: string) => void;
   needs?: Record<string, SessionNeeds>;
+  /** The live state of every session (status.ts), as the sidebar shows it. */
+  states?: Record<string, LiveState>;
+  /** A session was deleted here (a child's Delete). */
+  onSessionDeleted?: (sessionId: string) => void;
   /** No provider is configured: the first send opens the set-up instead. */
   needsSetup?: boolean;
   onOpenSettings?: () => void;
@@ -334,7 +360,8 @@ export function SessionPane(props: {
   const [tab, setTab] = useState<string>('main');
   const [resuming, setResuming] = useState(false);
   const [resumeError, setResumeError] = useState<string | null>(null);
-  const [draft, setDraft] = useState<{ text: string; images?: ImagePart[] } | null>(null);
+  // A draft to put in a composer (Edit, Rewind, Fork), for the session it was made for (E8).
+  const [draft, setDraft] = useState<{ for: string | null; text: string; images?: ImagePart[] } | null>(null);
   // The model picker: the session's choice (from the list), or one made before it exists.
   const [chosen, setChosen] = useState<{ provider: string | null } | null>(null);
   const [pickError, setPickError] = useState<string | null>(null);
@@ -368,24 +395,38 @@ export function SessionPane(props: {
   useEffect(() => {
     if (model && tab !== 'main') callbacks.current.onTabSeen?.(model.sessionId, tab);
   }, [model, tab]);
+  // The open tab is scrolled into the strip's view (opened from a menu, a key, a card).
+  useEffect(() => {
+    (document.querySelector('.tabs [role="tab"][aria-selected="true"]') as HTMLElement | null)?.scrollIntoView?.({ block: 'nearest', inline: 'nearest' });
+  }, [tab]);
   // Only the shown chat's deltas re-render this pane (the others stream into the model).
   useLayoutEffect(() => {
     model?.setShown(tab === 'main' || tab === 'changes' ? [model.sessionId] : [tab]);
   }, [model, tab]);
 
   const state = useModelState(model);
+  // The children's live states, one object while they stay the same (the chat's rows are
+  // memoised on it).
+  const childKey = (state?.children ?? [])
+    .map((c) => `${c.sessionId}\n${props.states?.[c.sessionId] ?? tabState(c, props.sessions.find((s) => s.session_id === c.sessionId))}`)
+    .join('\n');
+  const childStates = useMemo(() => {
+    const parts = childKey ? childKey.split('\n') : [];
+    const out: Record<string, LiveState> = {};
+    for (let k = 0; k + 1 < parts.length; k += 2) out[parts[k]] = parts[k + 1] as LiveState;
+    return out;
+  }, [childKey]);
 
   useEffect(() => {
     if (model) model.mergeChildren(props.sessions);
   }, [model, props.sessions]);
 
-  const runs = model ? model.activeRuns() : 0;
   const treeTokens = state ? totalTokens(state.treeUsage) : 0;
   const context = (model && state?.transcripts[model.sessionId]?.context) || null;
   const instructions = state?.instructions ?? NO_FILES;
   useEffect(() => {
-    props.onStats?.({ treeTokens, runs, context, instructions });
-  }, [treeTokens, runs, context?.used, context?.window, context?.percent, instructions]);
+    props.onStats?.({ treeTokens, context, instructions });
+  }, [treeTokens, context?.used, context?.window, context?.percent, instructions]);
 
   // Esc stops the run from anywhere in the window (the approval dialog swallows it).
   useEffect(() => {
@@ -397,6 +438,36 @@ export function SessionPane(props: {
     window.addEventListener('keydown', onKey);
     return () => window.removeEventListener('keydown', onKey);
   }, [model]);
+
+  // Ctrl+Tab / Ctrl+Shift+Tab go round the tabs, Ctrl+1…8 open the nth, Ctrl+9 the last (E17).
+  const tabOrder = useRef<string[]>(['main']);
+  tabOrder.current = model && state ? ['main', 'changes', ...state.children.map((c) => c.sessionId)] : ['main'];
+  const tabNow = useRef(tab);
+  tabNow.current = tab;
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      if (!(e.ctrlKey || e.metaKey) || e.altKey || e.defaultPrevented || document.querySelector('.overlay')) return;
+      const order = tabOrder.current;
+      if (order.length < 2) return;
+      const at = Math.max(0, order.indexOf(tabNow.current));
+      let next: string | undefined;
+      if (e.key === 'Tab') next = order[(at + (e.shiftKey ? order.length - 1 : 1)) % order.length];
+      else if (/^[1-9]$/.test(e.key) && !e.shiftKey) next = e.key === '9' ? order[order.length - 1] : order[Number(e.key) - 1];
+      else return;
+      e.preventDefault();
+      if (!next) return;
+      setTab(next);
+      // The tab's composer (its own, or none) takes the keys next.
+      requestAnimationFrame(() => focusComposer(false));
+    };
+    window.addEventListener('keydown', onKey);
+    return () => window.removeEventListener('keydown', onKey);
+  }, []);
+  // The last approval decided: the dock is gone, and focus with it; the composer takes it (E16).
+  const approvalsWaiting = state?.approvals.length ?? 0;
+  useEffect(() => {
+    if (approvalsWaiting === 0) focusComposer(true);
+  }, [approvalsWaiting]);
 
   const sessionInfo = props.sessions.find((s) => s.session_id === sessionId);
   const current = chosen ? chosen.provider : (sessionInfo?.provider ?? null);
@@ -551,13 +622,16 @@ export function SessionPane(props: {
             <p>Ask the agent about the files in this workspace. It can delegate pieces of work to sub-agents that run in their own tabs.</p>
           </div>
         </div>
-        <Composer running={false} onSend={sendTyped} onStop={async () => undefined} autoFocus {...composerProps} />
+        <Composer key="new" draftKey="new" running={false} onSend={sendTyped} onStop={async () => undefined} autoFocus {...composerProps} />
       </div>
     );
   }
 
   const main = state.transcripts[model.sessionId];
-  const interrupted = state.children.filter((c) => c.interrupted);
+  const infoOf = (id: string) => props.sessions.find((s) => s.session_id === id);
+  const statusOf = (c: ChildTab): LiveState => props.states?.[c.sessionId] ?? tabState(c, infoOf(c.sessionId));
+  const rootStatus: LiveState = props.states?.[model.sessionId] ?? rootState({ running: state.running }, sessionInfo);
+  const interrupted = state.children.filter((c) => statusOf(c) === 'interrupted');
   const resumeAll = async () => {
     setResuming(true);
     setResumeError(null);
@@ -582,37 +656,42 @@ export function SessionPane(props: {
   return (
     <div class="session-pane" data-testid="session-pane" data-session-id={model.sessionId} data-running={state.running} data-paused={state.paused}>
       <div class="tabs" role="tablist">
-        <button type="button" role="tab" aria-selected={!childTab && !showChanges} class={`tab ${!childTab && !showChanges ? 'active' : ''}`} data-testid="tab-main" onClick={() => setTab('main')}>
+        <button
+          type="button"
+          role="tab"
+          aria-selected={!childTab && !showChanges}
+          class={`tab ${!childTab && !showChanges ? 'active' : ''}`}
+          data-testid="tab-main"
+          data-status={rootStatus}
+          onClick={() => setTab('main')}
+        >
           Main
-          {state.running && <span class="dot running" aria-label="running" />}
+          {isActive(rootStatus) && <span class={`dot status-${rootStatus}`} aria-label={LIVE[rootStatus].label} title={LIVE[rootStatus].label} />}
         </button>
         <button type="button" role="tab" aria-selected={showChanges} class={`tab ${showChanges ? 'active' : ''}`} data-testid="tab-changes" onClick={() => setTab('changes')}>
           Changes
         </button>
         {state.children.map((c) => {
-          const info = props.sessions.find((s) => s.session_id === c.sessionId);
+          const info = infoOf(c.sessionId);
           const agent = agentLabel(info);
-          const stateText = c.interrupted
-            ? 'interrupted'
-            : c.state === 'waiting_for_slot' && c.server
-              ? `waiting for a slot on ${c.server}`
-              : STATE_LABEL[c.state];
+          const live = statusOf(c);
+          const stateText = live === 'waiting' && c.server ? `waiting for a slot on ${c.server}` : LIVE[live].label;
           return (
           <button
             key={c.sessionId}
             type="button"
             role="tab"
             aria-selected={childTab?.sessionId === c.sessionId}
-            class={`tab child-tab state-${c.state} ${childTab?.sessionId === c.sessionId ? 'active' : ''}`}
+            class={`tab child-tab status-${live} ${childTab?.sessionId === c.sessionId ? 'active' : ''}`}
             data-testid="child-tab"
             data-title={c.title}
-            data-state={c.state}
+            data-state={live}
             data-session-id={c.sessionId}
             title={childTip(c, info, childTokens(model, info, c.sessionId), stateText)}
             onClick={() => setTab(c.sessionId)}
           >
             <span class="tab-icon">
-              <Icon name={c.interrupted ? 'paused' : STATE_ICON[c.state]} />
+              <Icon name={LIVE[live].icon} />
             </span>
             <span class="tab-title">{c.title}</span>
             {agent && (
@@ -626,6 +705,24 @@ export function SessionPane(props: {
           </button>
           );
         })}
+        {state.children.length > 0 && (
+          <select
+            class="tab-menu"
+            data-testid="tab-menu"
+            aria-label="All tabs"
+            title="All tabs (the strip scrolls when they do not fit)"
+            value={childTab ? childTab.sessionId : showChanges ? 'changes' : 'main'}
+            onChange={(e) => setTab((e.target as HTMLSelectElement).value)}
+          >
+            <option value="main">Main</option>
+            <option value="changes">Changes</option>
+            {state.children.map((c) => (
+              <option key={c.sessionId} value={c.sessionId}>
+                {c.title} — {LIVE[statusOf(c)].label}
+              </option>
+            ))}
+          </select>
+        )}
       </div>
       {state.stream === 'reconnecting' && <div class="banner" data-testid="reconnecting">Connection lost; reconnecting…</div>}
       {showChanges ? (
@@ -635,7 +732,7 @@ export function SessionPane(props: {
           sessionId={model.sessionId}
           messageText={(i) => main.messages?.[i - (main.first ?? 0)]?.content ?? undefined}
           onForked={(forked) => {
-            setDraft({ text: forked.draft, images: forked.draft_images ?? [] });
+            setDraft({ for: forked.session.session_id, text: typedText(forked.draft), images: forked.draft_images ?? [] });
             callbacks.current.onCreated(forked.session.session_id);
           }}
         />
@@ -644,11 +741,14 @@ export function SessionPane(props: {
           <ChildView
             model={model}
             tab={childTab}
-            info={props.sessions.find((s) => s.session_id === childTab.sessionId)}
+            status={statusOf(childTab)}
+            childStates={childStates}
+            info={infoOf(childTab.sessionId)}
             onSessionsChanged={props.onSessionsChanged}
             onDeleted={() => {
               setTab('main');
               model.removeChild(childTab.sessionId);
+              props.onSessionDeleted?.(childTab.sessionId);
               props.onSessionsChanged();
             }}
           />
@@ -683,14 +783,14 @@ export function SessionPane(props: {
             key={model.sessionId}
             onRetry={(text, images) => model.submit(text, images)}
             onOpenSettings={props.onOpenSettings}
-            onEdit={(text, images) => setDraft({ text, images })}
+            onEdit={(text, images) => setDraft({ for: model.sessionId, text, images })}
             onLoadEarlier={() => model.loadEarlier(model.sessionId)}
             onFork={(index) =>
               void platform
                 .invoke('fork_session', { session_id: model.sessionId, message_index: index, rewind: false })
                 .then((forked) => {
                   // The message's images come back too (removable), as Edit does.
-                  setDraft({ text: forked.draft, images: forked.draft_images ?? [] });
+                  setDraft({ for: forked.session.session_id, text: typedText(forked.draft), images: forked.draft_images ?? [] });
                   callbacks.current.onCreated(forked.session.session_id);
                 })
                 .catch((err) => setForkError(`Cannot fork: ${toCommandError(err).message}`))
@@ -699,6 +799,7 @@ export function SessionPane(props: {
             statuses={state.statuses}
             inflight={state.inflight}
             tabs={state.children}
+            childStates={childStates}
             onOpenChild={(id) => setTab(id)}
             deleted={state.deleted}
             footer={state.running || main.running ? <Progress transcript={main} approvals={state.approvals.length} /> : null}
@@ -712,7 +813,17 @@ export function SessionPane(props: {
             onResumeAll={() => model.steerAll()}
             onDiscard={(id) => model.discard(id)}
           />
-          <Composer running={state.running} onSend={sendTyped} onStop={() => model.cancel()} autoFocus draft={draft} {...composerProps} />
+          <Composer
+            key={model.sessionId}
+            draftKey={model.sessionId}
+            running={state.running}
+            onSend={sendTyped}
+            onStop={() => model.cancel()}
+            autoFocus
+            draft={draft?.for === model.sessionId ? draft : null}
+            onDraftTaken={() => setDraft(null)}
+            {...composerProps}
+          />
         </>
       )}
     </div>

@@ -4,14 +4,12 @@ import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionNeeds } from '../model';
 import { agentLabel } from '../usage';
 import { basename, formatTokens } from '../util';
-import { Icon, type IconName } from './Icon';
+import { Icon } from './Icon';
+import { childState, LIVE, rootState, type LiveState } from '../status';
 
-/** A session's life state as an icon (SVG: font glyphs are boxes on plain font sets). */
-export function stateIcon(s: SessionInfo): { icon: IconName; label: string } {
-  if (s.interrupted) return { icon: 'failed', label: 'interrupted' };
-  if (s.state === 'running') return { icon: 'running', label: 'running' };
-  if (s.state === 'paused') return { icon: 'paused', label: s.parent_session_id ? 'stopped' : 'paused' };
-  return { icon: 'idle', label: 'idle' };
+/** A session's state from the list alone (when no live state is given). */
+export function listedState(s: SessionInfo): LiveState {
+  return s.parent_session_id ? childState({}, s) : rootState({}, s);
 }
 
 /** "2 approvals", "failed", "1 report": what a session's badge says. */
@@ -84,6 +82,8 @@ export function Sidebar(props: {
   onSettings: () => void;
   /** What needs the person, per session id. */
   needs?: Record<string, SessionNeeds>;
+  /** The live state of each session (status.ts): the icon and its word. */
+  states?: Record<string, LiveState>;
   needCount?: number;
   onInbox?: () => void;
   /** Session tools; each is hidden when the backend lacks its command (it rejects). */
@@ -97,6 +97,12 @@ export function Sidebar(props: {
   const [query, setQuery] = useState('');
   const [found, setFound] = useState<SessionInfo[] | null>(null);
   const [showArchived, setShowArchived] = useState(false);
+  /** The session just archived: a toast offers to undo it for a while (E23). */
+  const [archived, setArchived] = useState<SessionInfo | null>(null);
+  const toastTimer = useRef<ReturnType<typeof setTimeout> | null>(null);
+  useEffect(() => () => {
+    if (toastTimer.current) clearTimeout(toastTimer.current);
+  }, []);
   const searchSeq = useRef(0);
   const search = useRef(props.onSearch);
   search.current = props.onSearch;
@@ -127,12 +133,15 @@ export function Sidebar(props: {
       setToolError(`Cannot rename: ${(err as Error).message ?? err}`);
     }
   };
-  const archive = async (s: SessionInfo, archived: boolean) => {
+  const archive = async (s: SessionInfo, archive: boolean) => {
     try {
-      await props.onArchive?.(s, archived);
+      await props.onArchive?.(s, archive);
       setToolError(null);
+      if (toastTimer.current) clearTimeout(toastTimer.current);
+      setArchived(archive ? s : null);
+      if (archive) toastTimer.current = setTimeout(() => setArchived(null), 10000);
     } catch (err) {
-      setToolError(`Cannot archive: ${(err as Error).message ?? err}`);
+      setToolError(`Cannot ${archive ? 'archive' : 'take it out of the archive'}: ${(err as Error).message ?? err}`);
     }
   };
   const renderNode = (node: Node, depth: number) => {
@@ -140,14 +149,17 @@ export function Sidebar(props: {
     // A child shows its profile and the model it ran on last ("explore · qwen2.5-coder").
     const agent = depth > 0 ? agentLabel(s) : '';
     const own = Number(s.usage?.input_tokens ?? 0) + Number(s.usage?.output_tokens ?? 0);
-    const tip = depth > 0 ? [s.title, agent, `${formatTokens(own)} tokens`].filter(Boolean).join(' · ') : s.title;
+    const live = props.states?.[s.session_id] ?? listedState(s);
+    const tip = [s.title, LIVE[live].label, agent, depth > 0 ? `${formatTokens(own)} tokens` : ''].filter(Boolean).join(' · ');
     return (
       <li key={s.session_id}>
         <div
-          class={`session-item depth-${Math.min(depth, 3)} ${s.forked_from ? 'forked' : ''} ${props.selected === s.session_id ? 'selected' : ''}`}
+          class={`session-item depth-${Math.min(depth, 3)} ${s.forked_from ? 'forked' : ''} ${props.selected === s.session_id ? 'selected' : ''} ${archivedOf(s) ? 'archived' : ''}`}
+          data-archived={archivedOf(s) ? 'true' : undefined}
           data-testid="session-item"
           data-session-id={s.session_id}
           data-state={s.state}
+          data-status={live}
           data-parent-id={s.parent_session_id ?? undefined}
         >
           {editing?.id === s.session_id ? (
@@ -176,8 +188,8 @@ export function Sidebar(props: {
             </form>
           ) : (
           <button type="button" class="session-open" onClick={() => (depth === 0 ? props.onSelect(s.session_id) : props.onSelect(rootOf(s), s.session_id))} onDblClick={() => props.onRename && depth === 0 && setEditing({ id: s.session_id, title: s.title })} title={tip}>
-            <span class={`badge badge-${s.interrupted ? 'interrupted' : s.state}`} data-testid="session-state" data-state={stateIcon(s).label} title={stateIcon(s).label}>
-              <Icon name={stateIcon(s).icon} label={stateIcon(s).label} />
+            <span class={`badge status-${live}`} data-testid="session-state" data-state={live} title={LIVE[live].label}>
+              <Icon name={LIVE[live].icon} label={LIVE[live].label} />
             </span>
             {s.forked_from && (
               <span class="fork-mark muted" data-testid="fork-mark" title="A fork of the conversation above">
@@ -185,6 +197,11 @@ export function Sidebar(props: {
               </span>
             )}
             <span class="session-title">{s.title || 'Untitled'}</span>
+            {depth === 0 && archivedOf(s) && (
+              <span class="archived-mark muted" data-testid="archived-mark" title="Archived: hidden from the usual list">
+                archived
+              </span>
+            )}
             {agent && (
               <span class="session-agent muted" data-testid="session-agent">
                 {agent}
@@ -309,6 +326,16 @@ export function Sidebar(props: {
         <button type="button" class="link" data-testid="show-archived" onClick={() => setShowArchived(!showArchived)}>
           {showArchived ? 'Hide archived' : `Archived (${archivedCount})`}
         </button>
+      )}
+      {archived && (
+        <div class="toast" role="status" data-testid="archive-toast">
+          <span>
+            Archived “{archived.title || 'Untitled'}”.
+          </span>
+          <button type="button" class="link" data-testid="archive-undo" onClick={() => void archive(archived, false)}>
+            Undo
+          </button>
+        </div>
       )}
       <button type="button" class="quiet settings-button" data-testid="settings-button" onClick={props.onSettings}>
         <Icon name="gear" /> Settings

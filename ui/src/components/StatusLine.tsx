@@ -193,6 +193,8 @@ export function StatusLine(props: {
   /** The open session tree's tokens by model (from the session list). */
   models?: ModelTokens[];
   runs: number | null;
+  /** Sessions waiting for a slot (shown beside the running ones when there are any). */
+  waiting?: number;
   transport: string;
   context?: ContextMeter | null;
   instructions?: InstructionFile[];
@@ -207,6 +209,7 @@ export function StatusLine(props: {
       <span data-testid="status-model">{p ? `${p.model} @ ${host(p.base_url)}` : 'no model configured'}</span>
       {props.treeTokens != null && <TreeTokens total={props.treeTokens} models={props.models ?? []} />}
       {props.runs != null && <span data-testid="status-runs">{props.runs} running</span>}
+      {(props.waiting ?? 0) > 0 && <span data-testid="status-waiting">{props.waiting} waiting for a slot</span>}
       <Meter meter={props.context} testid="status-context" />
       {props.onCompact !== undefined && <CompactButton onCompact={props.onCompact} />}
       <Instructions files={props.instructions ?? []} />

@@ -1,7 +1,7 @@
 import { useState } from 'preact/hooks';
 import type { ToolCall } from '../bindings/ToolCall';
 import type { ChildTab, ToolLive } from '../model';
-import type { SubagentState } from '../bindings/SubagentState';
+import { childState, LIVE, type LiveState } from '../status';
 import { argumentHint, pretty } from '../util';
 import { mcpServerOf } from './McpServers';
 import { CopyButton } from './CopyButton';
@@ -43,12 +43,15 @@ export function isDenial(text: string | undefined): boolean {
   return !!text && /^(Error: )?denied( by (the )?user)?\b/i.test(text);
 }
 
-const CHILD_STATE: Record<SubagentState, string> = {
-  waiting_for_slot: 'waiting for a slot',
-  running: 'running',
-  done: 'reported',
+/** A delegated card's state (its `data-state` and class) for each live state of its child. */
+const CARD_STATE: Record<LiveState, string> = {
+  waiting: 'delegated',
+  running: 'delegated',
+  interrupted: 'interrupted',
   failed: 'failed',
-  cancelled: 'cancelled',
+  stopped: 'stopped',
+  done: 'done',
+  idle: 'done',
 };
 
 /** One tool call: a collapsible card with its arguments and result. */
@@ -57,6 +60,8 @@ export function ToolCard(props: {
   live?: ToolLive;
   result?: { text: string; isError: boolean };
   child?: ChildTab;
+  /** The live states of the children (status.ts): the card says its child's. */
+  childStates?: Record<string, LiveState>;
   /** Whether the delegated task's report is in the transcript. */
   reported?: boolean;
   /** The person deleted the delegated task's child: it will not report. */
@@ -72,7 +77,7 @@ export function ToolCard(props: {
   const stopped = denied && /the run was stopped|cancel/i.test(resultText ?? '');
   const taskId = call.name === 'sub_agent' ? subagentResult(resultText) : null;
   // A delegated call is pending until its child reports: the card follows the child.
-  const childState = taskId ? (child?.state ?? null) : null;
+  const childLive: LiveState | null = taskId && child ? (props.childStates?.[child.sessionId] ?? (child.interrupted ? 'interrupted' : childState({ sub: child.state }, undefined))) : null;
   const state = running
     ? 'running'
     : taskId && props.deleted && !child
@@ -85,14 +90,15 @@ export function ToolCard(props: {
           ? 'denied'
           : isError
           ? 'error'
-          : childState === 'failed' || childState === 'cancelled'
-            ? childState
-            : childState === 'running' || childState === 'waiting_for_slot'
-              ? 'delegated'
-              : 'done';
+          : childLive
+            ? CARD_STATE[childLive]
+            : 'done';
   const hint = argumentHint(call.arguments);
-  const stateText =
-    state === 'running'
+  // A delegated card says its child's live state, in the words every other place uses.
+  const delegated = childLive && state === CARD_STATE[childLive] ? `sub-agent ${LIVE[childLive].label}${childLive === 'done' ? ' (reported)' : ''}` : null;
+  const stateText = delegated
+    ? delegated
+    : state === 'running'
       ? 'running'
       : state === 'waiting'
         ? ''
@@ -107,10 +113,8 @@ export function ToolCard(props: {
             : state === 'error'
               ? 'error'
               : taskId
-                ? child
-                  ? `sub-agent ${CHILD_STATE[child.state]}`
-                  : props.reported
-                    ? 'sub-agent reported'
+                ? props.reported
+                    ? 'sub-agent done (reported)'
                     : 'sub-agent deleted'
                 : 'done';
   return (

@@ -226,3 +226,41 @@ describe('/agent (profiles)', () => {
     expect($(root, 'agent-chip')).toBeNull();
   });
 });
+
+describe('images from the clipboard as WebKitGTK gives them, and the attach button (E14)', () => {
+  it('a screenshot pasted as a clipboard item only (no files) is attached', async () => {
+    const { fake, root } = await openSession();
+    const input = $(root, 'prompt-input') as HTMLTextAreaElement;
+    const shot = new File([PNG], '', { type: 'image/png' });
+    const event = new Event('paste', { bubbles: true, cancelable: true });
+    Object.defineProperty(event, 'clipboardData', {
+      value: { files: [], items: [{ kind: 'file', type: 'image/png', getAsFile: () => shot }], types: ['image/png'], getData: () => '' },
+    });
+    await inAct(() => void input.dispatchEvent(event));
+    await settle();
+    expect(event.defaultPrevented).toBe(true);
+    expect($$(root, 'attachment')).toHaveLength(1);
+    await inAct(() => key(input, 'Enter'));
+    expect(fake.callsOf('submit').at(-1)!.images).toEqual([{ media_type: 'image/png', data: PNG_BASE64 }]);
+  });
+
+  it('+ Image opens the file chooser; chosen PNG and JPEG files are attached, other files refused', async () => {
+    const { root } = await openSession();
+    const chooser = $(root, 'attach-input') as HTMLInputElement;
+    let opened = 0;
+    chooser.click = () => void opened++;
+    await inAct(() => $(root, 'attach-button')!.click());
+    expect(opened).toBe(1);
+    expect(chooser.accept).toBe('image/png,image/jpeg,image/gif,image/webp');
+    const choose = (files: File[]) => {
+      Object.defineProperty(chooser, 'files', { value: files, configurable: true });
+      chooser.dispatchEvent(new Event('change', { bubbles: true }));
+    };
+    await inAct(() => choose([new File([PNG], 'a.png', { type: 'image/png' }), new File([new Uint8Array([0xff, 0xd8, 0xff])], 'b.jpg', { type: 'image/jpeg' })]));
+    await settle();
+    expect($$(root, 'attachment').map((a) => a.title)).toEqual(['a.png', 'b.jpg']);
+    await inAct(() => choose([new File([new Uint8Array([0, 1, 2, 0])], 'c.bin', { type: 'application/octet-stream' })]));
+    await settle();
+    expect($(root, 'attach-error')!.textContent).toContain('Cannot attach c.bin');
+  });
+});

@@ -37,7 +37,7 @@ describe('a sub-agent of another session asks for approval', () => {
     expect($(item('c'), 'needs-badge')!.getAttribute('aria-label')).toBe('needs you: 1 approval');
     expect($(item('sel'), 'needs-badge')).toBeNull();
     expect(fake.titles.at(-1)).toBe('Bumblehive — 1 needs you');
-    expect(fake.notified).toEqual([{ title: 'Bumblehive needs your approval', body: 'Sub-agent “Editor” asks to run write_file' }]);
+    expect(fake.notified).toEqual([{ title: 'Bumblehive needs your approval', body: 'Sub-agent “Editor” asks to run write_file in “Background work”' }]);
     // Everything that runs in the app, not only the selected tree.
     expect($(root, 'status-runs')!.textContent).toBe('2 running');
 
@@ -67,5 +67,34 @@ describe('a sub-agent of another session asks for approval', () => {
     await inAct(() => (childItem.querySelector('.session-open') as HTMLElement).click());
     expect($(root, 'child-view')!.dataset.sessionId).toBe('c');
     expect(fake.titles.at(-1)).toBe('Bumblehive');
+  });
+});
+
+describe('a notification leads to what it announced (E21)', () => {
+  it('its click opens the asking child’s tab with the approval; the inbox names the conversation', async () => {
+    vi.spyOn(document, 'hasFocus').mockReturnValue(false);
+    const { fake, root } = await twoSessions();
+    await inAct(() => fake.emit('bg', snapshot('bg', { running: true, subagents: [{ task_id: 't1', session_id: 'c', parent_session_id: 'bg', title: 'Editor', state: 'running' }] }), approval));
+    expect(fake.notified.at(-1)!.body).toContain('in “Background work”');
+    await inAct(() => $(root, 'inbox-button')!.click());
+    expect($(root, 'inbox-approval')!.textContent).toContain('in “Background work”');
+    await inAct(() => $(root, 'inbox-close')!.click());
+    expect($(root, 'session-pane')!.dataset.sessionId).toBe('sel');
+    await inAct(() => fake.notificationClicks.at(-1)!());
+    expect($(root, 'session-pane')!.dataset.sessionId).toBe('bg');
+    expect($(root, 'child-view')!.dataset.sessionId).toBe('c');
+  });
+
+  it('on the desktop (no click reported), focusing the window after it opens the approval while it still waits', async () => {
+    vi.spyOn(document, 'hasFocus').mockReturnValue(false);
+    const { fake, root } = await twoSessions();
+    await inAct(() => fake.emit('bg', snapshot('bg', { running: true, subagents: [{ task_id: 't1', session_id: 'c', parent_session_id: 'bg', title: 'Editor', state: 'running' }] }), approval));
+    await inAct(() => window.dispatchEvent(new Event('focus')));
+    expect($(root, 'session-pane')!.dataset.sessionId).toBe('bg');
+    expect($(root, 'child-view')!.dataset.sessionId).toBe('c');
+    // Once opened it does not pull the window there again.
+    await inAct(() => ($$(root, 'session-item').find((i) => i.dataset.sessionId === 'sel')!.querySelector('.session-open') as HTMLElement).click());
+    await inAct(() => window.dispatchEvent(new Event('focus')));
+    expect($(root, 'session-pane')!.dataset.sessionId).toBe('sel');
   });
 });

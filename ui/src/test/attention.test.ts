@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { acknowledge, emptyRoot, reduceRoot, rootsToWatch, summarize, windowTitle, type RootAttention } from '../model';
+import { countStates, liveStates } from '../status';
 import { info, kind, snapshot } from './fake';
 
 const approval = (id: string, session: string, extra = {}) => ({
@@ -29,12 +30,13 @@ describe('attention across sessions (pure)', () => {
       snapshot('p', { running: true, subagents: [{ task_id: 't', session_id: 'c', parent_session_id: 'p', title: 'Editor', state: 'running' }] }),
       approval('a1', 'c', { title: 'Editor' }),
     );
-    expect(alerts).toEqual([{ kind: 'approval', rootId: 'p', sessionId: 'c', text: 'Sub-agent “Editor” asks to run write_file' }]);
+    expect(alerts).toEqual([{ kind: 'approval', rootId: 'p', sessionId: 'c', text: 'Sub-agent “Editor” asks to run write_file in “Refactor”' }]);
     const s = summarize([root]);
     expect(s.count).toBe(1);
     expect(s.sessions.c).toEqual({ approvals: 1, failed: false, reports: 0 });
     expect(s.sessions.p.approvals).toBe(1);
-    expect(s.running).toBe(2);
+    // What runs is the live states' count (status.ts), the one rule.
+    expect(countStates(liveStates([], [root])).running).toBe(2);
     // Resolved: nothing needs the person any more.
     const after = fold(root, { type: 'approval_resolved', session_id: 'c', approval_id: 'a1', approved: true }).root;
     expect(summarize([after]).count).toBe(0);
@@ -101,7 +103,7 @@ describe('a report without its state event', () => {
       { type: 'message_status', session_id: 'p', message_id: 'subagent:t1', status: 'steered' },
     );
     expect(root.children.c1.state).toBe('done');
-    expect(summarize([root]).running).toBe(0);
+    expect(countStates(liveStates([], [root])).running).toBe(0);
     expect(alerts.map((a) => a.kind)).toEqual(['reports']);
   });
 });

@@ -63,7 +63,7 @@ describe('events rendered into the chat and the tabs', () => {
     // Delegated cards follow their child and name it by its state, never by a task id (D11).
     expect(cards.map((c) => c.dataset.state)).toEqual(['done', 'delegated']);
     expect(cards[0].textContent).toContain('“Review auth”');
-    expect(cards[0].textContent).toContain('sub-agent reported');
+    expect(cards[0].textContent).toContain('sub-agent done (reported)');
     expect(cards[1].textContent).toContain('sub-agent waiting for a slot');
     for (const c of cards) expect(c.querySelector('summary')!.textContent).not.toContain('call-');
     expect($(cards[0], 'tool-arguments')!.textContent).toContain('"task": "Review src/auth"');
@@ -90,7 +90,7 @@ describe('events rendered into the chat and the tabs', () => {
     // One tab per child, with title and state.
     const tabs = $$(root, 'child-tab');
     expect(tabs.map((t) => t.dataset.title)).toEqual(['Review auth', 'Review db']);
-    expect(tabs.map((t) => t.dataset.state)).toEqual(['done', 'waiting_for_slot']);
+    expect(tabs.map((t) => t.dataset.state)).toEqual(['done', 'waiting']);
     expect(tabs[1].textContent).toContain('waiting for a slot');
 
     // Status line: tokens of the tree (10+5 + 7+3 + 20+4) and runs.

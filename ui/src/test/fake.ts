@@ -43,6 +43,8 @@ export class FakePlatform implements Platform {
   saved: Record<string, unknown>[] = [];
   host: HostInfo = { home_dir: '/home/me', provider_configured: true };
   notified: { title: string; body: string }[] = [];
+  /** What clicking each notification does (the browser tells; a test clicks). */
+  notificationClicks: (() => void)[] = [];
   titles: string[] = [];
   guard: boolean[] = [];
   closeHandler: (() => void) | null = null;
@@ -103,8 +105,9 @@ export class FakePlatform implements Platform {
   hostInfo() {
     return Promise.resolve(this.host);
   }
-  notify(title: string, body: string) {
+  notify(title: string, body: string, onClick?: () => void) {
     this.notified.push({ title, body });
+    if (onClick) this.notificationClicks.push(onClick);
   }
   setTitle(title: string) {
     if (this.titles.at(-1) !== title) this.titles.push(title);

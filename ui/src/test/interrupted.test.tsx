@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { $, $$, info, inAct, workspacePlatform } from './fake';
+import type { SessionListEvent } from '../bindings/SessionListEvent';
+import { $, $$, info, inAct, kind, workspacePlatform } from './fake';
 import { mountApp } from './mount';
 
 const P = 'sess-parent';
@@ -17,11 +18,17 @@ async function withInterruptedChild() {
     info(C, { parent_session_id: P, task_id: 'call-1', title: 'Review db', state: 'paused', interrupted: true }),
   ]);
   fake.handlers.resume_subagent = () => ({});
+  // The desktop's list feed: the runtime says when a stored session changes.
+  let listFeed: ((e: SessionListEvent) => void) | null = null;
+  (fake as any).subscribeSessions = (_ws: string, onEvent: (e: SessionListEvent) => void) => {
+    listFeed = onEvent;
+    return () => undefined;
+  };
   const mounted = await mountApp(fake, P);
   unmount = mounted.unmount;
   const tab = $$(mounted.root, 'child-tab').find((t) => t.dataset.title === 'Review db')!;
   await inAct(() => tab.click());
-  return { fake, root: mounted.root };
+  return { fake, root: mounted.root, listChanged: (e: SessionListEvent) => listFeed?.(e) };
 }
 
 describe('a child interrupted by a restart', () => {
@@ -31,17 +38,21 @@ describe('a child interrupted by a restart', () => {
     expect($(view, 'child-interrupted')!.textContent).toContain('cut off');
     await inAct(() => $(view, 'child-resume')!.click());
     expect(fake.callsOf('resume_subagent')).toEqual([{ session_id: C }]);
+    // The resumed task gets its slot and runs (the runtime's events).
+    await inAct(() => fake.emit(P, kind(C, 'subagent.state', { task_id: 'call-1', state: 'running' })));
     expect($(root, 'child-interrupted')).toBeNull();
     expect($(root, 'child-state')!.dataset.state).toBe('running');
   });
 
   it('Cancel is offered and tells the runtime to cancel it', async () => {
-    const { fake, root } = await withInterruptedChild();
+    const { fake, root, listChanged } = await withInterruptedChild();
     const cancel = $(root, 'child-cancel') as HTMLButtonElement;
     expect(cancel.disabled).toBe(false);
     await inAct(() => cancel.click());
     expect(fake.callsOf('cancel')).toEqual([{ session_id: C }]);
+    // The runtime stores it as no longer interrupted (its parent got an error report).
+    await inAct(() => listChanged({ type: 'changed', session: info(C, { parent_session_id: P, task_id: 'call-1', title: 'Review db', state: 'paused', interrupted: false }) }));
     expect($(root, 'child-interrupted')).toBeNull();
-    expect($(root, 'child-state')!.dataset.state).toBe('cancelled');
+    expect($(root, 'child-state')!.dataset.state).toBe('stopped');
   });
 });

@@ -2,6 +2,7 @@ import { render } from 'preact';
 import { act } from 'preact/test-utils';
 import { App } from '../components/App';
 import { forgetScrollPositions } from '../components/Chat';
+import { forgetUnsent } from '../components/Composer';
 import { SETUP_KEY } from '../util';
 import { settle, type FakePlatform } from './fake';
 
@@ -9,6 +10,7 @@ import { settle, type FakePlatform } from './fake';
 export async function mountApp(fake: FakePlatform, sessionId: string | null, options: { welcome?: boolean } = {}) {
   localStorage.clear();
   forgetScrollPositions();
+  forgetUnsent();
   // The first-start offer follows the config: a welcome run has no provider configured.
   if (options.welcome) fake.host = { ...fake.host, provider_configured: false };
   if (!options.welcome) localStorage.setItem(SETUP_KEY, '1');

@@ -116,3 +116,39 @@ describe('the session list feed', () => {
     expect(push).toBeNull();
   });
 });
+
+describe('archive (E23)', () => {
+  it('says what was archived with an Undo, and the archived list marks the archived rows', async () => {
+    const list: (SessionInfo & { archived?: boolean })[] = [
+      info('a', { title: 'Fix the tests', created_at: '2025-01-02T00:00:00Z' }),
+      info('b', { title: 'Refactor auth' }),
+    ];
+    const fake = workspacePlatform(list);
+    fake.handlers.archive_session = ({ session_id, archived }) => Object.assign(list.find((s) => s.session_id === session_id)!, { archived });
+    fake.handlers.list_sessions = () => list.map((s) => ({ ...s }));
+    const mounted = await mountApp(fake, 'a');
+    unmount = mounted.unmount;
+    const root = mounted.root;
+    await inAct(() => $$(root, 'session-archive')[1].click());
+    await settle(20);
+    expect(titles(root)).toEqual(['Fix the tests']);
+    expect($(root, 'archive-toast')!.textContent).toContain('Archived “Refactor auth”');
+    await inAct(() => $(root, 'archive-undo')!.click());
+    await settle(20);
+    expect(fake.callsOf('archive_session')).toEqual([
+      { session_id: 'b', archived: true },
+      { session_id: 'b', archived: false },
+    ]);
+    expect(titles(root)).toEqual(['Fix the tests', 'Refactor auth']);
+    expect($(root, 'archive-toast')).toBeNull();
+    // Archived again: the list of all shows which rows are archived.
+    await inAct(() => $$(root, 'session-archive')[1].click());
+    await settle(20);
+    await inAct(() => $(root, 'show-archived')!.click());
+    const marks = $$(root, 'session-item').map((i) => [i.dataset.sessionId, i.dataset.archived ?? null, $(i, 'archived-mark')?.textContent ?? null]);
+    expect(marks).toEqual([
+      ['a', null, null],
+      ['b', 'true', 'archived'],
+    ]);
+  });
+});

@@ -37,8 +37,8 @@ describe('delegated cards and reports (D11)', () => {
     const summaries = $$(root, 'tool-card').map((c) => [c.dataset.state, c.querySelector('.tool-state')!.textContent]);
     expect(summaries).toEqual([
       ['failed', 'sub-agent failed'],
-      ['cancelled', 'sub-agent cancelled'],
-      ['done', 'sub-agent reported'],
+      ['stopped', 'sub-agent stopped'],
+      ['done', 'sub-agent done (reported)'],
     ]);
     const report = $$(root, 'chat-message').find((m) => m.dataset.role === 'report')!;
     expect(report.textContent).toContain('Report from “Gamma”');
@@ -62,7 +62,7 @@ describe('a report whose child never said it was done', () => {
       ),
     );
     expect($$(mounted.root, 'child-tab')[0].dataset.state).toBe('done');
-    expect($(mounted.root, 'tool-card')!.querySelector('.tool-state')!.textContent).toBe('sub-agent reported');
+    expect($(mounted.root, 'tool-card')!.querySelector('.tool-state')!.textContent).toBe('sub-agent done (reported)');
   });
 });
 
@@ -79,9 +79,11 @@ describe('interrupted and failed children (D12, D14)', () => {
     const banner = $(mounted.root, 'interrupted-banner')!;
     expect(banner.textContent).toContain('2 sub-agents were cut off');
     // Tabs say interrupted, not failed.
-    expect($$(mounted.root, 'child-tab').map((t) => t.querySelector('.tab-state')!.textContent)).toEqual(['interrupted', 'interrupted']);
+    expect($$(mounted.root, 'child-tab').map((t) => t.querySelector('.tab-state')!.textContent)).toEqual(['interrupted (can resume)', 'interrupted (can resume)']);
     await inAct(() => $(banner, 'resume-all-interrupted')!.click());
     expect(fake.callsOf('resume_subagent')).toEqual([{ session_id: 'c1' }, { session_id: 'c2' }]);
+    // As the runtime says: each resumed task waits for its slot.
+    await inAct(() => fake.emit(P, kind('c1', 'subagent.state', { task_id: 't1', state: 'waiting_for_slot' }), kind('c2', 'subagent.state', { task_id: 't2', state: 'waiting_for_slot' })));
     expect($(mounted.root, 'interrupted-banner')).toBeNull();
   });
 
@@ -98,6 +100,8 @@ describe('interrupted and failed children (D12, D14)', () => {
     expect($(view, 'prompt-input')).not.toBeNull();
     await inAct(() => $(view, 'child-retry')!.click());
     expect(fake.callsOf('submit')).toEqual([{ session_id: 'c1', content: 'The last attempt failed. Try the task again.', config: null }]);
+    // The runtime starts the child's message: it runs again.
+    await inAct(() => fake.emit(P, { type: 'message_status', session_id: 'c1', message_id: 'm-c1', status: 'started' }));
     expect($$(mounted.root, 'child-tab')[0].dataset.state).toBe('running');
     expect($(mounted.root, 'child-state')!.dataset.state).toBe('running');
     expect($(mounted.root, 'child-retry')).toBeNull();
@@ -199,7 +203,7 @@ describe('why a session paused, after a restart (D13: the saved reason)', () => 
     unmount = mounted.unmount;
     const state = (title: string) => $$(mounted.root, 'child-tab').find((t) => t.dataset.title === title)!.dataset.state;
     expect(state('Broke')).toBe('failed');
-    expect(state('Halted')).toBe('cancelled');
+    expect(state('Halted')).toBe('stopped');
     // The stopped one can be written to, to go on.
     await inAct(() => $$(mounted.root, 'child-tab').find((t) => t.dataset.title === 'Halted')!.click());
     expect($(mounted.root, 'child-view')!.querySelector('textarea')).not.toBeNull();

@@ -76,7 +76,7 @@ describe('profile and model of children, tokens per model', () => {
     expect(agentOf(C2)).toBe('review · big-model');
     expect(agentOf(G)).toBe('tiny');
     const c1Button = items.find((i) => i.dataset.sessionId === C1)!.querySelector('.session-open') as HTMLElement;
-    expect(c1Button.title).toBe('Explore auth · explore · qwen2.5-coder-7b · 350 tokens');
+    expect(c1Button.title).toBe('Explore auth · done · explore · qwen2.5-coder-7b · 350 tokens');
 
     // The child's pane header.
     await inAct(() => tabs[1].click());
