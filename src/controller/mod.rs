@@ -1024,9 +1024,11 @@ impl SessionController {
 
     /// Appends a starting run's first messages (no run is active, so the controller may
     /// write): the history is loaded if it is not cached, calls an earlier run left open
-    /// are answered first (SPEC §2), and each message is remembered (and a report noted as
-    /// delivered) as the run loop would. A write only, no flush: a killed process loses
-    /// nothing the page cache holds, and the run's first flush covers a power loss.
+    /// are answered first (SPEC §2), and each message is remembered as the run loop would.
+    /// A write only, no flush: a killed process loses nothing the page cache holds, and
+    /// the run's first flush covers a power loss. A report among them is noted delivered
+    /// by the run, after that flush (runtime review R10: a note on disk before its history
+    /// line could hide a report a power cut lost).
     fn append_first_locked(
         &self,
         state: &mut State,
@@ -1061,11 +1063,6 @@ impl SessionController {
         state.history = Some(history);
         for message in first {
             state.message_ids.insert(message.message_id.clone());
-            if let Some(task_id) = report_task_id(&message.message_id) {
-                if let Err(err) = self.shared.store.mark_delivered(id, task_id) {
-                    tracing::warn!(session = %id, "cannot note a delivered report: {err}");
-                }
-            }
         }
         for message in messages {
             self.emit_progress(Progress::MessageAppended { message });
@@ -1577,7 +1574,7 @@ impl SessionController {
 }
 
 /// The task id of a report's message id (`subagent:<task_id>`).
-fn report_task_id(message_id: &str) -> Option<&str> {
+pub(super) fn report_task_id(message_id: &str) -> Option<&str> {
     message_id.strip_prefix("subagent:")
 }
 
