@@ -341,6 +341,16 @@ impl Checkpoints {
     }
 
     fn turn_changes_blocking(&self, session_id: &str) -> Result<TurnChanges, CheckpointError> {
+        // Maintenance may prune while this reads without its lock; it marks the records
+        // pruned before any tree goes, so a tree found missing means the records say so
+        // now: read them once more.
+        match self.turn_changes_once(session_id) {
+            Err(CheckpointError::Git(_)) => self.turn_changes_once(session_id),
+            other => other,
+        }
+    }
+
+    fn turn_changes_once(&self, session_id: &str) -> Result<TurnChanges, CheckpointError> {
         let records = self.records(session_id)?;
         let mut by_turn: BTreeMap<usize, Vec<&(CallRecord, bool)>> = BTreeMap::new();
         for record in &records {
@@ -941,6 +951,9 @@ impl Checkpoints {
         let expired = refs.partition_point(|(stamp, _, _)| *stamp < oldest_kept);
         let mut dropped: Vec<(u64, String, String)> =
             refs.drain(..expired.min(refs.len())).collect();
+        // The records say so before the trees go: the Changes view, reading them meanwhile
+        // without this lock, must never ask git for a tree already pruned.
+        self.note_pruned(shadow, &dropped)?;
         shadow.drop_refs(&dropped.iter().map(|r| r.2.clone()).collect::<Vec<_>>())?;
         shadow.prune()?;
         // Halving, not one by one: each round is a full gc. The newest record is kept
@@ -952,11 +965,11 @@ impl Checkpoints {
             let cut = refs[half - 1].0;
             let end = refs.partition_point(|(stamp, _, _)| *stamp <= cut);
             let round: Vec<(u64, String, String)> = refs.drain(..end).collect();
+            self.note_pruned(shadow, &round)?;
             shadow.drop_refs(&round.iter().map(|r| r.2.clone()).collect::<Vec<_>>())?;
             shadow.prune()?;
             dropped.extend(round);
         }
-        self.note_pruned(shadow, &dropped)?;
         tracing::info!(
             workspace = %shadow.workspace.display(),
             records = dropped.len() / 2,
@@ -1016,11 +1029,12 @@ impl Checkpoints {
                 })
                 .collect();
             this.adopt(&shadow, &mut refs)?;
+            // Said first, as in `maintain_blocking`.
+            this.note_pruned(&shadow, &refs)?;
             shadow.drop_refs(&refs.iter().map(|r| r.2.clone()).collect::<Vec<_>>())?;
             if shadow.git_dir.join("HEAD").exists() {
                 shadow.prune()?;
             }
-            this.note_pruned(&shadow, &refs)?;
             tracing::info!(workspace = %shadow.workspace.display(), records = refs.len() / 2, "undo history cleared");
             Ok(Some(refs.len() / 2))
         })
