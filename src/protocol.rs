@@ -406,6 +406,12 @@ pub struct ApprovalInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional = nullable)]
     pub mcp_server: Option<String>,
+    /// The branch of the asking sub-agent's own worktree, when it is isolated: its writes
+    /// and commands act there, not in the workspace, until the person applies them (UX
+    /// review E20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub worktree: Option<String>,
 }
 
 /// A background sub-agent as its parent's snapshot lists it.

@@ -792,6 +792,114 @@ async fn undo_worktree_child_applies_without_conflict_and_reports_its_diff_stat(
     fx.shutdown().await;
 }
 
+/// UX review E2 and E20: an isolated child stays listed under its parent's workspace
+/// (the list, the list feed, after a restart), its worktree is no workspace of its own,
+/// and its approvals say the write goes to its worktree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_worktree_child_stays_listed_under_its_parents_workspace_after_a_restart_too() {
+    use futures::StreamExt;
+    let mut fx = Fx::new().await;
+    repository(&fx);
+    let ws = fx.ws.to_str().unwrap().to_string();
+    // The child's writes ask, so its approval can be read.
+    fx.service
+        .update_config(&json!({"tools": {"policy": {"write_file": "ask"}}}))
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut feed = Box::pin(fx.service.session_list_feed(Some(ws.clone()), stop.clone()));
+    isolated_script(&fx.mock, worktree_call());
+    let (parent, mut events) = fx.session();
+    fx.ok(
+        "submit",
+        json!({"session_id": parent, "content": "delegate"}),
+    )
+    .await;
+    let mut branches = Vec::new();
+    while branches.len() < 2 {
+        let asked = receive(&mut events, "approval_request", None, None).await;
+        assert_ne!(asked["session_id"], parent.as_str(), "{asked}");
+        branches.push(asked["worktree"].as_str().unwrap_or_default().to_string());
+        fx.ok(
+            "decide_approval",
+            json!({"session_id": parent, "approval_id": asked["approval_id"], "approved": true}),
+        )
+        .await;
+    }
+    tokio::time::timeout(std::time::Duration::from_secs(20), fx.service.wait_idle())
+        .await
+        .expect("the tree did not finish");
+    let listed = fx.ok("list_sessions", json!({"workspace": ws})).await;
+    let child = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["parent_session_id"] == parent.as_str())
+        .unwrap_or_else(|| panic!("the worktree child is not listed: {listed}"))
+        .clone();
+    let child_id = child["session_id"].as_str().unwrap().to_string();
+    let branch = format!("bumblehive/{child_id}");
+    assert_eq!(child["worktree"]["branch"], branch.as_str());
+    assert_ne!(child["workspace"], ws.as_str(), "it works in its worktree");
+    assert_eq!(
+        branches,
+        [branch.clone(), branch.clone()],
+        "each approval names the worktree"
+    );
+    // The list feed follows it too: its last change (idle, worktree set) reaches the window.
+    let followed = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while let Some(event) = feed.next().await {
+            let event = serde_json::to_value(&event).unwrap();
+            let session = &event["session"];
+            if event["type"] == "changed"
+                && session["session_id"] == child_id.as_str()
+                && session["worktree"]["branch"] == branch.as_str()
+                && session["state"] == "idle"
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    stop.cancel();
+    assert!(
+        followed.is_ok(),
+        "the list feed dropped the worktree child's changes"
+    );
+    // Its worktree is no workspace of its own.
+    let workspaces = fx.ok("list_workspaces", json!({})).await;
+    let paths: Vec<&str> = workspaces
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, [ws.as_str()], "{workspaces}");
+    // After a restart it is still listed, and its work can be applied.
+    fx.service.shutdown().await;
+    fx.service = RuntimeService::new(ServiceOptions {
+        data_dir: fx.dir.path().join("data"),
+        config_path: None,
+        config: Some(config(&fx.mock)),
+        provider_factory: Arc::new(provider_from_config),
+        tools: None,
+    })
+    .unwrap();
+    let listed = fx.ok("list_sessions", json!({"workspace": ws})).await;
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["session_id"] == child_id.as_str()
+                && s["worktree"]["branch"] == branch.as_str()),
+        "not listed after a restart: {listed}"
+    );
+    fx.ok("apply_worktree", json!({"session_id": child_id}))
+        .await;
+    assert_eq!(fx.get("b.txt").as_deref(), Some("new\n"));
+    fx.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_worktree_apply_with_a_conflict_applies_nothing_and_discard_removes_it() {
     let fx = Fx::new().await;

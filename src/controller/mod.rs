@@ -1379,6 +1379,8 @@ impl SessionController {
                 .as_ref()
                 .map(|_| self.meta.title.clone()),
             lineage: self.lineage.clone(),
+            // The meta as it is now: a worktree is set after the controller was made.
+            worktree: self.lock().meta.worktree.as_ref().map(|w| w.branch.clone()),
             policy: Box::new(move |tool| crate::mcp::policy_for(&policy, tool)),
             emit: Arc::new(move |event| {
                 if let Some(ctl) = this.upgrade() {

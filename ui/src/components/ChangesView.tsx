@@ -44,6 +44,11 @@ export function ChangesView(props: {
   child?: boolean;
   /** An isolated sub-agent's worktree: Apply to workspace and Discard. */
   worktree?: WorktreeInfo | null;
+  /**
+   * A conversation's isolated sub-agents (its descendants with a worktree): each with its
+   * Apply and Discard here too, so their work is reachable from the conversation (UX E2).
+   */
+  worktrees?: { sessionId: string; title: string; worktree: WorktreeInfo }[];
   /** The text of each of the person's messages, by index (turn titles). */
   messageText?: (index: number) => string | undefined;
   /** A fork was made (Rewind or Fork from here): open it, with its draft in the composer. */
@@ -117,18 +122,31 @@ export function ChangesView(props: {
       props.onForked?.(forked);
     });
 
-  const apply = () =>
+  const apply = (id: string) =>
     run(async () => {
-      const applied = await platform.invoke('apply_worktree', { session_id: sessionId });
+      const applied = await platform.invoke('apply_worktree', { session_id: id });
       setDone(applied.stat ? `Applied to the workspace:\n${applied.stat}` : 'Nothing to apply: the sub-agent changed nothing.');
       props.onWorktreeChanged?.();
     });
-  const discard = () =>
+  const discard = (id: string) =>
     run(async () => {
-      await platform.invoke('discard_worktree', { session_id: sessionId });
+      await platform.invoke('discard_worktree', { session_id: id });
       setDone('Discarded: the worktree and its branch are removed.');
       props.onWorktreeChanged?.();
     });
+  /** Apply and Discard of one isolated sub-agent's worktree. */
+  const worktreeActions = (id: string, worktree: WorktreeInfo, who: string) => (
+    <div class="notice worktree" data-testid="worktree-actions" data-session-id={id} key={id}>
+      {who} works in its own worktree (branch <code>{worktree.branch}</code>); its changes reach the workspace only when applied.
+      {worktree.applied && <strong> Applied.</strong>}
+      <button type="button" class="primary" disabled={busy || worktree.applied} data-testid="worktree-apply" onClick={() => void apply(id)}>
+        Apply to workspace
+      </button>
+      <button type="button" disabled={busy} data-testid="worktree-discard" onClick={() => void discard(id)}>
+        Discard
+      </button>
+    </div>
+  );
 
   const turns = changes?.turns ?? [];
   const open = turns.filter((t) => !t.undone && t.files.length > 0);
@@ -141,18 +159,8 @@ export function ChangesView(props: {
           {done}
         </div>
       )}
-      {props.worktree && (
-        <div class="notice worktree" data-testid="worktree-actions">
-          This sub-agent works in its own worktree (branch <code>{props.worktree.branch}</code>); its changes reach the workspace only when applied.
-          {props.worktree.applied && <strong> Applied.</strong>}
-          <button type="button" class="primary" disabled={busy || props.worktree.applied} data-testid="worktree-apply" onClick={() => void apply()}>
-            Apply to workspace
-          </button>
-          <button type="button" disabled={busy} data-testid="worktree-discard" onClick={() => void discard()}>
-            Discard
-          </button>
-        </div>
-      )}
+      {props.worktree && worktreeActions(sessionId, props.worktree, 'This sub-agent')}
+      {props.worktrees?.map((w) => worktreeActions(w.sessionId, w.worktree, `Sub-agent “${w.title}”`))}
       {changes && !changes.available && (
         <div class="notice" data-testid="changes-off">
           {changes.notice ?? 'Checkpoints are off.'}

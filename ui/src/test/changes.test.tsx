@@ -169,6 +169,41 @@ describe('changes view', () => {
     expect(changed).toBe(2);
   });
 
+  it('offers an isolated sub-agent’s Apply and Discard in its conversation’s Changes tab and in its own tab (UX E2)', async () => {
+    const worktree = { origin: '/ws', path: '/data/worktrees/c1', branch: 'bumblehive/c1', base: 'abc', applied: false };
+    // The child works in its worktree (its `workspace`), yet the list names it under the parent.
+    const fake = workspacePlatform(
+      [info('a'), info('c1', { parent_session_id: 'a', task_id: 't1', title: 'iso', workspace: '/data/worktrees/c1', worktree }), info('g1', { parent_session_id: 'c1', title: 'deeper', worktree: { ...worktree, branch: 'bumblehive/g1' } })],
+      { a: [], c1: [], g1: [] },
+    );
+    fake.handlers.turn_changes = () => ({ available: true, turns: [] });
+    fake.handlers.apply_worktree = () => ({ stat: ' a.txt | 2 +-\n 1 file changed' });
+    fake.handlers.discard_worktree = () => ({});
+    const mounted = await mountApp(fake, 'a');
+    unmount = mounted.unmount;
+    await inAct(() => $(mounted.root, 'tab-changes')!.click());
+    await settle();
+    const actions = $$(mounted.root, 'worktree-actions');
+    expect(actions.map((a) => a.dataset.sessionId)).toEqual(['c1', 'g1']);
+    expect(actions[0].textContent).toContain('Sub-agent “iso”');
+    expect(actions[0].textContent).toContain('bumblehive/c1');
+    await inAct(() => $(actions[0], 'worktree-apply')!.click());
+    await settle();
+    expect(fake.callsOf('apply_worktree')).toEqual([{ session_id: 'c1' }]);
+    expect($(mounted.root, 'changes-done')!.textContent).toContain('1 file changed');
+    await inAct(() => $(actions[1], 'worktree-discard')!.click());
+    await settle();
+    expect(fake.callsOf('discard_worktree')).toEqual([{ session_id: 'g1' }]);
+    // Its own tab (made from the list) has them too.
+    const tab = $$(mounted.root, 'child-tab').find((t) => t.dataset.sessionId === 'c1')!;
+    expect(tab).toBeTruthy();
+    await inAct(() => tab.click());
+    await settle();
+    await inAct(() => $(mounted.root, 'child-changes')!.click());
+    await settle();
+    expect($(mounted.root, 'worktree-actions')!.dataset.sessionId).toBe('c1');
+  });
+
   it('says so when checkpoints are off', async () => {
     const fake = new FakePlatform({ turn_changes: () => ({ available: false, notice: 'Checkpoints and undo are off: git was not found', turns: [] }) });
     const view = await mount(fake);
