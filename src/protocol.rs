@@ -187,6 +187,93 @@ impl Message {
     pub fn text(&self) -> &str {
         self.content.as_deref().unwrap_or("")
     }
+
+    /// A note the app added to the conversation (an undo, a rewind: [`NOTE_ID_PREFIX`]).
+    pub fn is_note(&self) -> bool {
+        self.role == Role::User
+            && self
+                .id
+                .as_deref()
+                .is_some_and(|id| id.starts_with(NOTE_ID_PREFIX))
+    }
+
+    /// A message the person wrote: a `user` message that is neither a sub-agent's report
+    /// nor a note of the app. Each one begins a turn (the Changes view, undo, compaction).
+    pub fn is_from_person(&self) -> bool {
+        self.role == Role::User
+            && !self.is_note()
+            && !self
+                .id
+                .as_deref()
+                .is_some_and(|id| id.starts_with("subagent:"))
+    }
+}
+
+/// The id prefix of a note the app adds to a conversation for something the person did
+/// outside it (UX review E7: "the person undid turn 3: hello.t deleted"). A note is a
+/// `user` message, so the model reads it at its next turn, but it is no turn of the
+/// person's, and the chat shows it as a note, not as their message.
+pub const NOTE_ID_PREFIX: &str = "note:";
+
+/// What undoing or rewinding did to the files, as the note says it: the turns (numbered
+/// from 1, the person's messages), and each file by what happened to it.
+pub fn undo_note_text(
+    rewind: bool,
+    first_turn: usize,
+    last_turn: usize,
+    files: &[commands::FileChange],
+) -> String {
+    let turns = if last_turn > first_turn {
+        format!("turns {first_turn} to {last_turn}")
+    } else {
+        format!("turn {first_turn}")
+    };
+    // `files` say how each file changes back: an added file is deleted again, the rest
+    // get their earlier content back.
+    let mut deleted = Vec::new();
+    let mut restored = Vec::new();
+    for file in files {
+        if file.status == "deleted" {
+            deleted.push(file.path.as_str());
+        } else {
+            restored.push(file.path.as_str());
+        }
+    }
+    let named = |paths: &[&str]| {
+        const SHOWN: usize = 10;
+        let mut text = paths
+            .iter()
+            .take(SHOWN)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if paths.len() > SHOWN {
+            text.push_str(&format!(" and {} more", paths.len() - SHOWN));
+        }
+        text
+    };
+    let mut what = Vec::new();
+    if !deleted.is_empty() {
+        what.push(format!("{} deleted", named(&deleted)));
+    }
+    if !restored.is_empty() {
+        what.push(format!("{} restored", named(&restored)));
+    }
+    let what = what.join("; ");
+    if rewind {
+        format!(
+            "Note: the person rewound to before turn {first_turn} and went on in a fork of this conversation. The file changes of {turns} were undone ({what}); the files no longer match what this conversation says about them."
+        )
+    } else {
+        format!(
+            "Note: the person undid the file changes of {turns}: {what}. The files are as they were before {}; the conversation above is unchanged.",
+            if last_turn > first_turn {
+                "those turns"
+            } else {
+                "that turn"
+            }
+        )
+    }
 }
 
 /// What happened to a message handed to a session (SPEC §4).

@@ -382,6 +382,108 @@ async fn undo_refuses_files_the_person_changed_since_unless_forced() {
     fx.shutdown().await;
 }
 
+/// UX review E7: an undo leaves a note in the conversation, which the chat reads from
+/// the history and the model gets at its next turn; the stored history stays valid
+/// (SPEC §2), and a later undo counts turns from 1 past the note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_leaves_a_note_the_model_reads_at_its_next_turn() {
+    let fx = Fx::new().await;
+    fx.put("a.txt", "one\n");
+    let (session, mut events) = fx.session();
+    fx.turn(
+        &session,
+        &mut events,
+        "write hello",
+        &[
+            (
+                "c1",
+                "write_file",
+                json!({"path": "hello.t", "content": "Hello, world"}),
+            ),
+            (
+                "c2",
+                "write_file",
+                json!({"path": "a.txt", "content": "two\n"}),
+            ),
+        ],
+    )
+    .await;
+    let before = fx.history(&session);
+    fx.ok(
+        "undo_turn",
+        json!({"session_id": session, "message_index": 0}),
+    )
+    .await;
+    assert_eq!(fx.get("hello.t"), None);
+    let history = fx.history(&session);
+    assert_eq!(history.len(), before.len() + 1, "one note: {history:#?}");
+    let note = history.last().unwrap().clone();
+    assert!(note.is_note() && !note.is_from_person(), "{note:?}");
+    assert_eq!(
+        note.text(),
+        "Note: the person undid the file changes of turn 1: hello.t deleted; a.txt restored. \
+         The files are as they were before that turn; the conversation above is unchanged."
+    );
+    assert_message_order(&history);
+    // Subscribers were told (the chat shows it at once).
+    let note_id = note.id.clone().unwrap();
+    tokio::time::timeout(crate::support::WAIT, async {
+        loop {
+            let event = events.next_event().await.expect("event stream closed");
+            let event = serde_json::to_value(&event).unwrap();
+            if event["kind"] == "message.appended"
+                && event["data"]["message"]["id"] == note_id.as_str()
+            {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("no message.appended for the note");
+    // The next model request has it, as a user message after the last answer and before
+    // the person's next message.
+    let sent = fx.mock.requests().len();
+    fx.turn(
+        &session,
+        &mut events,
+        "is hello.t there?",
+        &[("c3", "read_file", json!({"path": "a.txt"}))],
+    )
+    .await;
+    let request = &fx.mock.requests()[sent].body;
+    let messages = request["messages"].as_array().unwrap();
+    let at = messages
+        .iter()
+        .position(|m| m["role"] == "user" && m["content"] == note.text())
+        .unwrap_or_else(|| panic!("the note is not in the request: {request}"));
+    assert_eq!(messages[at - 1]["role"], "assistant");
+    assert_eq!(messages[at + 1]["content"], "is hello.t there?");
+    // The note is no turn: the second turn is the person's message after it.
+    let changes = fx.ok("turn_changes", json!({"session_id": session})).await;
+    let history = fx.history(&session);
+    assert_message_order(&history);
+    let second = history
+        .iter()
+        .position(|m| m.text() == "is hello.t there?")
+        .unwrap();
+    assert!(
+        changes["turns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["message_index"] != json!(second - 1)),
+        "{changes}"
+    );
+    // A preview leaves no note.
+    fx.ok(
+        "undo_turn",
+        json!({"session_id": session, "message_index": second, "preview": true}),
+    )
+    .await;
+    assert_eq!(fx.history(&session).len(), history.len());
+    fx.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_rewind_forks_at_the_message_and_keeps_the_original() {
     let fx = Fx::new().await;
@@ -456,8 +558,21 @@ async fn undo_rewind_forks_at_the_message_and_keeps_the_original() {
     assert_eq!(history, original[..second].to_vec());
     assert_message_order(&history);
     assert_eq!(history.last().unwrap().text(), "done");
-    // The original is as it was, and lists its forks under it.
-    assert_eq!(fx.history(&session), original);
+    // The original is as it was, but for the rewind's note at its end (UX review E7),
+    // and lists its forks under it.
+    let after = fx.history(&session);
+    assert_eq!(after[..original.len()], original[..]);
+    assert_eq!(after.len(), original.len() + 1);
+    let note = after.last().unwrap();
+    assert!(note.is_note(), "{note:?}");
+    assert!(
+        note.text()
+            .starts_with("Note: the person rewound to before turn 2 and went on in a fork")
+            && note.text().contains("b.txt deleted; a.txt restored"),
+        "{}",
+        note.text()
+    );
+    assert_message_order(&after);
     let list = fx.ok("list_sessions", json!({})).await;
     let forks: Vec<&Value> = list
         .as_array()

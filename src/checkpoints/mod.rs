@@ -31,8 +31,8 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::protocol::Message;
 use crate::protocol::commands::{FileChange, TurnChange, TurnChanges, UndoResult};
-use crate::protocol::{Message, Role};
 use git::{Entry, Shadow};
 
 /// Why a checkpoint operation failed.
@@ -1032,15 +1032,9 @@ impl Checkpoints {
     }
 }
 
-/// The index of the person's last message: reports (`subagent:` ids) are not turns.
+/// The index of the person's last message: reports and notes are not turns.
 pub fn turn_of(history: &[Message]) -> Option<usize> {
-    history.iter().rposition(|m| {
-        m.role == Role::User
-            && !m
-                .id
-                .as_deref()
-                .is_some_and(|id| id.starts_with("subagent:"))
-    })
+    history.iter().rposition(Message::is_from_person)
 }
 
 impl From<CheckpointError> for crate::error::RuntimeError {

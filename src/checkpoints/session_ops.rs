@@ -39,14 +39,25 @@ pub(crate) async fn undo_turn(
     registry: &Registry,
     args: commands::UndoTurn,
 ) -> Result<commands::UndoResult, RuntimeError> {
-    turn_message(registry, &args.session_id, args.message_index)?;
-    if !args.preview && registry.controller(&args.session_id)?.is_running() {
+    undo_and_note(registry, args, false).await
+}
+
+/// An undo (or a rewind's), and, when files changed back, its note in the conversation
+/// (`SessionController::add_note`: shown in the chat, read by the model at its next turn).
+async fn undo_and_note(
+    registry: &Registry,
+    args: commands::UndoTurn,
+    rewind: bool,
+) -> Result<commands::UndoResult, RuntimeError> {
+    let (loaded, _) = turn_message(registry, &args.session_id, args.message_index)?;
+    let controller = registry.controller(&args.session_id)?;
+    if !args.preview && controller.is_running() {
         return Err(RuntimeError::Busy(format!(
             "session {} is running; stop it before undoing its changes",
             args.session_id
         )));
     }
-    Ok(registry
+    let result = registry
         .shared
         .checkpoints
         .undo(
@@ -55,7 +66,27 @@ pub(crate) async fn undo_turn(
             args.force,
             args.preview,
         )
-        .await?)
+        .await?;
+    if result.applied && !result.files.is_empty() {
+        // Turns as the person counts them: their messages, from 1.
+        let turn_at = |end: usize| {
+            loaded.messages[..end]
+                .iter()
+                .filter(|m| m.is_from_person())
+                .count()
+        };
+        let first = turn_at(args.message_index + 1);
+        let last = turn_at(loaded.messages.len()).max(first);
+        let text = crate::protocol::undo_note_text(rewind, first, last, &result.files);
+        let noted = tokio::task::spawn_blocking(move || controller.add_note(text))
+            .await
+            .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
+        if let Err(err) = noted {
+            // The files are restored either way; the conversation just does not say so.
+            tracing::warn!(session = %args.session_id, "cannot add the undo's note: {err}");
+        }
+    }
+    Ok(result)
 }
 
 /// A new session whose history is the original's before the person's message at
@@ -69,7 +100,7 @@ pub(crate) async fn fork_session(
     let draft_images = loaded.messages[args.message_index].images.clone();
     let undo = if args.rewind {
         Some(
-            undo_turn(
+            undo_and_note(
                 registry,
                 commands::UndoTurn {
                     session_id: args.session_id.clone(),
@@ -77,6 +108,7 @@ pub(crate) async fn fork_session(
                     force: args.force,
                     preview: false,
                 },
+                true,
             )
             .await?,
         )

@@ -209,7 +209,14 @@ export function ChangesView(props: {
           <header>
             <strong>Turn {turn.message_index}</strong>
             {props.messageText?.(turn.message_index) && <span class="muted"> — {props.messageText(turn.message_index)!.slice(0, 80)}</span>}
-            {turn.undone && <span class="badge" data-testid="turn-undone"> undone</span>}
+            {turn.undone && (
+              <>
+                {' '}
+                <span class="badge" data-testid="turn-undone">
+                  undone
+                </span>
+              </>
+            )}
           </header>
           <FileList files={turn.files} testid="turn-files" />
           {turn.skipped.length > 0 && (

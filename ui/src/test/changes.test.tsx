@@ -93,6 +93,10 @@ describe('changes view', () => {
     expect(fake.callsOf('undo_turn').at(-1)).toEqual({ session_id: 's1', message_index: 0, force: true });
     expect($(view, 'changes-done')!.textContent).toContain('2 file(s) restored');
     expect($(view, 'turn-undone')).not.toBeNull();
+    // A word apart from the turn's title, not "…worldundone" (UX E7): the badge's own
+    // leading space was dropped by its inline-block.
+    expect($(view, 'turn-undone')!.textContent).toBe('undone');
+    expect($$(view, 'changes-turn')[0].querySelector('header')!.textContent).toMatch(/ undone$/);
     expect(($$(view, 'turn-undo')[0] as HTMLButtonElement).disabled).toBe(true);
 
     // Without a conflict the plain Undo is offered.
@@ -202,6 +206,29 @@ describe('changes view', () => {
     await inAct(() => $(mounted.root, 'child-changes')!.click());
     await settle();
     expect($(mounted.root, 'worktree-actions')!.dataset.sessionId).toBe('c1');
+  });
+
+  it('shows an undo’s note in the chat as a note, not as the person’s message (UX E7)', async () => {
+    const history = [
+      { role: 'user', content: 'write hello', id: 'm1' },
+      { role: 'assistant', content: 'done' },
+      {
+        role: 'user',
+        content: 'Note: the person undid the file changes of turn 1: hello.t deleted. The files are as they were before that turn; the conversation above is unchanged.',
+        id: 'note:abc',
+      },
+    ];
+    const fake = workspacePlatform([info('a')], { a: history });
+    const mounted = await mountApp(fake, 'a');
+    unmount = mounted.unmount;
+    const note = $(mounted.root, 'chat-note')!;
+    expect(note.textContent).toContain('You undid the file changes of turn 1: hello.t deleted.');
+    expect(note.textContent).toContain('The agent reads this note at its next turn.');
+    // The person's bubbles are theirs alone: the note is none, and Edit stays on their message.
+    const mine = $$(mounted.root, 'chat-message').filter((m) => m.dataset.role === 'user');
+    expect(mine.map((m) => m.dataset.messageId)).toEqual(['m1']);
+    expect($$(mounted.root, 'edit-message').length).toBe(1);
+    expect($$(mounted.root, 'fork-message').length).toBe(1);
   });
 
   it('says so when checkpoints are off', async () => {
