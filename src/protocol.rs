@@ -221,13 +221,17 @@ pub fn undo_note_text(
     rewind: bool,
     first_turn: usize,
     last_turn: usize,
+    with_children: bool,
     files: &[commands::FileChange],
 ) -> String {
-    let turns = if last_turn > first_turn {
+    let mut turns = if last_turn > first_turn {
         format!("turns {first_turn} to {last_turn}")
     } else {
         format!("turn {first_turn}")
     };
+    if with_children {
+        turns.push_str(" and of the sub-agents started there");
+    }
     // `files` say how each file changes back: an added file is deleted again, the rest
     // get their earlier content back.
     let mut deleted = Vec::new();
@@ -1060,6 +1064,11 @@ pub mod commands {
         #[serde(default)]
         #[ts(optional = nullable)]
         pub preview: bool,
+        /// Also undo everything the sub-agents started from that turn on changed (not
+        /// the isolated ones), in the same undo.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub include_children: bool,
     }
 
     /// `fork_session`: a new session whose history is the original's before
@@ -1076,6 +1085,10 @@ pub mod commands {
         #[serde(default)]
         #[ts(optional = nullable)]
         pub force: bool,
+        /// With `rewind`: the sub-agents' changes of those turns go back too.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub include_children: bool,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
@@ -1138,6 +1151,23 @@ pub mod commands {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[ts(optional = nullable)]
         pub notice: Option<String>,
+        pub turns: Vec<TurnChange>,
+        /// What the sub-agents this session started changed, per sub-agent (isolated
+        /// ones are left out: their changes are in their worktree, applied or discarded).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[ts(optional = nullable)]
+        pub children: Vec<ChildChanges>,
+    }
+
+    /// One sub-agent's changes, in its parent's Changes view (UX review E6).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct ChildChanges {
+        pub session_id: SessionId,
+        pub title: String,
+        /// The parent's turn that started it (its top-level ancestor's, for a sub-agent's
+        /// own sub-agents): undoing that turn may include these changes.
+        pub message_index: usize,
         pub turns: Vec<TurnChange>,
     }
 

@@ -1015,6 +1015,82 @@ async fn undo_worktree_child_stays_listed_under_its_parents_workspace_after_a_re
     fx.shutdown().await;
 }
 
+/// UX review E6: a conversation's Changes view covers what its sub-agents changed, per
+/// sub-agent and with the turn that started it; undoing that turn includes their changes
+/// when asked (and leaves them when not), in one undo with its note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_a_parents_turn_can_include_its_sub_agents_changes() {
+    let fx = Fx::new().await;
+    fx.put("a.txt", "one\n");
+    let (parent, child) =
+        delegate_with(&fx, json!({"title": "helper", "task": "rewrite a.txt"})).await;
+    assert_eq!(fx.get("a.txt").as_deref(), Some("child\n"));
+    let changes = fx.ok("turn_changes", json!({"session_id": parent})).await;
+    let children = changes["children"].as_array().expect("children");
+    assert_eq!(children.len(), 1, "{changes}");
+    assert_eq!(children[0]["session_id"], child.as_str());
+    assert_eq!(children[0]["title"], "helper");
+    assert_eq!(children[0]["message_index"], 0);
+    let files: Vec<&str> = children[0]["turns"][0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(files, ["a.txt", "b.txt"], "{changes}");
+    // Without the sub-agents, the parent's turn changed nothing to undo.
+    let alone = fx
+        .ok(
+            "undo_turn",
+            json!({"session_id": parent, "message_index": 0, "preview": true}),
+        )
+        .await;
+    assert_eq!(alone["files"], json!([]), "{alone}");
+    let with = fx
+        .ok(
+            "undo_turn",
+            json!({"session_id": parent, "message_index": 0, "preview": true, "include_children": true}),
+        )
+        .await;
+    let paths: Vec<(&str, &str)> = with["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["path"].as_str().unwrap(), f["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        paths,
+        [("a.txt", "modified"), ("b.txt", "deleted")],
+        "{with}"
+    );
+    assert_eq!(
+        fx.get("b.txt").as_deref(),
+        Some("new\n"),
+        "a preview changes nothing"
+    );
+    fx.ok(
+        "undo_turn",
+        json!({"session_id": parent, "message_index": 0, "include_children": true}),
+    )
+    .await;
+    assert_eq!(fx.get("a.txt").as_deref(), Some("one\n"));
+    assert_eq!(fx.get("b.txt"), None);
+    // The child's own Changes view says its turn is undone; the parent's note says so.
+    let theirs = fx.ok("turn_changes", json!({"session_id": child})).await;
+    assert_eq!(theirs["turns"][0]["undone"], true, "{theirs}");
+    let history = fx.history(&parent);
+    let note = history.last().unwrap();
+    assert!(note.is_note(), "{note:?}");
+    assert!(
+        note.text()
+            .contains("turn 1 and of the sub-agents started there: b.txt deleted; a.txt restored"),
+        "{}",
+        note.text()
+    );
+    assert_message_order(&history);
+    fx.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_worktree_apply_with_a_conflict_applies_nothing_and_discard_removes_it() {
     let fx = Fx::new().await;

@@ -30,7 +30,69 @@ pub(crate) async fn turn_changes(
     if !registry.shared.store.exists(session_id) {
         return Err(RuntimeError::NotFound(format!("session {session_id}")));
     }
-    Ok(registry.shared.checkpoints.turn_changes(session_id).await?)
+    let mut changes = registry.shared.checkpoints.turn_changes(session_id).await?;
+    if !changes.available {
+        return Ok(changes);
+    }
+    let history = registry.shared.store.load(session_id)?.messages;
+    for (child, turn) in sub_agents(registry, session_id, &history)? {
+        let theirs = registry
+            .shared
+            .checkpoints
+            .turn_changes(&child.session_id)
+            .await?;
+        if !theirs.turns.is_empty() {
+            changes.children.push(commands::ChildChanges {
+                session_id: child.session_id,
+                title: child.title,
+                message_index: turn,
+                turns: theirs.turns,
+            });
+        }
+    }
+    Ok(changes)
+}
+
+/// The sub-agents a session started, each with its turn (the person's message whose
+/// turn made the `sub_agent` call), their own sub-agents with the same turn; isolated
+/// ones and theirs are left out (their changes are in their worktree).
+fn sub_agents(
+    registry: &Registry,
+    session_id: &str,
+    history: &[crate::protocol::Message],
+) -> Result<Vec<(crate::store::SessionMeta, usize)>, RuntimeError> {
+    // A `sub_agent` call's result names its task id (SPEC §3).
+    let mut started: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (index, message) in history.iter().enumerate() {
+        if message.role != crate::protocol::Role::Tool {
+            continue;
+        }
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(message.text()) else {
+            continue;
+        };
+        if let (Some(task), Some(turn)) = (
+            value.get("task_id").and_then(|t| t.as_str()),
+            super::turn_of(&history[..index]),
+        ) {
+            started.entry(task.to_string()).or_insert(turn);
+        }
+    }
+    let store = &registry.shared.store;
+    let mut found = Vec::new();
+    for child in store.children(session_id)? {
+        let Some(turn) = child.task_id.as_ref().and_then(|t| started.get(t)).copied() else {
+            continue;
+        };
+        let mut stack = vec![child];
+        while let Some(meta) = stack.pop() {
+            if meta.worktree.is_some() {
+                continue;
+            }
+            stack.extend(store.children(&meta.session_id)?);
+            found.push((meta, turn));
+        }
+    }
+    Ok(found)
 }
 
 /// Undoes the changes of a session's turns from the person's message at
@@ -57,12 +119,39 @@ async fn undo_and_note(
             args.session_id
         )));
     }
+    // The sub-agents of the undone turns, when asked: none may still be working.
+    let mut children = Vec::new();
+    if args.include_children {
+        for (child, turn) in sub_agents(registry, &args.session_id, &loaded.messages)? {
+            if turn < args.message_index {
+                continue;
+            }
+            let working = registry
+                .shared
+                .subagents
+                .state_of(&child.session_id)
+                .is_some_and(|state| {
+                    matches!(
+                        state,
+                        SubagentState::WaitingForSlot | SubagentState::Running
+                    )
+                });
+            if !args.preview && working {
+                return Err(RuntimeError::Busy(format!(
+                    "sub-agent \"{}\" is still working; wait for its report before undoing its changes",
+                    child.title
+                )));
+            }
+            children.push((child.session_id, turn));
+        }
+    }
     let result = registry
         .shared
         .checkpoints
-        .undo(
+        .undo_with(
             &args.session_id,
             args.message_index,
+            &children,
             args.force,
             args.preview,
         )
@@ -77,7 +166,13 @@ async fn undo_and_note(
         };
         let first = turn_at(args.message_index + 1);
         let last = turn_at(loaded.messages.len()).max(first);
-        let text = crate::protocol::undo_note_text(rewind, first, last, &result.files);
+        let text = crate::protocol::undo_note_text(
+            rewind,
+            first,
+            last,
+            !children.is_empty(),
+            &result.files,
+        );
         let noted = tokio::task::spawn_blocking(move || controller.add_note(text))
             .await
             .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
@@ -107,6 +202,7 @@ pub(crate) async fn fork_session(
                     message_index: args.message_index,
                     force: args.force,
                     preview: false,
+                    include_children: args.include_children,
                 },
                 true,
             )

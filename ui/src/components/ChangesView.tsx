@@ -2,6 +2,7 @@
 // and the ways back (undo a turn, rewind to it, fork from it; a sub-agent's undo; an isolated
 // sub-agent's Apply to workspace and Discard).
 import { useEffect, useState } from 'preact/hooks';
+import type { ChildChanges } from '../bindings/ChildChanges';
 import type { FileChange } from '../bindings/FileChange';
 import type { Forked } from '../bindings/Forked';
 import type { TurnChange } from '../bindings/TurnChange';
@@ -18,6 +19,9 @@ interface Pending {
   /** Undo only, or rewind (undo and fork). */
   rewind: boolean;
   preview: UndoResult;
+  /** Sub-agents started from that turn on changed files: the undo may include them (UX E6). */
+  children: number;
+  includeChildren: boolean;
 }
 
 function FileList(props: { files: FileChange[]; testid: string }) {
@@ -90,25 +94,38 @@ export function ChangesView(props: {
     }
   };
 
+  /** Sub-agents with changes not undone yet, started from the turn at `messageIndex` on. */
+  const childrenFrom = (messageIndex: number) =>
+    (changes?.children ?? []).filter((c) => c.message_index >= messageIndex && c.turns.some((t) => !t.undone && t.files.length > 0)).length;
+
   /** First the preview: the person sees what changes back, then confirms. */
-  const ask = (messageIndex: number, rewind: boolean) =>
+  const ask = (messageIndex: number, rewind: boolean, includeChildren?: boolean) =>
     run(async () => {
       setDone(null);
-      const preview = await platform.invoke('undo_turn', { session_id: sessionId, message_index: messageIndex, preview: true });
-      setPending({ messageIndex, rewind, preview });
+      const children = props.child ? 0 : childrenFrom(messageIndex);
+      // The sub-agents' changes are offered, and included unless the person unticks them.
+      const include = children > 0 && (includeChildren ?? true);
+      const preview = await platform.invoke('undo_turn', {
+        session_id: sessionId,
+        message_index: messageIndex,
+        preview: true,
+        ...(include ? { include_children: true } : {}),
+      });
+      setPending({ messageIndex, rewind, preview, children, includeChildren: include });
     });
 
   const confirm = (force: boolean) =>
     run(async () => {
       if (!pending) return;
-      const { messageIndex, rewind } = pending;
+      const { messageIndex, rewind, includeChildren } = pending;
+      const include = includeChildren ? { include_children: true } : {};
       if (rewind) {
-        const forked = await platform.invoke('fork_session', { session_id: sessionId, message_index: messageIndex, rewind: true, force });
+        const forked = await platform.invoke('fork_session', { session_id: sessionId, message_index: messageIndex, rewind: true, force, ...include });
         setPending(null);
         setDone(`Rewound: ${forked.undo?.files.length ?? 0} file(s) restored; the conversation goes on in a fork.`);
         props.onForked?.(forked);
       } else {
-        const result = await platform.invoke('undo_turn', { session_id: sessionId, message_index: messageIndex, force });
+        const result = await platform.invoke('undo_turn', { session_id: sessionId, message_index: messageIndex, force, ...include });
         setPending(null);
         setDone(`Undone: ${result.files.length} file(s) restored.`);
       }
@@ -148,8 +165,16 @@ export function ChangesView(props: {
     </div>
   );
 
-  const turns = changes?.turns ?? [];
-  const open = turns.filter((t) => !t.undone && t.files.length > 0);
+  const own = changes?.turns ?? [];
+  const open = own.filter((t) => !t.undone && t.files.length > 0);
+  const children = changes?.children ?? [];
+  // A turn whose only changes are its sub-agents' is a turn of the view too.
+  const turns: TurnChange[] = [...own];
+  for (const c of children)
+    if (!turns.some((t) => t.message_index === c.message_index))
+      turns.push({ message_index: c.message_index, files: [], skipped: [], undone: c.turns.every((t) => t.undone), pruned: false });
+  turns.sort((a, b) => a.message_index - b.message_index);
+  const childrenOf = (index: number) => children.filter((c) => c.message_index === index);
 
   return (
     <div class="changes-view" data-testid="changes-view" data-session-id={sessionId}>
@@ -171,6 +196,18 @@ export function ChangesView(props: {
           <strong>
             {pending.rewind ? 'Rewind to here' : 'Undo changes'}: {pending.preview.files.length} file(s) change back
           </strong>
+          {pending.children > 0 && (
+            <label class="row" data-testid="undo-include-children">
+              <input
+                type="checkbox"
+                checked={pending.includeChildren}
+                disabled={busy}
+                data-testid="undo-include-children-box"
+                onChange={(e) => void ask(pending.messageIndex, pending.rewind, (e.target as HTMLInputElement).checked)}
+              />
+              Include what its {pending.children === 1 ? 'sub-agent' : `${pending.children} sub-agents`} changed
+            </label>
+          )}
           <FileList files={pending.preview.files} testid="undo-preview-files" />
           {pending.preview.skipped.length > 0 && (
             <div class="muted" data-testid="undo-preview-skipped">
@@ -219,6 +256,14 @@ export function ChangesView(props: {
             )}
           </header>
           <FileList files={turn.files} testid="turn-files" />
+          {childrenOf(turn.message_index).map((c: ChildChanges) => (
+            <div key={c.session_id} class={`changes-child ${c.turns.every((t) => t.undone) ? 'undone' : ''}`} data-testid="changes-child" data-session-id={c.session_id}>
+              <div class="muted">
+                Sub-agent “{c.title}”{c.turns.every((t) => t.undone) ? ' (undone)' : ''}
+              </div>
+              <FileList files={c.turns.flatMap((t) => t.files)} testid="child-files" />
+            </div>
+          ))}
           {turn.skipped.length > 0 && (
             <div class="muted small" data-testid="turn-skipped">
               Not recorded: {turn.skipped.join(', ')}
@@ -226,7 +271,7 @@ export function ChangesView(props: {
           )}
           {!props.child && (
             <div class="row">
-              <button type="button" disabled={busy || turn.undone} data-testid="turn-undo" onClick={() => void ask(turn.message_index, false)}>
+              <button type="button" disabled={busy || (turn.undone && childrenFrom(turn.message_index) === 0)} data-testid="turn-undo" onClick={() => void ask(turn.message_index, false)}>
                 Undo changes
               </button>
               <button type="button" disabled={busy} data-testid="turn-rewind" onClick={() => void ask(turn.message_index, true)}>

@@ -208,6 +208,41 @@ describe('changes view', () => {
     expect($(mounted.root, 'worktree-actions')!.dataset.sessionId).toBe('c1');
   });
 
+  it('shows what a turn’s sub-agents changed, and its undo offers to include them (UX E6)', async () => {
+    const fake = new FakePlatform({
+      turn_changes: () => ({
+        available: true,
+        turns: [],
+        children: [{ session_id: 'c1', title: 'helper', message_index: 0, turns: [{ message_index: 0, files: [file('child-y.txt', 'added')], skipped: [], undone: false, pruned: false }] }],
+      }),
+      undo_turn: (args) => ({ applied: !args.preview, files: args.include_children ? [file('child-y.txt', 'deleted')] : [], conflicts: [], skipped: [] }),
+    });
+    const view = await mount(fake);
+    // A turn whose only changes are its sub-agent's is listed, with the sub-agent named.
+    const turn = $$(view, 'changes-turn')[0];
+    expect(turn.dataset.index).toBe('0');
+    const child = $(turn, 'changes-child')!;
+    expect(child.textContent).toContain('Sub-agent “helper”');
+    expect($$(child, 'change-file').map((f) => f.dataset.path)).toEqual(['child-y.txt']);
+    expect($(view, 'changes-empty')).toBeNull();
+    await inAct(() => $(turn, 'turn-undo')!.click());
+    await settle();
+    expect(fake.callsOf('undo_turn')).toEqual([{ session_id: 's1', message_index: 0, preview: true, include_children: true }]);
+    const box = $(view, 'undo-include-children-box') as HTMLInputElement;
+    expect(box.checked).toBe(true);
+    expect($(view, 'undo-include-children')!.textContent).toContain('Include what its sub-agent changed');
+    expect($$($(view, 'undo-preview-files')!, 'change-file').map((f) => f.dataset.path)).toEqual(['child-y.txt']);
+    // Unticked: the preview without them; ticked again, the undo includes them.
+    await inAct(() => box.click());
+    await settle();
+    expect(fake.callsOf('undo_turn').at(-1)).toEqual({ session_id: 's1', message_index: 0, preview: true });
+    await inAct(() => ($(view, 'undo-include-children-box') as HTMLInputElement).click());
+    await settle();
+    await inAct(() => $(view, 'undo-confirm')!.click());
+    await settle();
+    expect(fake.callsOf('undo_turn').at(-1)).toEqual({ session_id: 's1', message_index: 0, force: false, include_children: true });
+  });
+
   it('shows an undo’s note in the chat as a note, not as the person’s message (UX E7)', async () => {
     const history = [
       { role: 'user', content: 'write hello', id: 'm1' },
