@@ -215,6 +215,9 @@ impl Message {
 /// person's, and the chat shows it as a note, not as their message.
 pub const NOTE_ID_PREFIX: &str = "note:";
 
+/// The note in a sub-agent's history when its changes were undone with its parent's turn.
+pub const CHILD_UNDO_NOTE: &str = "Note: the person undid every file change of this conversation, together with the turn of the conversation that started it. The files are as they were before; the conversation above is unchanged.";
+
 /// What undoing or rewinding did to the files, as the note says it: the turns (numbered
 /// from 1, the person's messages), and each file by what happened to it.
 pub fn undo_note_text(

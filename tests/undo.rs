@@ -1078,6 +1078,16 @@ async fn undo_a_parents_turn_can_include_its_sub_agents_changes() {
     // The child's own Changes view says its turn is undone; the parent's note says so.
     let theirs = fx.ok("turn_changes", json!({"session_id": child})).await;
     assert_eq!(theirs["turns"][0]["undone"], true, "{theirs}");
+    let child_history = fx.history(&child);
+    let told = child_history.last().unwrap();
+    assert!(
+        told.is_note()
+            && told
+                .text()
+                .contains("undid every file change of this conversation"),
+        "{told:?}"
+    );
+    assert_message_order(&child_history);
     let history = fx.history(&parent);
     let note = history.last().unwrap();
     assert!(note.is_note(), "{note:?}");

@@ -173,12 +173,24 @@ async fn undo_and_note(
             !children.is_empty(),
             &result.files,
         );
-        let noted = tokio::task::spawn_blocking(move || controller.add_note(text))
-            .await
-            .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
-        if let Err(err) = noted {
-            // The files are restored either way; the conversation just does not say so.
-            tracing::warn!(session = %args.session_id, "cannot add the undo's note: {err}");
+        let mut notes = vec![(controller, text)];
+        // Each sub-agent undone with it is told too: a follow-up must not take its files
+        // for still there.
+        for (child, _) in &children {
+            notes.push((
+                registry.controller(child)?,
+                crate::protocol::CHILD_UNDO_NOTE.to_string(),
+            ));
+        }
+        for (controller, text) in notes {
+            let id = controller.session_id().to_string();
+            let noted = tokio::task::spawn_blocking(move || controller.add_note(text))
+                .await
+                .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
+            if let Err(err) = noted {
+                // The files are restored either way; the conversation just does not say so.
+                tracing::warn!(session = %id, "cannot add the undo's note: {err}");
+            }
         }
     }
     Ok(result)
