@@ -61,10 +61,22 @@ fn sub_agents(
     session_id: &str,
     history: &[crate::protocol::Message],
 ) -> Result<Vec<(crate::store::SessionMeta, usize)>, RuntimeError> {
-    // A `sub_agent` call's result names its task id (SPEC §3).
+    // A `sub_agent` call's result names its task id (SPEC §3); only those results are
+    // read (other tools' outputs may be large).
+    let calls: std::collections::HashSet<&str> = history
+        .iter()
+        .flat_map(|m| m.tool_calls.iter())
+        .filter(|call| call.name == "sub_agent")
+        .map(|call| call.id.as_str())
+        .collect();
     let mut started: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (index, message) in history.iter().enumerate() {
-        if message.role != crate::protocol::Role::Tool {
+        if message.role != crate::protocol::Role::Tool
+            || !message
+                .tool_call_id
+                .as_deref()
+                .is_some_and(|id| calls.contains(id))
+        {
             continue;
         }
         let Ok(value) = serde_json::from_str::<serde_json::Value>(message.text()) else {
