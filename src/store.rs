@@ -530,22 +530,33 @@ impl SessionStore {
         })
     }
 
-    /// Every session's metadata (optionally of one workspace), oldest first. From the
-    /// index (`session_index`): after its first load, only what was appended since the
-    /// last call is read. A session whose meta is unreadable is logged and left out.
+    /// Every session's metadata (optionally of those listed under one workspace, see
+    /// [`Self::listed_under`]), oldest first. From the index (`session_index`): after its
+    /// first load, only what was appended since the last call is read. A session whose
+    /// meta is unreadable is logged and left out.
     pub fn list(&self, workspace: Option<&str>) -> Result<Vec<SessionMeta>, StoreError> {
         let read = read_listed;
         // Filtered before the copy: a workspace's list does not clone every session.
-        Ok(self.index.list(&read, |meta| {
-            workspace.is_none_or(|w| same_workspace(w, &meta.workspace))
+        Ok(self.index.list(&read, |_, top| {
+            workspace.is_none_or(|w| same_workspace(w, &top.workspace))
         }))
+    }
+
+    /// The workspace a session is listed under: its top-level ancestor's. A sub-agent
+    /// isolated in a worktree works there (its `workspace`), but it belongs to its
+    /// parent's conversation and is listed, tabbed and applied from there (UX review E2).
+    pub fn listed_under(&self, meta: &SessionMeta) -> String {
+        if meta.parent_session_id.is_none() {
+            return meta.workspace.clone();
+        }
+        self.index.top_workspace(&read_listed, meta)
     }
 
     /// The children of `parent`, oldest first, copied out of the index and nothing else:
     /// a follow-up's lookup and a delete's cascade do not clone every session's meta
     /// (runtime review R12).
     pub fn children(&self, parent: &str) -> Result<Vec<SessionMeta>, StoreError> {
-        Ok(self.index.list(&read_listed, |meta| {
+        Ok(self.index.list(&read_listed, |meta, _| {
             meta.parent_session_id.as_deref() == Some(parent)
         }))
     }

@@ -501,6 +501,7 @@ async fn security_always_allow_covers_one_command_only() {
         parent_session_id: None,
         title: None,
         lineage: vec!["s".into()],
+        worktree: None,
         policy: Box::new(|_| None),
         emit: Arc::new(move |event| {
             let _ = tx.send(event);

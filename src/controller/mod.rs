@@ -1376,6 +1376,8 @@ impl SessionController {
                 .as_ref()
                 .map(|_| self.meta.title.clone()),
             lineage: self.lineage.clone(),
+            // The meta as it is now: a worktree is set after the controller was made.
+            worktree: self.lock().meta.worktree.as_ref().map(|w| w.branch.clone()),
             policy: Box::new(move |tool| crate::mcp::policy_for(&policy, tool)),
             emit: Arc::new(move |event| {
                 if let Some(ctl) = this.upgrade() {
@@ -1532,6 +1534,74 @@ impl SessionController {
             meta.updated_at = crate::store::now();
         });
         state.meta.clone()
+    }
+
+    /// Adds a note of something the person did outside the conversation (an undo, a
+    /// rewind) to its history, so the chat shows it and the model reads it at its next
+    /// turn (UX review E7). The note is a `user` message (id `note:…`), put only where
+    /// SPEC §2 allows one:
+    /// - with no run (the usual case: undo is refused while the session runs), at the end
+    ///   of the history, under this lock so no run starts meanwhile; calls an earlier run
+    ///   left open are answered first, as a run's start would;
+    /// - into a run that began since (or a child's run waiting for its slot), through its
+    ///   inbox, which the run takes at its next safe point, as it takes a steered message.
+    ///
+    /// Not folded into the person's next message: the note must show at once and survive a
+    /// restart, the next message may be a report, and the person's own bubble (Edit, Fork)
+    /// must stay theirs. Blocking (a write and a flush): call it off the async threads.
+    pub(crate) fn add_note(&self, text: String) -> Result<(), RuntimeError> {
+        let note = QueuedMessage {
+            message_id: format!(
+                "{}{}",
+                crate::protocol::NOTE_ID_PREFIX,
+                uuid::Uuid::new_v4().simple()
+            ),
+            content: text,
+            config: RunConfig::default(),
+            images: Vec::new(),
+        };
+        let id = self.meta.session_id.clone();
+        let mut state = self.lock();
+        if let Some(why) = &state.read_only {
+            return Err(RuntimeError::Unavailable(why.clone()));
+        }
+        match &mut state.phase {
+            Phase::Running(run) => {
+                run.inbox.push(note);
+                self.save_pending(&state);
+                return Ok(());
+            }
+            Phase::Starting(starting) => {
+                starting.inbox.push(note);
+                self.save_pending(&state);
+                return Ok(());
+            }
+            Phase::Deleted(_) => return Ok(()),
+            Phase::Idle | Phase::Paused => {}
+        }
+        let open = match &state.history {
+            Some(history) => interrupted_results(history),
+            None => interrupted_results(&self.shared.store.load(&id)?.messages),
+        };
+        let mut added = open;
+        added.push(note.to_user());
+        let stored = self
+            .shared
+            .store
+            .append(&id, &added)
+            .and_then(|()| self.shared.store.sync(&id));
+        // No run holds the file: it is closed again (a run reopens it).
+        self.shared.store.release(&id);
+        stored?;
+        state.message_ids.insert(note.message_id.clone());
+        if let Some(history) = &mut state.history {
+            history.extend(added.iter().cloned());
+        }
+        drop(state);
+        for message in added {
+            self.emit_progress(Progress::MessageAppended { message });
+        }
+        Ok(())
     }
 
     /// The stored meta as it is now (interrupted, reported, state …).
