@@ -255,6 +255,10 @@ struct Delegating {
     child_ms: u64,
     first_answer: std::sync::Mutex<Option<Instant>>,
     next_call: std::sync::Mutex<Option<Instant>>,
+    /// When the first child's model gave its final answer (its run ends right after).
+    child_end: std::sync::Mutex<Option<Instant>>,
+    /// When the parent's first model request carrying a report arrived.
+    report_call: std::sync::Mutex<Option<Instant>>,
 }
 
 #[async_trait]
@@ -272,7 +276,21 @@ impl ModelProvider for Delegating {
             .unwrap_or_default();
         if first.contains("\nTask:\n") {
             tokio::time::sleep(Duration::from_millis(self.child_ms)).await;
+            self.child_end
+                .lock()
+                .unwrap()
+                .get_or_insert_with(Instant::now);
             return Ok(ModelResponse::text("child done"));
+        }
+        if messages
+            .iter()
+            .any(|m| m.role == Role::User && m.text().starts_with("[Background tool result]"))
+        {
+            self.report_call
+                .lock()
+                .unwrap()
+                .get_or_insert_with(Instant::now);
+            return Ok(ModelResponse::text("report read"));
         }
         let assistants = messages
             .iter()
@@ -307,6 +325,7 @@ async fn delegation_latency(
 ) {
     let mut turn_on = Vec::new();
     let mut ended = Vec::new();
+    let mut to_report = Vec::new();
     for round in 0..rounds {
         let dir = scratch(base, &format!("latency-{round}"));
         let workspace = dir.join("ws");
@@ -316,6 +335,8 @@ async fn delegation_latency(
             child_ms: 20,
             first_answer: Default::default(),
             next_call: Default::default(),
+            child_end: Default::default(),
+            report_call: Default::default(),
         });
         let mut config = Config::default();
         config.subagents.max_concurrent = cap;
@@ -348,10 +369,22 @@ async fn delegation_latency(
         turn_on.push(next - answer);
         ended.push(end - answer);
         service.wait_idle().await;
+        // A report reaching a parent that is idle by then (its turn ended long before the
+        // child's 20 ms call): from the child's final answer to the parent's next request.
+        let child_end = provider.child_end.lock().unwrap().expect("a child ended");
+        let report = provider
+            .report_call
+            .lock()
+            .unwrap()
+            .expect("a report was read");
+        if child_end > end {
+            to_report.push(report - child_end);
+        }
         service.shutdown().await;
     }
     turn_on.sort();
     ended.sort();
+    to_report.sort();
     println!(
         "delegation latency [{label}]: {children} children, cap {cap}, server slots {}, child calls 20 ms, {rounds} rounds: parent's next model call {:.2} ms after its answer (median; p95 {:.2}), turn ended {:.2} ms after (median; p95 {:.2})",
         server_slots.map_or("unlimited".to_string(), |n| n.to_string()),
@@ -360,6 +393,14 @@ async fn delegation_latency(
         percentile(&ended, 0.5).as_secs_f64() * 1e3,
         percentile(&ended, 0.95).as_secs_f64() * 1e3,
     );
+    if !to_report.is_empty() {
+        println!(
+            "delegation latency [{label}]: the first child's report reached the idle parent's next model request {:.2} ms after the child's final answer (median of {}; p95 {:.2})",
+            percentile(&to_report, 0.5).as_secs_f64() * 1e3,
+            to_report.len(),
+            percentile(&to_report, 0.95).as_secs_f64() * 1e3,
+        );
+    }
 }
 
 /// Session scale: open a long session, list many sessions, append throughput.
@@ -1216,6 +1257,7 @@ fn main() {
         if wanted("delegation") {
             delegation_latency(disk.path(), "disk", 6, 4, None, 30).await;
             delegation_latency(disk.path(), "disk", 3, 4, Some(1), 30).await;
+            delegation_latency(disk.path(), "disk", 1, 4, None, 30).await;
         }
         if wanted("fan-out") {
             if let Some(memory) = &memory {
