@@ -1,4 +1,4 @@
-//! The `bumblehive` command: `serve` (the headless HTTP + SSE server) and `run` (one prompt, events as JSON lines).
+//! The `bumblehive` command: `serve` (the headless HTTP + SSE server), `run` (one prompt, events as JSON lines) and `acp` (an Agent Client Protocol agent on stdio).
 
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
@@ -62,6 +62,9 @@ enum Command {
         yes: bool,
         prompt: String,
     },
+    /// Speak the Agent Client Protocol on stdin/stdout (for Zed, JetBrains and other ACP
+    /// editors); logs go to stderr and the log file, never stdout.
+    Acp,
 }
 
 /// Daily log files kept; older ones are deleted.
@@ -175,6 +178,20 @@ async fn async_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         } => {
             let code = run_once(service, &workspace, yes, prompt).await?;
             Ok(std::process::ExitCode::from(code))
+        }
+        Command::Acp => {
+            bumblehive::acp::serve_stdio(service.clone()).await;
+            // The client went away (stdin closed): runs stop, as after SIGTERM for `serve`.
+            if tokio::time::timeout(SERVICE_STOP, service.shutdown())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "runs did not stop within {} s; exiting anyway",
+                    SERVICE_STOP.as_secs()
+                );
+            }
+            Ok(std::process::ExitCode::SUCCESS)
         }
     }
 }
