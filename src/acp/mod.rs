@@ -421,15 +421,21 @@ impl Forwarder {
     }
 
     fn progress(&mut self, session_id: String, kind: String, data: Value) {
+        // The common case first, without typing the event: a streamed piece of answer.
+        if kind == "content.delta" {
+            if let Some(text) = data.get("text").and_then(Value::as_str) {
+                if self.own_stream(&session_id) {
+                    self.send(&session_id, schema::agent_text(text));
+                }
+            }
+            return;
+        }
         let Ok(progress) = serde_json::from_value::<Progress>(json!({"kind": kind, "data": data}))
         else {
             return;
         };
         let own = self.own_stream(&session_id);
         match progress {
-            Progress::ContentDelta { text } if own => {
-                self.send(&session_id, schema::agent_text(&text));
-            }
             Progress::ToolCallStarted {
                 call_id,
                 name,
