@@ -84,6 +84,14 @@ impl Model {
                 (10, 2),
             ));
         }
+        if first.contains("Task:\nGAMMA") {
+            // Works until the client stops it.
+            let (response, live) = MockResponse::live();
+            live.send(openai::data(&openai::role()));
+            live.send(openai::data(&openai::text("working")));
+            self.0.lock().unwrap().hanging.push(live);
+            return response;
+        }
         if first.contains("Task:\nBETA") {
             return self.held(openai::text_answer(&["BETA_DONE"], (10, 2)));
         }
@@ -99,7 +107,7 @@ impl Model {
                 "read hello" => "READ-DONE",
                 "write a" => "WRITE-1-DONE",
                 "write b" => "WRITE-2-DONE",
-                "delegate" => "DELEGATED",
+                "delegate" | "delegate gamma" => "DELEGATED",
                 _ => "UNEXPECTED",
             };
             return MockResponse::sse(openai::text_answer(&[answer], (20, 3)));
@@ -163,6 +171,14 @@ impl Model {
                         json!({"title": "beta", "task": "BETA"}),
                     ),
                 ],
+                (20, 3),
+            )),
+            "delegate gamma" => MockResponse::sse(openai::tool_answer(
+                &[(
+                    "call-gamma",
+                    "sub_agent",
+                    json!({"title": "gamma", "task": "GAMMA"}),
+                )],
                 (20, 3),
             )),
             _ => MockResponse::sse(openai::text_answer(&["UNEXPECTED"], (20, 3))),
@@ -506,7 +522,7 @@ async fn acp_typescript_sdk_client_gets_subagents_as_child_sessions() {
         );
     }
     let titles: Vec<&str> = children.iter().map(|(_, t, _)| t.as_str()).collect();
-    assert_eq!(titles, ["alpha", "beta"]);
+    assert_eq!(titles, ["alpha", "beta", "gamma"]);
     let child_id = |title: &str| {
         children
             .iter()
@@ -541,6 +557,29 @@ async fn acp_typescript_sdk_client_gets_subagents_as_child_sessions() {
             "{child}'s report is no session_message"
         );
     }
+    // Stop of one child, by session/cancel on its id: it went idle `cancelled`, keeping
+    // what it had streamed as its stopped answer; the parent's prompt had ended normally.
+    assert_eq!(facts["stops"]["delegate_gamma"], "end_turn");
+    let gamma = facts["gamma"].as_str().expect("gamma announced");
+    assert!(all.iter().any(|u| u["session"] == sid
+        && u["update"]["sessionId"] == gamma
+        && u["update"]["state"]["stopReason"] == "cancelled"));
+    let history = std::fs::read_to_string(
+        setup
+            .dir
+            .path()
+            .join("data/sessions")
+            .join(gamma)
+            .join("messages.jsonl"),
+    )
+    .unwrap();
+    assert!(
+        history.lines().any(|l| {
+            let m: Value = serde_json::from_str(l).unwrap();
+            m["role"] == "assistant" && m["content"] == "working" && m["stopped"] == true
+        }),
+        "{history}"
+    );
     // No summary lines for a client that sees the child sessions.
     assert!(!text(&all, sid).contains("[sub-agent"));
 }

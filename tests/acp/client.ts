@@ -167,6 +167,26 @@ async function main(): Promise<void> {
     const text = rec.textSince(after, sid);
     return text.includes("alpha_done_seen") && text.includes("beta_done_seen");
   });
+
+  // Stop of one child: session/cancel on its own id (the RFD's `cancel` capability).
+  stops.delegate_gamma = await prompt("child_cancel", "delegate gamma");
+  const gamma = (): string | undefined =>
+    rec.updates.find((u) => u.update.sessionUpdate === "subagent_update" && u.update.title === "gamma")
+      ?.update.sessionId as string | undefined;
+  await rec.waitFor(() => {
+    const id = gamma();
+    return id !== undefined && rec.textSince(0, id).includes("working");
+  });
+  await agent.notify("session/cancel", { sessionId: gamma() as string });
+  await rec.waitFor(() =>
+    rec.updates.some(
+      (u) =>
+        u.update.sessionUpdate === "subagent_update" &&
+        u.update.sessionId === gamma() &&
+        (u.update.state as { stopReason?: string } | undefined)?.stopReason === "cancelled",
+    ),
+  );
+  facts.gamma = gamma();
   facts.stops = stops;
   await stop(child);
   facts.updates = rec.updates;
