@@ -151,6 +151,10 @@ impl Model {
                 )],
                 (20, 3),
             )),
+            "fail" => MockResponse::error(
+                500,
+                r#"{"error":{"message":"the scripted model failed","type":"server_error"}}"#,
+            ),
             "hang" => {
                 let (response, live) = MockResponse::live();
                 live.send(openai::data(&openai::role()));
@@ -468,6 +472,13 @@ async fn acp_python_sdk_client_runs_a_session_with_summarised_subagents() {
     ] {
         assert!(summary.contains(line), "{line} missing from {summary}");
     }
+    // A failed run answered the prompt with a JSON-RPC error carrying its message.
+    let failed = &facts["failed"];
+    assert_eq!(failed["code"], -32603, "{failed}");
+    assert!(
+        failed.to_string().contains("the scripted model failed"),
+        "{failed}"
+    );
     // session/load in a second process replays the stored history.
     let loaded: Vec<&Value> = facts["loaded"].as_array().unwrap().iter().collect();
     let replayed_users: Vec<&str> = loaded
@@ -475,7 +486,14 @@ async fn acp_python_sdk_client_runs_a_session_with_summarised_subagents() {
         .filter(|u| u["update"]["sessionUpdate"] == "user_message_chunk")
         .map(|u| u["update"]["content"]["text"].as_str().unwrap())
         .collect();
-    assert!(replayed_users.starts_with(&["read hello", "write a", "write b", "hang", "delegate"]));
+    assert!(replayed_users.starts_with(&[
+        "read hello",
+        "write a",
+        "write b",
+        "fail",
+        "hang",
+        "delegate"
+    ]));
     assert!(text(&loaded, sid).contains("READ-DONE"));
     assert!(
         loaded

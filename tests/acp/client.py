@@ -116,6 +116,14 @@ async def main():
         for name, text in [("read", "read hello"), ("write_allow", "write a"), ("write_reject", "write b")]:
             stops[name] = await prompt(conn, rec, sid, name, text)
 
+        # A run that fails answers the prompt with a JSON-RPC error.
+        rec.phase = "fail"
+        try:
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text_block("fail")]), WAIT)
+            facts["failed"] = None
+        except acp.RequestError as err:
+            facts["failed"] = {"code": err.code, "message": str(err), "data": err.data}
+
         # Stop while the model streams: cancel once the first words arrived.
         start = len(rec.updates)
         hang = asyncio.create_task(prompt(conn, rec, sid, "cancel", "hang"))
