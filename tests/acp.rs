@@ -58,6 +58,9 @@ struct Model(Arc<Mutex<ModelState>>);
 struct ModelState {
     released: bool,
     held: Vec<(LiveStream, String)>,
+    /// The child of the queued-after-Stop scenario, held until its parent is stopped.
+    delta_released: bool,
+    delta_held: Vec<(LiveStream, String)>,
     /// The cancelled turn's stream, kept open until the test ends.
     hanging: Vec<LiveStream>,
 }
@@ -84,6 +87,16 @@ impl Model {
                 (10, 2),
             ));
         }
+        if first.contains("Task:\nDELTA") {
+            let body = openai::text_answer(&["DELTA_DONE"], (10, 2));
+            let mut state = self.0.lock().unwrap();
+            if state.delta_released {
+                return MockResponse::sse(body);
+            }
+            let (response, live) = MockResponse::live();
+            state.delta_held.push((live, body));
+            return response;
+        }
         if first.contains("Task:\nGAMMA") {
             // Works until the client stops it.
             let (response, live) = MockResponse::live();
@@ -95,14 +108,23 @@ impl Model {
         if first.contains("Task:\nBETA") {
             return self.held(openai::text_answer(&["BETA_DONE"], (10, 2)));
         }
+        // The person's last own message says which turn this is.
+        let asked = users
+            .iter()
+            .rev()
+            .map(|m| text_of(m))
+            .find(|t| !t.starts_with("[Background tool result]"))
+            .unwrap_or_default();
+        if asked == "delegate delta" && text_of(&last) != "delegate delta" {
+            // After delegating: streams until the client stops the session (whatever
+            // report came in meanwhile).
+            let (response, live) = MockResponse::live();
+            live.send(openai::data(&openai::role()));
+            live.send(openai::data(&openai::text("thinking")));
+            self.0.lock().unwrap().hanging.push(live);
+            return response;
+        }
         if last["role"] == "tool" {
-            // The person's last own message says which turn this is.
-            let asked = users
-                .iter()
-                .rev()
-                .map(|m| text_of(m))
-                .find(|t| !t.starts_with("[Background tool result]"))
-                .unwrap_or_default();
             let answer = match asked.as_str() {
                 "read hello" => "READ-DONE",
                 "write a" => "WRITE-1-DONE",
@@ -113,7 +135,7 @@ impl Model {
             return MockResponse::sse(openai::text_answer(&[answer], (20, 3)));
         }
         let text = text_of(&last);
-        if text.starts_with("[Background tool result]") {
+        if text.starts_with("[Background tool result]") || text == "resume" {
             // A wake-up: answer what the trailing reports said.
             let mut seen = Vec::new();
             for message in messages.iter().rev() {
@@ -121,7 +143,7 @@ impl Model {
                     break;
                 }
                 let report = text_of(message);
-                for token in ["ALPHA_DONE", "BETA_DONE"] {
+                for token in ["ALPHA_DONE", "BETA_DONE", "DELTA_DONE"] {
                     if report.contains(token) {
                         seen.push(format!("{}_seen", token.to_lowercase()));
                     }
@@ -177,6 +199,14 @@ impl Model {
                 ],
                 (20, 3),
             )),
+            "delegate delta" => MockResponse::sse(openai::tool_answer(
+                &[(
+                    "call-delta",
+                    "sub_agent",
+                    json!({"title": "delta", "task": "DELTA"}),
+                )],
+                (20, 3),
+            )),
             "delegate gamma" => MockResponse::sse(openai::tool_answer(
                 &[(
                     "call-gamma",
@@ -198,6 +228,15 @@ impl Model {
         let (response, live) = MockResponse::live();
         state.held.push((live, body));
         response
+    }
+
+    fn release_delta(&self) {
+        let mut state = self.0.lock().unwrap();
+        state.delta_released = true;
+        for (live, body) in state.delta_held.drain(..) {
+            live.send(body);
+            live.finish();
+        }
     }
 
     fn release(&self) {
@@ -263,6 +302,9 @@ async fn run_client(program: &Path, script: &Path, setup: &Setup) -> Value {
             };
             if value["ev"] == "prompt_ended" && value["name"] == "delegate" {
                 setup.model.release();
+            }
+            if value["ev"] == "prompt_ended" && value["name"] == "queue_stop" {
+                setup.model.release_delta();
             }
             if value["ev"] == "facts" {
                 facts = Some(value);
@@ -540,7 +582,7 @@ async fn acp_typescript_sdk_client_gets_subagents_as_child_sessions() {
         );
     }
     let titles: Vec<&str> = children.iter().map(|(_, t, _)| t.as_str()).collect();
-    assert_eq!(titles, ["alpha", "beta", "gamma"]);
+    assert_eq!(titles, ["alpha", "beta", "gamma", "delta"]);
     let child_id = |title: &str| {
         children
             .iter()
@@ -598,6 +640,41 @@ async fn acp_typescript_sdk_client_gets_subagents_as_child_sessions() {
         }),
         "{history}"
     );
+    // Queued after Stop: the session was stopped while delta worked; delta's report
+    // waited (no model request saw it before the next prompt) and came with "resume".
+    assert_eq!(facts["stops"]["queue_stop"], "cancelled");
+    assert_eq!(facts["stops"]["resume"], "end_turn");
+    let bodies = setup.mock.bodies();
+    let with_report: Vec<&Value> = bodies
+        .iter()
+        .filter(|body| {
+            body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["role"] == "user" && text_of(m).contains("Task ID: call-delta"))
+        })
+        .collect();
+    assert!(
+        !with_report.is_empty(),
+        "delta's report never reached the model"
+    );
+    assert!(
+        text(&all, sid).contains(
+            "[the report of sub-agent \u{201c}delta\u{201d} waits: the session was stopped; it goes with your next prompt]"
+        ),
+        "the queued report was not shown"
+    );
+    for body in with_report {
+        assert!(
+            body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["role"] == "user" && m["content"] == "resume"),
+            "the stopped session woke on a report: {body}"
+        );
+    }
     // No summary lines for a client that sees the child sessions.
     assert!(!text(&all, sid).contains("[sub-agent"));
 }

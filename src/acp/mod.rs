@@ -272,8 +272,27 @@ impl Acp {
                     message_id,
                     armed: false,
                 });
+                drop(open);
+                self.send_queued(&id);
             }
             Err(err) => refuse(runtime_error(err)),
+        }
+    }
+}
+
+impl Acp {
+    /// What waited in a stopped session's queue (reports that arrived while it was
+    /// stopped, messages a Stop returned) joins the turn the person's prompt started: an
+    /// ACP client has no queue to show or send from, so left there it would never be sent.
+    fn send_queued(&self, session_id: &str) {
+        let Ok(controller) = self.service.controller(session_id) else {
+            return;
+        };
+        let queued = controller.snapshot().pending.into_iter();
+        for pending in queued.filter(|p| p.status == MessageStatus::Queued) {
+            if let Err(err) = controller.steer(&pending.message_id) {
+                tracing::warn!(session = %session_id, message = %pending.message_id, "cannot send a queued message: {err}");
+            }
         }
     }
 }
@@ -281,6 +300,8 @@ impl Acp {
 /// A child session seen by the forwarder.
 struct Child {
     title: String,
+    /// Its `sub_agent` call's id (a report names it).
+    task_id: Option<String>,
     /// The session it was announced on.
     parent: String,
 }
@@ -359,13 +380,19 @@ impl Forwarder {
                 title,
             } => self.child_created(session_id, parent, task_id, title),
             Event::MessageStatus {
-                message_id, status, ..
+                session_id,
+                message_id,
+                status,
             } => {
                 let mut open = self.prompt.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(prompt) = open.as_mut() {
                     if prompt.message_id == message_id && status != MessageStatus::Queued {
                         prompt.armed = true;
                     }
+                }
+                drop(open);
+                if status == MessageStatus::Queued && session_id == self.top {
+                    self.report_waits(&message_id);
                 }
             }
             Event::ApprovalRequest(ask) => self.approval(ask),
@@ -394,6 +421,24 @@ impl Forwarder {
         }
     }
 
+    /// A report queued in the stopped session: said in its stream, since an ACP client
+    /// shows no queue (it goes with the next prompt, `Acp::send_queued`).
+    fn report_waits(&self, message_id: &str) {
+        let Some(task) = message_id.strip_prefix("subagent:") else {
+            return;
+        };
+        let task = task.split(':').next().unwrap_or_default();
+        let title = self
+            .children
+            .values()
+            .find(|child| child.task_id.as_deref() == Some(task))
+            .map(|child| child.title.clone())
+            .unwrap_or_else(|| task.to_string());
+        self.summary(format!(
+            "[the report of sub-agent \u{201c}{title}\u{201d} waits: the session was stopped; it goes with your next prompt]"
+        ));
+    }
+
     fn child_created(
         &mut self,
         session_id: String,
@@ -405,6 +450,7 @@ impl Forwarder {
             session_id.clone(),
             Child {
                 title: title.clone(),
+                task_id: task_id.clone(),
                 parent: parent.clone(),
             },
         );

@@ -187,6 +187,30 @@ async function main(): Promise<void> {
     ),
   );
   facts.gamma = gamma();
+
+  // Queued after Stop (the seed's scenario): Stop the session while its child works; the
+  // child's report must wait in the queue (no wake-up while paused) until the next prompt.
+  const beforeStop = rec.updates.length;
+  const stopped = prompt("queue_stop", "delegate delta");
+  await rec.waitFor(() => rec.textSince(beforeStop, sid).includes("thinking"));
+  await agent.notify("session/cancel", { sessionId: sid });
+  stops.queue_stop = await stopped;
+  const delta = (): string | undefined =>
+    rec.updates.find((u) => u.update.sessionUpdate === "subagent_update" && u.update.title === "delta")
+      ?.update.sessionId as string | undefined;
+  await rec.waitFor(() =>
+    rec.updates.some(
+      (u) =>
+        u.update.sessionUpdate === "subagent_update" &&
+        u.update.sessionId === delta() &&
+        (u.update.state as { stopReason?: string } | undefined)?.stopReason === "end_turn",
+    ),
+  );
+  // The report is queued, not lost: the session says so.
+  await rec.waitFor(() => rec.textSince(beforeStop, sid).includes("sub-agent \u201cdelta\u201d waits"));
+  const beforeResume = rec.updates.length;
+  stops.resume = await prompt("resume", "resume");
+  await rec.waitFor(() => rec.textSince(beforeResume, sid).includes("delta_done_seen"));
   facts.stops = stops;
   await stop(child);
   facts.updates = rec.updates;
