@@ -535,7 +535,8 @@ async fn scale(base: &Path, label: &str, messages: usize, sessions: usize) {
 
 /// Streaming: content deltas per second from the provider's HTTP stream to a subscriber,
 /// through the real `openai` provider and a local SSE server.
-async fn streaming(base: &Path, label: &str, chunks: usize) {
+/// A model server on 127.0.0.1 answering every chat request with `chunks` text deltas.
+async fn sse_server(chunks: usize) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
     use axum::routing::post;
     let mut body = String::new();
     body.push_str("data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n");
@@ -565,7 +566,22 @@ async fn streaming(base: &Path, label: &str, chunks: usize) {
     let server = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    let dir = scratch(base, "streaming");
+    (addr, server)
+}
+
+async fn streaming(base: &Path, label: &str, chunks: usize) {
+    let elapsed = streaming_run(base, "streaming", chunks).await;
+    println!(
+        "streaming [{label}]: {chunks} deltas from HTTP to a subscriber in {:.3} s: {:.0} deltas/s",
+        elapsed.as_secs_f64(),
+        chunks as f64 / elapsed.as_secs_f64()
+    );
+}
+
+/// One turn of `chunks` deltas from the model server to a subscriber of the session.
+async fn streaming_run(base: &Path, name: &str, chunks: usize) -> Duration {
+    let (addr, server) = sse_server(chunks).await;
+    let dir = scratch(base, name);
     let mut config = Config::default();
     config.provider.base_url = format!("http://{addr}/v1");
     config.provider.model = "bench".into();
@@ -599,11 +615,121 @@ async fn streaming(base: &Path, label: &str, chunks: usize) {
     }
     let elapsed = started.elapsed();
     assert_eq!(deltas, chunks, "every chunk reached the subscriber");
+    service.shutdown().await;
+    server.abort();
+    elapsed
+}
+
+/// `bumblehive acp`: the real binary from its start to `initialize` answered, and the
+/// cost of each `session/update`: one turn of `chunks` deltas through the ACP layer (JSON
+/// lines read by a client), against the same turn read by a plain subscriber.
+async fn acp(base: &Path, starts: usize, chunks: usize) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let binary = env!("CARGO_BIN_EXE_bumblehive");
+    let config = scratch(base, "acp-config").join("config.json");
+    std::fs::write(&config, "{}").expect("config");
+    let mut times = Vec::new();
+    for run in 0..starts {
+        let data = scratch(base, &format!("acp-start-{run}"));
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(binary)
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("acp")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn bumblehive acp");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1,\"clientCapabilities\":{}}}\n")
+            .await
+            .expect("write");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let line = lines.next_line().await.expect("read").expect("an answer");
+        times.push(started.elapsed());
+        assert!(line.contains("\"protocolVersion\":1"), "{line}");
+        drop(stdin);
+        child.wait().await.expect("exit");
+    }
+    times.sort();
     println!(
-        "streaming [{label}]: {chunks} deltas from HTTP to a subscriber in {:.3} s: {:.0} deltas/s",
-        elapsed.as_secs_f64(),
-        chunks as f64 / elapsed.as_secs_f64()
+        "acp start: `bumblehive acp` spawned to `initialize` answered, {starts} starts: median {:.1} ms, p95 {:.1} ms",
+        percentile(&times, 0.5).as_secs_f64() * 1e3,
+        percentile(&times, 0.95).as_secs_f64() * 1e3
     );
+
+    let direct = streaming_run(base, "acp-direct", chunks).await;
+    let (addr, server) = sse_server(chunks).await;
+    let dir = scratch(base, "acp-stream");
+    let mut config = Config::default();
+    config.provider.base_url = format!("http://{addr}/v1");
+    config.provider.model = "bench".into();
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.join("data"),
+        config_path: None,
+        config: Some(config),
+        provider_factory: Arc::new(bumblehive::providers::provider_from_config),
+        tools: Some(bumblehive::tools::ToolRegistry::default()),
+    })
+    .expect("service");
+    let (client, agent) = tokio::io::duplex(1 << 16);
+    let (agent_in, agent_out) = tokio::io::split(agent);
+    let serving = tokio::spawn(bumblehive::acp::serve(
+        service.clone(),
+        BufReader::new(agent_in),
+        agent_out,
+    ));
+    let (client_in, mut client_out) = tokio::io::split(client);
+    let mut lines = BufReader::new(client_in).lines();
+    let mut send = async |line: serde_json::Value| {
+        client_out
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .expect("write");
+    };
+    send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}})).await;
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": dir.display().to_string(), "mcpServers": []}})).await;
+    let mut session = None;
+    while session.is_none() {
+        let line = lines.next_line().await.expect("read").expect("line");
+        let value: serde_json::Value = serde_json::from_str(&line).expect("json");
+        if value["id"] == 1 {
+            session = value["result"]["sessionId"].as_str().map(str::to_string);
+        }
+    }
+    let session = session.expect("a session");
+    let started = Instant::now();
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": session, "prompt": [{"type": "text", "text": "stream"}]}})).await;
+    let mut updates = 0usize;
+    loop {
+        let line = lines.next_line().await.expect("read").expect("line");
+        let value: serde_json::Value = serde_json::from_str(&line).expect("json");
+        if value["method"] == "session/update"
+            && value["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+        {
+            updates += 1;
+        } else if value["id"] == 2 {
+            assert_eq!(value["result"]["stopReason"], "end_turn", "{value}");
+            break;
+        }
+    }
+    let through = started.elapsed();
+    assert_eq!(updates, chunks, "every delta became a session/update");
+    let extra = through.saturating_sub(direct).as_secs_f64() / chunks as f64;
+    println!(
+        "acp updates: {chunks} deltas as session/update JSON lines in {:.3} s ({:.0}/s); a plain subscriber {:.3} s: {:.2} µs per update",
+        through.as_secs_f64(),
+        chunks as f64 / through.as_secs_f64(),
+        direct.as_secs_f64(),
+        extra * 1e6
+    );
+    client_out.shutdown().await.expect("close");
+    let _ = serving.await;
     service.shutdown().await;
     server.abort();
 }
@@ -1244,6 +1370,7 @@ fn main() {
             two_servers(disk.path(), "disk", 8, 2).await;
             checkpoint(disk.path(), "disk", 200, 5).await;
             mcp(disk.path(), 1, 20).await;
+            acp(disk.path(), 2, 100).await;
             return;
         }
         if wanted("per-turn") {
@@ -1291,6 +1418,9 @@ fn main() {
         }
         if wanted("mcp") {
             mcp(disk.path(), 5, 2_000).await;
+        }
+        if wanted("acp") {
+            acp(disk.path(), 20, 100_000).await;
         }
     });
 }

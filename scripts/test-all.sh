@@ -37,6 +37,9 @@ cargo clippy --all-targets -- -D warnings
 step "MCP test servers: server-everything (npm ci) and the Python mcp SDK (pinned, in a venv)"
 ./scripts/mcp-test-servers.sh
 
+step "ACP test clients: the official SDKs (npm @agentclientprotocol/sdk, PyPI agent-client-protocol; pinned)"
+./scripts/acp-test-clients.sh
+
 step "Runtime tests (no GUI dependency): unit, seed scenarios, providers, tools, server, crash harness"
 cargo test
 

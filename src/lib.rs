@@ -17,12 +17,13 @@
 //!
 //! Module graph (no cycle): fsutil, protocol (no crate dependency) ← store, config ←
 //! providers, tools ← runtime ← controller ← registry ← delegation, recovery ← children,
-//! settings, list_feed ← service ← commands ← server.
+//! settings, list_feed ← service ← commands ← server; service ← acp (the ACP front door).
 //! - §7 approvals: [`approvals`].
 //! - §9 the command table: [`commands`].
 //! - §10 configuration: [`config`]; sessions on disk: [`store`]; model providers over
 //!   HTTP and API keys: [`providers`].
 
+pub mod acp;
 pub mod approvals;
 pub mod checkpoints;
 mod children;

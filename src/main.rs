@@ -1,4 +1,4 @@
-//! The `bumblehive` command: `serve` (the headless HTTP + SSE server) and `run` (one prompt, for people or as JSON lines: `run_cli.rs`).
+//! The `bumblehive` command: `serve` (the headless HTTP + SSE server), `run` (one prompt, for people or as JSON lines: `run_cli.rs`) and `acp` (an Agent Client Protocol agent on stdio).
 
 mod run_cli;
 
@@ -68,6 +68,9 @@ enum Command {
         json: bool,
         prompt: String,
     },
+    /// Speak the Agent Client Protocol on stdin/stdout (for Zed, JetBrains and other ACP
+    /// editors); logs go to stderr and the log file, never stdout.
+    Acp,
 }
 
 /// Daily log files kept; older ones are deleted.
@@ -203,6 +206,20 @@ async fn async_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             };
             let code = run_cli::run_once(service, &workspace, yes, output, prompt).await?;
             Ok(std::process::ExitCode::from(code))
+        }
+        Command::Acp => {
+            bumblehive::acp::serve_stdio(service.clone()).await;
+            // The client went away (stdin closed): runs stop, as after SIGTERM for `serve`.
+            if tokio::time::timeout(SERVICE_STOP, service.shutdown())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "runs did not stop within {} s; exiting anyway",
+                    SERVICE_STOP.as_secs()
+                );
+            }
+            Ok(std::process::ExitCode::SUCCESS)
         }
     }
 }

@@ -104,3 +104,8 @@ mod security_server;
 
 // The busy rule for config changes beyond the config file (the keyring; review 2, R14).
 mod settings;
+
+// `bumblehive acp` driven by the official ACP client SDKs (Python from PyPI, TypeScript from
+// npm; scripts/acp-test-clients.sh installs them): tool calls, permissions both ways,
+// cancel, sub-agents as child sessions or summarised, a wake-up after the prompt ended.
+mod acp;
