@@ -199,7 +199,8 @@ describe('the model picker', () => {
     const root = mounted.root;
     await inAct(() => fake.emit('p', snapshot('p')));
     const picker = $(root, 'model-picker') as HTMLSelectElement;
-    expect(Array.from(picker.options).map((o) => o.textContent)).toEqual(['Default (default)', 'default · qwen', 'claude · claude-sonnet-4-5']);
+    // Each server once (E19): the default is "Default", not also listed by its name.
+    expect(Array.from(picker.options).map((o) => o.textContent)).toEqual(['Default · default · qwen', 'claude · claude-sonnet-4-5']);
     picker.value = 'claude';
     await inAct(() => picker.dispatchEvent(new Event('change', { bubbles: true })));
     expect(fake.callsOf('set_model')).toEqual([{ session_id: 'p', provider: 'claude', model: null }]);
