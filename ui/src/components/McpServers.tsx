@@ -54,6 +54,14 @@ function refusal(err: unknown, what: string): string {
   return e.code === 'busy' ? `${what}: ${busyText(e.message)}` : `${what}: ${e.message}`;
 }
 
+/**
+ * How often the list is read again while a trusted server is still starting after
+ * "Trust and start" answered (a server slower than its start-up timeout). Tests shorten it.
+ */
+export const mcpFollow = { intervalMs: 1000, maxPolls: 120 };
+
+const stillStarting = (list: McpServerInfo[] | null) => (list ?? []).some((s) => s.workspace && s.state === 'starting');
+
 /** What "Trust and start" ended with, per server, in words. */
 function startedText(list: McpServerInfo[]): string {
   const ws = list.filter((s) => s.workspace);
@@ -71,6 +79,8 @@ export function McpServers(props: { platform: Platform; workspace: string | null
   const [snippet, setSnippet] = useState('');
   const [working, setWorking] = useState(false);
   const [trusting, setTrusting] = useState<'idle' | 'starting' | { done: string }>('idle');
+  // Polls left while following servers that still start after the answer.
+  const [follow, setFollow] = useState(0);
   const configured: Record<string, any> = (props.config?.mcp_servers as Record<string, any> | undefined) ?? {};
 
   const load = async () => {
@@ -154,12 +164,29 @@ export function McpServers(props: { platform: Platform; workspace: string | null
       const list = await platform.invoke('trust_mcp_workspace', args);
       setServers(list);
       setError(null);
-      setTrusting(allow ? { done: startedText(list) } : 'idle');
+      // Still starting (slower than its start-up timeout): the list is followed until it
+      // settles, so the answer is "ready" or "failed", never a state that went stale.
+      if (allow && stillStarting(list)) setFollow(mcpFollow.maxPolls);
+      else setTrusting(allow ? { done: startedText(list) } : 'idle');
     } catch (err) {
       setTrusting('idle');
       setError(toCommandError(err).message);
     }
   };
+
+  useEffect(() => {
+    if (follow <= 0) return;
+    if (!stillStarting(servers)) {
+      setFollow(0);
+      setTrusting({ done: startedText(servers ?? []) });
+      return;
+    }
+    const timer = setTimeout(() => {
+      setFollow((n) => n - 1);
+      void load();
+    }, mcpFollow.intervalMs);
+    return () => clearTimeout(timer);
+  }, [follow, servers]);
 
   const waiting = (servers ?? []).filter((s) => s.state === 'waiting_for_trust');
   const key = (s: McpServerInfo) => `${s.workspace ?? ''}/${s.name}`;

@@ -7,6 +7,8 @@ import { merge } from './merge';
 import { $, $$, inAct, info, typeInto, workspacePlatform } from './fake';
 import { mountApp } from './mount';
 import { mcpPatch, parseSnippet, formOf } from '../mcpconfig';
+import { mcpFollow } from '../components/McpServers';
+import { settle } from './fake';
 
 let unmount: (() => void) | null = null;
 afterEach(() => {
@@ -192,6 +194,51 @@ describe('MCP servers from the app (E13)', () => {
     expect($(root, 'mcp-trust-result')!.textContent).toBe('repo: ready, 1 tool');
     const row = $$(root, 'mcp-server').find((r) => r.dataset.name === 'repo')!;
     expect($(row, 'mcp-state')!.textContent).toBe('ready, 1 tool');
+  });
+});
+
+describe('"Trust and start" with a slow server', () => {
+  it('follows a server still starting when the answer came, until it is ready', async () => {
+    const saved = mcpFollow.intervalMs;
+    mcpFollow.intervalMs = 5;
+    try {
+      const { fake } = mcpPlatform();
+      const server = {
+        name: 'slow',
+        workspace: '/ws',
+        transport: 'stdio',
+        enabled: true,
+        error: null,
+        server_info: null,
+        launch: { command: ['node', 'slow.js'], cwd: null, url: null, env: [], headers: [], program_files: [], notes: [] },
+        trust_sha256: 'shown',
+      };
+      let state = 'waiting_for_trust';
+      let reads = 0;
+      fake.handlers.list_mcp_servers = () => {
+        reads++;
+        // The third read after the answer finds it ready.
+        if (state === 'starting' && reads >= 4) state = 'ready';
+        return [{ ...server, state, tools: state === 'ready' ? [{ name: 'a', full_name: 'mcp__slow__a', description: '', read_only_hint: false }] : [] }];
+      };
+      fake.handlers.trust_mcp_workspace = () => {
+        state = 'starting';
+        reads = 1;
+        return [{ ...server, state, tools: [] }];
+      };
+      const root = await openSettings(fake);
+      await inAct(() => $(root, 'mcp-trust-allow')!.click());
+      expect($(root, 'mcp-trust-starting')).not.toBeNull();
+      for (let i = 0; i < 20 && !$(root, 'mcp-trust-result'); i++) await settle(2);
+      expect($(root, 'mcp-trust-result')!.textContent).toBe('slow: ready, 1 tool');
+      expect($(root, 'mcp-trust-starting')).toBeNull();
+      // It stops reading once settled.
+      const settled = fake.callsOf('list_mcp_servers').length;
+      await settle(6);
+      expect(fake.callsOf('list_mcp_servers').length).toBe(settled);
+    } finally {
+      mcpFollow.intervalMs = saved;
+    }
   });
 });
 
