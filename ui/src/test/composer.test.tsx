@@ -228,4 +228,15 @@ describe('a stopped answer from the history', () => {
     expect(answer.dataset.stopped).toBe('true');
     expect($(answer, 'stopped-answer')!.textContent).toContain('Stopped here');
   });
+
+  it('shows the estimated tokens a stopped answer kept, said to be an estimate (E23)', async () => {
+    const { root } = await openSession({
+      p: [
+        { role: 'user', content: 'go', id: 'm1' },
+        { role: 'assistant', content: 'Half of it', stopped: true, usage: { input_tokens: 1200, output_tokens: 40 }, usage_estimated: true },
+      ],
+    });
+    const answer = $$(root, 'chat-message').find((m) => m.dataset.role === 'assistant')!;
+    expect($(answer, 'stopped-usage')!.textContent).toBe(' · ≈1.2k tokens (estimated)');
+  });
 });
