@@ -215,6 +215,8 @@ pub struct SessionGate {
     pub parent_session_id: Option<SessionId>,
     pub title: Option<String>,
     pub lineage: Vec<SessionId>,
+    /// The branch of the session's worktree, when it is an isolated sub-agent.
+    pub worktree: Option<String>,
     pub policy: PolicyFn,
     pub emit: Emit,
 }
@@ -269,6 +271,7 @@ impl ApprovalGate for SessionGate {
             title: self.title.clone(),
             remember_label: rememberable.then(|| remember_label(&ask.tool, &ask.arguments)),
             mcp_server: crate::mcp::server_of_tool(&ask.tool).map(str::to_string),
+            worktree: self.worktree.clone(),
             tool: ask.tool,
             arguments: ask.arguments,
             diff: ask.diff,

@@ -77,8 +77,19 @@ pub(crate) fn workspaces(
     registry: &Registry,
 ) -> Result<Vec<commands::WorkspaceInfo>, RuntimeError> {
     let mut found: Vec<commands::WorkspaceInfo> = Vec::new();
+    // Each session's listed workspace (its top-level ancestor's): a worktree child's
+    // activity is its parent's workspace's, and its worktree is no workspace of its own.
+    // Parents come before their children (ids are in creation order).
+    let mut listed: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for meta in registry.shared.store.list(None)? {
         let top = meta.parent_session_id.is_none();
+        let workspace = meta
+            .parent_session_id
+            .as_ref()
+            .and_then(|parent| listed.get(parent))
+            .cloned()
+            .unwrap_or_else(|| meta.workspace.clone());
+        listed.insert(meta.session_id.clone(), workspace.clone());
         let activity = if meta.updated_at.is_empty() {
             meta.created_at
         } else {
@@ -86,7 +97,7 @@ pub(crate) fn workspaces(
         };
         match found
             .iter_mut()
-            .find(|w| crate::store::same_workspace(&w.path, &meta.workspace))
+            .find(|w| crate::store::same_workspace(&w.path, &workspace))
         {
             Some(known) => {
                 known.sessions += u32::from(top);
@@ -95,7 +106,7 @@ pub(crate) fn workspaces(
                 }
             }
             None => found.push(commands::WorkspaceInfo {
-                path: meta.workspace,
+                path: workspace,
                 sessions: u32::from(top),
                 last_activity: activity,
             }),
@@ -234,11 +245,9 @@ impl ListFeed {
                 let store = &self.registry.shared.store;
                 match store.meta(&id) {
                     Ok(meta) => {
-                        if self
-                            .workspace
-                            .as_deref()
-                            .is_none_or(|w| crate::store::same_workspace(w, &meta.workspace))
-                        {
+                        if self.workspace.as_deref().is_none_or(|w| {
+                            crate::store::same_workspace(w, &store.listed_under(&meta))
+                        }) {
                             let mut infos = infos(&self.registry, vec![meta]);
                             if let Some(session) = infos.pop() {
                                 self.queued.push_back(SessionListEvent::Changed {

@@ -1,14 +1,14 @@
-//! The `bumblehive` command: `serve` (the headless HTTP + SSE server) and `run` (one prompt, events as JSON lines).
+//! The `bumblehive` command: `serve` (the headless HTTP + SSE server) and `run` (one prompt, for people or as JSON lines: `run_cli.rs`).
 
-use std::io::{BufRead, Write};
+mod run_cli;
+
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use bumblehive::config::{Config, default_config_path, default_data_dir};
-use bumblehive::controller::Received;
-use bumblehive::protocol::{Event, commands::DecideApproval};
 use bumblehive::providers::provider_from_config;
 use bumblehive::server::{ServerOptions, allowed_hosts, check_token, generate_token, router};
 use bumblehive::service::{RuntimeService, ServiceOptions};
@@ -53,13 +53,19 @@ enum Command {
         #[arg(long)]
         ui: Option<PathBuf>,
     },
-    /// Run one prompt in a workspace, print events as JSON lines, exit when all work is done.
+    /// Run one prompt in a workspace and exit when all work is done (its sub-agents'
+    /// too): the answer streams to stdout, a line per tool call and sub-agent to stderr.
+    #[command(after_help = run_cli::EXIT_HELP)]
     Run {
+        /// The workspace folder (default: the current folder).
         #[arg(long)]
-        workspace: PathBuf,
+        workspace: Option<PathBuf>,
         /// Approve every request without asking.
         #[arg(long)]
         yes: bool,
+        /// Print every event as one JSON line on stdout instead of text.
+        #[arg(long)]
+        json: bool,
         prompt: String,
     },
 }
@@ -67,7 +73,19 @@ enum Command {
 /// Daily log files kept; older ones are deleted.
 const LOG_FILES_KEPT: usize = 7;
 
-fn main() -> anyhow::Result<std::process::ExitCode> {
+fn main() -> std::process::ExitCode {
+    match start() {
+        Ok(code) => code,
+        Err(err) => {
+            // Whatever kept the command from starting or serving (the config, the
+            // workspace, the data folder in use): one line, and its own exit code.
+            eprintln!("bumblehive: {err:#}");
+            std::process::ExitCode::from(run_cli::EXIT_NOT_STARTED)
+        }
+    }
+}
+
+fn start() -> anyhow::Result<std::process::ExitCode> {
     // Before anything else: commands this process starts cannot read its memory or
     // /proc/<pid>/environ (finding 2).
     bumblehive::sandbox::harden_process();
@@ -171,9 +189,19 @@ async fn async_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Run {
             workspace,
             yes,
+            json,
             prompt,
         } => {
-            let code = run_once(service, &workspace, yes, prompt).await?;
+            let workspace = match workspace {
+                Some(workspace) => workspace,
+                None => std::env::current_dir().context("the current folder")?,
+            };
+            let output = if json {
+                run_cli::Output::Json
+            } else {
+                run_cli::Output::Text
+            };
+            let code = run_cli::run_once(service, &workspace, yes, output, prompt).await?;
             Ok(std::process::ExitCode::from(code))
         }
     }
@@ -363,158 +391,4 @@ fn kept_token(data_dir: &Path) -> Option<String> {
             None
         }
     }
-}
-
-/// Text for the terminal with control characters (but line breaks and tabs) shown as
-/// `\u{…}`: model-chosen text must not move the cursor or rewrite the prompt (finding 13).
-fn terminal_safe(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        let bidi = matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}');
-        if (c.is_control() && c != '\n' && c != '\t') || bidi {
-            out.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Runs one prompt; returns the exit code (0 when the top-level run ended with a result).
-async fn run_once(
-    service: RuntimeService,
-    workspace: &Path,
-    yes: bool,
-    prompt: String,
-) -> anyhow::Result<u8> {
-    let workspace = workspace
-        .canonicalize()
-        .with_context(|| format!("workspace {}", workspace.display()))?;
-    // `/`, the home folder itself and system folders are not workspaces (finding 11).
-    let workspace = bumblehive::workspace::check_workspace(&workspace)?;
-    let info = service.create_session(&workspace.display().to_string(), None)?;
-    let controller = service.controller(&info.session_id)?;
-    let (mut events, _) = controller.subscribe();
-    let done = CancellationToken::new();
-    let printer = {
-        let service = service.clone();
-        let session_id = info.session_id.clone();
-        let done = done.clone();
-        let controller = controller.clone();
-        tokio::spawn(async move {
-            let mut failed = false;
-            // Approvals already answered: after a lag the snapshot lists the open ones,
-            // some of which may have been seen (and answered) before it.
-            let mut answered = std::collections::HashSet::new();
-            loop {
-                // Events first: after `done`, print what is buffered, then stop.
-                let received = tokio::select! {
-                    biased;
-                    received = events.recv() => received,
-                    _ = done.cancelled() => None,
-                };
-                let event = match received {
-                    None => break,
-                    Some(Received::Event(event)) => event,
-                    // Fell behind: approval requests may be among the missed events, and
-                    // nothing would answer them (C13). The snapshot has every open one.
-                    Some(Received::Lagged(missed)) => {
-                        tracing::debug!(
-                            missed,
-                            "the terminal fell behind; re-reading the snapshot"
-                        );
-                        for ask in controller.snapshot().approvals {
-                            if answered.insert(ask.approval_id.clone()) {
-                                if let Ok(line) =
-                                    serde_json::to_string(&Event::ApprovalRequest(ask.clone()))
-                                {
-                                    println!("{line}");
-                                }
-                                answer(&service, &session_id, &ask, yes).await;
-                            }
-                        }
-                        continue;
-                    }
-                };
-                if let Ok(line) = serde_json::to_string(&event) {
-                    println!("{line}");
-                }
-                match &event {
-                    Event::ApprovalRequest(ask) if answered.insert(ask.approval_id.clone()) => {
-                        answer(&service, &session_id, ask, yes).await;
-                    }
-                    Event::Error { session_id: id, .. } if *id == session_id => failed = true,
-                    Event::Result { session_id: id, .. } if *id == session_id => failed = false,
-                    _ => {}
-                }
-            }
-            failed
-        })
-    };
-    controller.submit(prompt, None)?;
-    // Done when nothing runs and every sub-agent's report has been delivered.
-    service.wait_idle().await;
-    // Bounded as in `serve`: a server or task that does not stop must not keep the
-    // command from exiting (review R6).
-    if tokio::time::timeout(SERVICE_STOP, service.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            "runs did not stop within {} s; exiting anyway",
-            SERVICE_STOP.as_secs()
-        );
-    }
-    done.cancel();
-    let failed = printer.await.unwrap_or(true) || controller.is_paused();
-    Ok(if failed { 1 } else { 0 })
-}
-
-/// Asks the person (or approves with `--yes`) and sends the decision.
-async fn answer(
-    service: &RuntimeService,
-    session_id: &str,
-    ask: &bumblehive::protocol::ApprovalInfo,
-    yes: bool,
-) {
-    let approved = yes || ask_on_terminal(ask).await;
-    let decision = DecideApproval {
-        session_id: session_id.to_string(),
-        approval_id: ask.approval_id.clone(),
-        approved,
-        remember: false,
-        reason: None,
-    };
-    if let Err(err) = service.decide_approval(decision) {
-        tracing::warn!("cannot decide approval: {err}");
-    }
-}
-
-async fn ask_on_terminal(ask: &bumblehive::protocol::ApprovalInfo) -> bool {
-    let who = ask
-        .title
-        .as_ref()
-        .map(|t| format!("sub-agent \"{t}\""))
-        .unwrap_or_else(|| "the agent".into());
-    let mut prompt = format!(
-        "\n{} wants to run {} {}\n",
-        terminal_safe(&who),
-        terminal_safe(&ask.tool),
-        terminal_safe(&ask.arguments.to_string())
-    );
-    if let Some(diff) = &ask.diff {
-        prompt.push_str(&terminal_safe(diff));
-        if !diff.ends_with('\n') {
-            prompt.push('\n');
-        }
-    }
-    prompt.push_str("Approve? [y/N] ");
-    tokio::task::spawn_blocking(move || {
-        eprint!("{prompt}");
-        let mut line = String::new();
-        std::io::stdin().lock().read_line(&mut line).is_ok()
-            && matches!(line.trim(), "y" | "Y" | "yes")
-    })
-    .await
-    .unwrap_or(false)
 }

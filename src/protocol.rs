@@ -193,6 +193,100 @@ impl Message {
     pub fn text(&self) -> &str {
         self.content.as_deref().unwrap_or("")
     }
+
+    /// A note the app added to the conversation (an undo, a rewind: [`NOTE_ID_PREFIX`]).
+    pub fn is_note(&self) -> bool {
+        self.role == Role::User
+            && self
+                .id
+                .as_deref()
+                .is_some_and(|id| id.starts_with(NOTE_ID_PREFIX))
+    }
+
+    /// A message the person wrote: a `user` message that is neither a sub-agent's report
+    /// nor a note of the app. Each one begins a turn (the Changes view, undo, compaction).
+    pub fn is_from_person(&self) -> bool {
+        self.role == Role::User
+            && !self.is_note()
+            && !self
+                .id
+                .as_deref()
+                .is_some_and(|id| id.starts_with("subagent:"))
+    }
+}
+
+/// The id prefix of a note the app adds to a conversation for something the person did
+/// outside it (UX review E7: "the person undid turn 3: hello.t deleted"). A note is a
+/// `user` message, so the model reads it at its next turn, but it is no turn of the
+/// person's, and the chat shows it as a note, not as their message.
+pub const NOTE_ID_PREFIX: &str = "note:";
+
+/// The note in a sub-agent's history when its changes were undone with its parent's turn.
+pub const CHILD_UNDO_NOTE: &str = "Note: the person undid every file change of this conversation, together with the turn of the conversation that started it. The files are as they were before; the conversation above is unchanged.";
+
+/// What undoing or rewinding did to the files, as the note says it: the turns (numbered
+/// from 1, the person's messages), and each file by what happened to it.
+pub fn undo_note_text(
+    rewind: bool,
+    first_turn: usize,
+    last_turn: usize,
+    with_children: bool,
+    files: &[commands::FileChange],
+) -> String {
+    let mut turns = if last_turn > first_turn {
+        format!("turns {first_turn} to {last_turn}")
+    } else {
+        format!("turn {first_turn}")
+    };
+    if with_children {
+        turns.push_str(" and of the sub-agents started there");
+    }
+    // `files` say how each file changes back: an added file is deleted again, the rest
+    // get their earlier content back.
+    let mut deleted = Vec::new();
+    let mut restored = Vec::new();
+    for file in files {
+        if file.status == "deleted" {
+            deleted.push(file.path.as_str());
+        } else {
+            restored.push(file.path.as_str());
+        }
+    }
+    let named = |paths: &[&str]| {
+        const SHOWN: usize = 10;
+        let mut text = paths
+            .iter()
+            .take(SHOWN)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if paths.len() > SHOWN {
+            text.push_str(&format!(" and {} more", paths.len() - SHOWN));
+        }
+        text
+    };
+    let mut what = Vec::new();
+    if !deleted.is_empty() {
+        what.push(format!("{} deleted", named(&deleted)));
+    }
+    if !restored.is_empty() {
+        what.push(format!("{} restored", named(&restored)));
+    }
+    let what = what.join("; ");
+    if rewind {
+        format!(
+            "Note: the person rewound to before turn {first_turn} and went on in a fork of this conversation. The file changes of {turns} were undone ({what}); the files no longer match what this conversation says about them."
+        )
+    } else {
+        format!(
+            "Note: the person undid the file changes of {turns}: {what}. The files are as they were before {}; the conversation above is unchanged.",
+            if last_turn > first_turn {
+                "those turns"
+            } else {
+                "that turn"
+            }
+        )
+    }
 }
 
 /// What happened to a message handed to a session (SPEC §4).
@@ -412,6 +506,12 @@ pub struct ApprovalInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional = nullable)]
     pub mcp_server: Option<String>,
+    /// The branch of the asking sub-agent's own worktree, when it is isolated: its writes
+    /// and commands act there, not in the workspace, until the person applies them (UX
+    /// review E20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub worktree: Option<String>,
 }
 
 /// A background sub-agent as its parent's snapshot lists it.
@@ -982,6 +1082,11 @@ pub mod commands {
         #[serde(default)]
         #[ts(optional = nullable)]
         pub preview: bool,
+        /// Also undo everything the sub-agents started from that turn on changed (not
+        /// the isolated ones), in the same undo.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub include_children: bool,
     }
 
     /// `fork_session`: a new session whose history is the original's before
@@ -998,6 +1103,10 @@ pub mod commands {
         #[serde(default)]
         #[ts(optional = nullable)]
         pub force: bool,
+        /// With `rewind`: the sub-agents' changes of those turns go back too.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub include_children: bool,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
@@ -1060,6 +1169,23 @@ pub mod commands {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[ts(optional = nullable)]
         pub notice: Option<String>,
+        pub turns: Vec<TurnChange>,
+        /// What the sub-agents this session started changed, per sub-agent (isolated
+        /// ones are left out: their changes are in their worktree, applied or discarded).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[ts(optional = nullable)]
+        pub children: Vec<ChildChanges>,
+    }
+
+    /// One sub-agent's changes, in its parent's Changes view (UX review E6).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+    #[ts(export)]
+    pub struct ChildChanges {
+        pub session_id: SessionId,
+        pub title: String,
+        /// The parent's turn that started it (its top-level ancestor's, for a sub-agent's
+        /// own sub-agents): undoing that turn may include these changes.
+        pub message_index: usize,
         pub turns: Vec<TurnChange>,
     }
 

@@ -27,7 +27,8 @@ pub struct RecoveryStats {
 
 /// The final answer, if the history ends with one.
 fn final_answer(messages: &[crate::protocol::Message]) -> Option<String> {
-    let last = messages.last()?;
+    // An undo's note after the answer is the person's doing, not the run's (UX review E7).
+    let last = messages.iter().rev().find(|m| !m.is_note())?;
     // A stopped answer (what had streamed when Stop or a quit cut it off) is not an
     // answer: the child did not finish, it was interrupted.
     (last.role == crate::protocol::Role::Assistant && last.tool_calls.is_empty() && !last.stopped)
@@ -195,4 +196,23 @@ pub(crate) fn recover(
         tracing::warn!(?stats, "recovered from an unclean stop");
     }
     Ok((stats, metas))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Message, NOTE_ID_PREFIX};
+
+    #[test]
+    fn recovery_an_undos_note_after_a_childs_answer_leaves_it_its_answer() {
+        let answer = Message::assistant(Some("done".into()), Vec::new());
+        let note = Message::user(format!("{NOTE_ID_PREFIX}1"), "Note: the person undid …");
+        assert_eq!(
+            final_answer(&[answer.clone(), note]).as_deref(),
+            Some("done")
+        );
+        // A person's message after it is a new run's start: no answer yet.
+        let person = Message::user("m2", "go on");
+        assert_eq!(final_answer(&[answer, person]), None);
+    }
 }

@@ -137,15 +137,29 @@ impl SessionIndex {
 
     /// Every session's meta, by id (creation order: ids are UUIDv7). `read` reads one
     /// `meta.json` (used by a scan).
-    /// Only those `keep` accepts are copied out.
+    /// Only those `keep` accepts are copied out; it is given each session and its
+    /// top-level ancestor (the session itself when it has none).
     pub fn list(
         &self,
         read: ReadMeta<'_>,
-        keep: impl Fn(&SessionMeta) -> bool,
+        keep: impl Fn(&SessionMeta, &SessionMeta) -> bool,
     ) -> Vec<SessionMeta> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         self.refresh(&mut state, read);
-        state.metas.values().filter(|m| keep(m)).cloned().collect()
+        state
+            .metas
+            .values()
+            .filter(|m| keep(m, top_of(&state.metas, m)))
+            .cloned()
+            .collect()
+    }
+
+    /// The workspace of `meta`'s top-level ancestor (its own when it has none, or when
+    /// its parent is gone).
+    pub fn top_workspace(&self, read: ReadMeta<'_>, meta: &SessionMeta) -> String {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.refresh(&mut state, read);
+        top_of(&state.metas, meta).workspace.clone()
     }
 
     /// Brings `state` up to the file: a first load, a reload after a rewrite, or the
@@ -372,6 +386,19 @@ fn apply(metas: &mut BTreeMap<String, SessionMeta>, line: Line) {
     } else if let Some(id) = line.removed {
         metas.remove(&id);
     }
+}
+
+/// The top-level ancestor of `meta` among `metas`: parents are followed while they are
+/// known (a bounded walk, so a hand-edited cycle cannot hang the list).
+fn top_of<'a>(metas: &'a BTreeMap<String, SessionMeta>, meta: &'a SessionMeta) -> &'a SessionMeta {
+    let mut at = meta;
+    for _ in 0..64 {
+        match at.parent_session_id.as_ref().and_then(|p| metas.get(p)) {
+            Some(parent) => at = parent,
+            None => break,
+        }
+    }
+    at
 }
 
 fn ino_of(meta: &fs::Metadata) -> u64 {

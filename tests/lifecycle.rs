@@ -1094,3 +1094,84 @@ async fn r10_a_delivered_note_waits_for_the_history_flush() {
     );
     service.shutdown().await;
 }
+
+/// R10, the idle parent's half: a report that wakes an idle parent starts its run with
+/// the report as the first message; its "delivered" note waits for that run's first
+/// awaited flush too. Before, the run's start noted it right after the unflushed append
+/// (seen as a 1-in-6 failure of the test above under load, when the report reached the
+/// parent just after its run ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r10_a_report_that_wakes_an_idle_parent_is_noted_after_the_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let gates = GateTool::new();
+    let hold = Flag::new(false);
+    let model = {
+        let hold = hold.clone();
+        Gated::new(move |request| {
+            let last = request.messages.last().unwrap();
+            if task_of(request).is_some() {
+                return Then::Answer(match last.role {
+                    Role::Tool => ModelResponse::text("work done"),
+                    _ => ModelResponse::tool_calls(vec![call(
+                        "g",
+                        "wait_gate",
+                        json!({"gate": "work"}),
+                    )]),
+                });
+            }
+            if is_report(last) {
+                // The woken run's first model call: a long generation.
+                return Then::After(hold.clone(), ModelResponse::text("parent read it"));
+            }
+            let delegated = request.messages.iter().any(|m| m.role == Role::Tool);
+            Then::Answer(if delegated {
+                ModelResponse::text("parent done")
+            } else {
+                ModelResponse::tool_calls(vec![call(
+                    "w",
+                    "sub_agent",
+                    json!({"title": "WORK", "task": "WORK"}),
+                )])
+            })
+        })
+    };
+    let (service, parent) = delegating(dir.path(), model.clone(), &gates);
+    // The parent's turn ends while its child waits at its gate.
+    model
+        .wait_request(|r| task_of(r).is_some() && r.messages.last().unwrap().role != Role::Tool)
+        .await;
+    tokio::time::timeout(WAIT, async {
+        while service.controller(&parent).unwrap().is_running()
+            || service
+                .store()
+                .load(&parent)
+                .unwrap()
+                .messages
+                .last()
+                .map(|m| m.text().to_string())
+                != Some("parent done".into())
+        {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the parent's turn never ended");
+    gates.gate("work").set();
+    // The report wakes the idle parent; its run's first model call holds.
+    model
+        .wait_request(|r| task_of(r).is_none() && is_report(r.messages.last().unwrap()))
+        .await;
+    let ledger = service.store().ledger(&parent).unwrap();
+    assert!(
+        !ledger.delivered.contains("w"),
+        "the delivered note was written before the history holding the report was flushed"
+    );
+    hold.set();
+    wait_idle(&service).await;
+    let ledger = service.store().ledger(&parent).unwrap();
+    assert!(
+        ledger.delivered.contains("w"),
+        "the run ended without noting its delivered report"
+    );
+    service.shutdown().await;
+}

@@ -1055,6 +1055,7 @@ async fn mcp_bumblehive_run_uses_the_configured_servers() {
         WAIT,
         tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
             .arg("run")
+            .arg("--json")
             .arg("--workspace")
             .arg(&workspace)
             .arg("--config")

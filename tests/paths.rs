@@ -762,6 +762,7 @@ async fn path_always_allow_never_covers_outside() {
         parent_session_id: None,
         title: None,
         lineage: vec!["s".into()],
+        worktree: None,
         policy: Box::new(|tool| (tool == "edit_file").then_some(ToolPolicy::Allow)),
         emit: Arc::new(move |event| {
             let _ = tx.send(event);

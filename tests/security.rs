@@ -114,8 +114,21 @@ async fn security_sandboxed_command_writes_only_in_the_workspace() {
 /// A spare sandbox (made in the background for the next command) runs a command as a
 /// fresh one would, and is not used once the sandbox the command needs has changed: a
 /// `.git` made after the spare must have its hooks read-only for the next command.
+///
+/// Run alone: every service a parallel test starts hides its data dir from sandboxed
+/// commands (process-wide), which rightly makes a spare made before it unusable; in a
+/// shared process this failed about once a full run.
+#[test]
+fn security_a_spare_sandbox_serves_only_the_sandbox_it_was_made_for() {
+    crate::support::run_alone("security::security_spare_sandbox_alone");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn security_a_spare_sandbox_serves_only_the_sandbox_it_was_made_for() {
+#[ignore = "run alone by security_a_spare_sandbox_serves_only_the_sandbox_it_was_made_for"]
+async fn security_spare_sandbox_alone() {
+    if !crate::support::alone() {
+        return;
+    }
     let (_dir, ws) = workspace();
     let ctx = context(&ws, RecordingGate::new(|_| yes()));
     let tools = registry(sandbox());
@@ -488,6 +501,7 @@ async fn security_always_allow_covers_one_command_only() {
         parent_session_id: None,
         title: None,
         lineage: vec!["s".into()],
+        worktree: None,
         policy: Box::new(|_| None),
         emit: Arc::new(move |event| {
             let _ = tx.send(event);

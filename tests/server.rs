@@ -904,6 +904,7 @@ async fn run_command_prints_events_and_exits_when_the_tree_is_idle() {
         WAIT,
         tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
             .arg("run")
+            .arg("--json")
             .arg("--workspace")
             .arg(&workspace)
             .arg("--yes")
@@ -949,6 +950,172 @@ async fn run_command_prints_events_and_exits_when_the_tree_is_idle() {
     assert_eq!(
         std::fs::read_to_string(workspace.join("out.txt")).unwrap(),
         "approved"
+    );
+}
+
+/// The real `bumblehive run` with `dir`'s config and data folder, in `cwd`, stdin empty.
+async fn run_binary(
+    dir: &std::path::Path,
+    cwd: &std::path::Path,
+    args: &[&str],
+) -> std::process::Output {
+    tokio::time::timeout(
+        WAIT * 4,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+            .arg("--config")
+            .arg(dir.join("config.json"))
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .arg("run")
+            .args(args)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("run did not exit")
+    .unwrap()
+}
+
+/// UX review E22: `bumblehive run` for people. In the current folder (no --workspace),
+/// the answer as text on stdout, a line per tool call and per sub-agent start and report
+/// on stderr, an approval refused with a line saying why when there is no terminal, the
+/// session titled from the prompt, exit code 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_prints_text_for_people_in_the_current_folder() {
+    let mock = MockLlm::start().await;
+    // The parent's text answers, in order: whether the report arrives before its answer
+    // to the tool results is a race, so the stdout expected is what was sent.
+    let answers: Arc<Mutex<Vec<&'static str>>> = Default::default();
+    let sent = answers.clone();
+    mock.respond_with(move |request| {
+        let messages = request.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let first_user = messages
+            .iter()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("")
+            .to_string();
+        let results = messages.iter().filter(|m| m["role"] == "tool").count();
+        let reports = messages
+            .iter()
+            .filter(|m| {
+                m["role"] == "user"
+                    && m["content"]
+                        .as_str()
+                        .is_some_and(|c| c.starts_with("[Background tool result]"))
+            })
+            .count();
+        let body = if first_user.contains("You are the sub-agent") {
+            openai::text_answer(&["child ", "says hi"], (5, 5))
+        } else if results == 0 {
+            openai::tool_answer(
+                &[
+                    (
+                        "w1",
+                        "write_file",
+                        json!({"path": "out.txt", "content": "x"}),
+                    ),
+                    (
+                        "s1",
+                        "sub_agent",
+                        json!({"title": "helper", "task": "say hi"}),
+                    ),
+                ],
+                (5, 5),
+            )
+        } else if reports == 0 {
+            sent.lock().unwrap().push("All done.");
+            openai::text_answer(&["All ", "done."], (5, 5))
+        } else {
+            sent.lock().unwrap().push("Report read.");
+            openai::text_answer(&["Report ", "read."], (5, 5))
+        };
+        MockResponse::sse(body)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("project");
+    std::fs::create_dir_all(&ws).unwrap();
+    let config = json!({"provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()), "model": "scripted", "max_retries": 0}});
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let output = run_binary(dir.path(), &ws, &["Write out.txt please\nand delegate"]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    // The answers, as text (no JSON line).
+    let answers = answers.lock().unwrap().clone();
+    assert_eq!(
+        answers.last(),
+        Some(&"Report read."),
+        "the report woke the parent"
+    );
+    assert_eq!(
+        stdout,
+        format!("{}\n", answers.join("\n")),
+        "the answers, as text"
+    );
+    for line in [
+        "· write_file out.txt",
+        "· sub_agent helper",
+        "▸ sub-agent \"helper\" started",
+        "◂ sub-agent \"helper\" reported",
+        "Refused: the agent wants to run write_file on out.txt. There is no terminal to ask you on",
+    ] {
+        assert!(stderr.contains(line), "no {line:?} in:\n{stderr}");
+    }
+    assert!(!ws.join("out.txt").exists(), "the refused write happened");
+    // The model was told why.
+    let told = mock
+        .bodies()
+        .iter()
+        .any(|b| b.to_string().contains("nobody could be asked"));
+    assert!(told, "the denial's reason did not reach the model");
+    // The session is in the current folder, titled from the prompt's first line.
+    let store = bumblehive::store::SessionStore::new(&dir.path().join("data")).unwrap();
+    let top: Vec<_> = store
+        .list(None)
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.parent_session_id.is_none())
+        .collect();
+    assert_eq!(top.len(), 1);
+    assert_eq!(top[0].title, "Write out.txt please");
+    assert_eq!(top[0].workspace, ws.display().to_string());
+}
+
+/// E22: the exit codes `bumblehive run --help` documents: 1 when the run fails (the
+/// model server's error, said on stderr), 3 when it cannot start (a refused workspace).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_exit_codes_say_failed_and_not_started() {
+    let mock = MockLlm::start().await;
+    mock.respond_with(|_| MockResponse::error(400, r#"{"error": {"message": "no such model"}}"#));
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("project");
+    std::fs::create_dir_all(&ws).unwrap();
+    let config = json!({"provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()), "model": "scripted", "max_retries": 0}});
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let failed = run_binary(dir.path(), &ws, &["hello"]).await;
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: ") && stderr.contains("no such model"),
+        "{stderr}"
+    );
+    let refused = run_binary(dir.path(), &ws, &["--workspace", "/", "hello"]).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(3), "{stderr}");
+    assert!(stderr.starts_with("bumblehive: "), "{stderr}");
+    let help = run_binary(dir.path(), &ws, &["--help"]).await;
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        text.contains("Exit codes:")
+            && text.contains("3  the run could not start")
+            && text.contains("--json"),
+        "{text}"
     );
 }
 

@@ -339,3 +339,36 @@ pub fn assert_message_order(messages: &[Message]) {
 pub fn is_report(message: &Message) -> bool {
     message.text().starts_with("[Background tool result]")
 }
+
+/// Whether this process runs one test alone (`run_alone` started it).
+pub fn alone() -> bool {
+    std::env::var_os("BUMBLEHIVE_TEST_ALONE").is_some()
+}
+
+/// Runs the ignored test `name` (its full path, `module::test`) in a process of its own:
+/// for tests of process-wide state (the sandbox's settings and hidden paths, which every
+/// service started by a parallel test changes), whose property holds only while nothing
+/// else in the process changes it. The inner test starts with `if !alone() { return; }`.
+pub fn run_alone(name: &str) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            name,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("BUMBLEHIVE_TEST_ALONE", "1")
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.contains("1 passed"),
+        "{name}, run alone, failed ({}):\n{said}",
+        out.status
+    );
+}

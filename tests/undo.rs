@@ -382,6 +382,108 @@ async fn undo_refuses_files_the_person_changed_since_unless_forced() {
     fx.shutdown().await;
 }
 
+/// UX review E7: an undo leaves a note in the conversation, which the chat reads from
+/// the history and the model gets at its next turn; the stored history stays valid
+/// (SPEC §2), and a later undo counts turns from 1 past the note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_leaves_a_note_the_model_reads_at_its_next_turn() {
+    let fx = Fx::new().await;
+    fx.put("a.txt", "one\n");
+    let (session, mut events) = fx.session();
+    fx.turn(
+        &session,
+        &mut events,
+        "write hello",
+        &[
+            (
+                "c1",
+                "write_file",
+                json!({"path": "hello.t", "content": "Hello, world"}),
+            ),
+            (
+                "c2",
+                "write_file",
+                json!({"path": "a.txt", "content": "two\n"}),
+            ),
+        ],
+    )
+    .await;
+    let before = fx.history(&session);
+    fx.ok(
+        "undo_turn",
+        json!({"session_id": session, "message_index": 0}),
+    )
+    .await;
+    assert_eq!(fx.get("hello.t"), None);
+    let history = fx.history(&session);
+    assert_eq!(history.len(), before.len() + 1, "one note: {history:#?}");
+    let note = history.last().unwrap().clone();
+    assert!(note.is_note() && !note.is_from_person(), "{note:?}");
+    assert_eq!(
+        note.text(),
+        "Note: the person undid the file changes of turn 1: hello.t deleted; a.txt restored. \
+         The files are as they were before that turn; the conversation above is unchanged."
+    );
+    assert_message_order(&history);
+    // Subscribers were told (the chat shows it at once).
+    let note_id = note.id.clone().unwrap();
+    tokio::time::timeout(crate::support::WAIT, async {
+        loop {
+            let event = events.next_event().await.expect("event stream closed");
+            let event = serde_json::to_value(&event).unwrap();
+            if event["kind"] == "message.appended"
+                && event["data"]["message"]["id"] == note_id.as_str()
+            {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("no message.appended for the note");
+    // The next model request has it, as a user message after the last answer and before
+    // the person's next message.
+    let sent = fx.mock.requests().len();
+    fx.turn(
+        &session,
+        &mut events,
+        "is hello.t there?",
+        &[("c3", "read_file", json!({"path": "a.txt"}))],
+    )
+    .await;
+    let request = &fx.mock.requests()[sent].body;
+    let messages = request["messages"].as_array().unwrap();
+    let at = messages
+        .iter()
+        .position(|m| m["role"] == "user" && m["content"] == note.text())
+        .unwrap_or_else(|| panic!("the note is not in the request: {request}"));
+    assert_eq!(messages[at - 1]["role"], "assistant");
+    assert_eq!(messages[at + 1]["content"], "is hello.t there?");
+    // The note is no turn: the second turn is the person's message after it.
+    let changes = fx.ok("turn_changes", json!({"session_id": session})).await;
+    let history = fx.history(&session);
+    assert_message_order(&history);
+    let second = history
+        .iter()
+        .position(|m| m.text() == "is hello.t there?")
+        .unwrap();
+    assert!(
+        changes["turns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["message_index"] != json!(second - 1)),
+        "{changes}"
+    );
+    // A preview leaves no note.
+    fx.ok(
+        "undo_turn",
+        json!({"session_id": session, "message_index": second, "preview": true}),
+    )
+    .await;
+    assert_eq!(fx.history(&session).len(), history.len());
+    fx.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_rewind_forks_at_the_message_and_keeps_the_original() {
     let fx = Fx::new().await;
@@ -456,8 +558,21 @@ async fn undo_rewind_forks_at_the_message_and_keeps_the_original() {
     assert_eq!(history, original[..second].to_vec());
     assert_message_order(&history);
     assert_eq!(history.last().unwrap().text(), "done");
-    // The original is as it was, and lists its forks under it.
-    assert_eq!(fx.history(&session), original);
+    // The original is as it was, but for the rewind's note at its end (UX review E7),
+    // and lists its forks under it.
+    let after = fx.history(&session);
+    assert_eq!(after[..original.len()], original[..]);
+    assert_eq!(after.len(), original.len() + 1);
+    let note = after.last().unwrap();
+    assert!(note.is_note(), "{note:?}");
+    assert!(
+        note.text()
+            .starts_with("Note: the person rewound to before turn 2 and went on in a fork")
+            && note.text().contains("b.txt deleted; a.txt restored"),
+        "{}",
+        note.text()
+    );
+    assert_message_order(&after);
     let list = fx.ok("list_sessions", json!({})).await;
     let forks: Vec<&Value> = list
         .as_array()
@@ -789,6 +904,200 @@ async fn undo_worktree_child_applies_without_conflict_and_reports_its_diff_stat(
     assert!(!Path::new(&worktree.path).exists());
     assert_eq!(git(&fx.ws, &["branch", "--list", "bumblehive/*"]), "");
     assert_eq!(git(&fx.ws, &["worktree", "list"]).lines().count(), 1);
+    fx.shutdown().await;
+}
+
+/// UX review E2 and E20: an isolated child stays listed under its parent's workspace
+/// (the list, the list feed, after a restart), its worktree is no workspace of its own,
+/// and its approvals say the write goes to its worktree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_worktree_child_stays_listed_under_its_parents_workspace_after_a_restart_too() {
+    use futures::StreamExt;
+    let mut fx = Fx::new().await;
+    repository(&fx);
+    let ws = fx.ws.to_str().unwrap().to_string();
+    // The child's writes ask, so its approval can be read.
+    fx.service
+        .update_config(&json!({"tools": {"policy": {"write_file": "ask"}}}))
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut feed = Box::pin(fx.service.session_list_feed(Some(ws.clone()), stop.clone()));
+    isolated_script(&fx.mock, worktree_call());
+    let (parent, mut events) = fx.session();
+    fx.ok(
+        "submit",
+        json!({"session_id": parent, "content": "delegate"}),
+    )
+    .await;
+    let mut branches = Vec::new();
+    while branches.len() < 2 {
+        let asked = receive(&mut events, "approval_request", None, None).await;
+        assert_ne!(asked["session_id"], parent.as_str(), "{asked}");
+        branches.push(asked["worktree"].as_str().unwrap_or_default().to_string());
+        fx.ok(
+            "decide_approval",
+            json!({"session_id": parent, "approval_id": asked["approval_id"], "approved": true}),
+        )
+        .await;
+    }
+    tokio::time::timeout(std::time::Duration::from_secs(20), fx.service.wait_idle())
+        .await
+        .expect("the tree did not finish");
+    let listed = fx.ok("list_sessions", json!({"workspace": ws})).await;
+    let child = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["parent_session_id"] == parent.as_str())
+        .unwrap_or_else(|| panic!("the worktree child is not listed: {listed}"))
+        .clone();
+    let child_id = child["session_id"].as_str().unwrap().to_string();
+    let branch = format!("bumblehive/{child_id}");
+    assert_eq!(child["worktree"]["branch"], branch.as_str());
+    assert_ne!(child["workspace"], ws.as_str(), "it works in its worktree");
+    assert_eq!(
+        branches,
+        [branch.clone(), branch.clone()],
+        "each approval names the worktree"
+    );
+    // The list feed follows it too: its last change (idle, worktree set) reaches the window.
+    let followed = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while let Some(event) = feed.next().await {
+            let event = serde_json::to_value(&event).unwrap();
+            let session = &event["session"];
+            if event["type"] == "changed"
+                && session["session_id"] == child_id.as_str()
+                && session["worktree"]["branch"] == branch.as_str()
+                && session["state"] == "idle"
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    stop.cancel();
+    assert!(
+        followed.is_ok(),
+        "the list feed dropped the worktree child's changes"
+    );
+    // Its worktree is no workspace of its own.
+    let workspaces = fx.ok("list_workspaces", json!({})).await;
+    let paths: Vec<&str> = workspaces
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, [ws.as_str()], "{workspaces}");
+    // After a restart it is still listed, and its work can be applied.
+    fx.service.shutdown().await;
+    fx.service = RuntimeService::new(ServiceOptions {
+        data_dir: fx.dir.path().join("data"),
+        config_path: None,
+        config: Some(config(&fx.mock)),
+        provider_factory: Arc::new(provider_from_config),
+        tools: None,
+    })
+    .unwrap();
+    let listed = fx.ok("list_sessions", json!({"workspace": ws})).await;
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["session_id"] == child_id.as_str()
+                && s["worktree"]["branch"] == branch.as_str()),
+        "not listed after a restart: {listed}"
+    );
+    fx.ok("apply_worktree", json!({"session_id": child_id}))
+        .await;
+    assert_eq!(fx.get("b.txt").as_deref(), Some("new\n"));
+    fx.shutdown().await;
+}
+
+/// UX review E6: a conversation's Changes view covers what its sub-agents changed, per
+/// sub-agent and with the turn that started it; undoing that turn includes their changes
+/// when asked (and leaves them when not), in one undo with its note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_a_parents_turn_can_include_its_sub_agents_changes() {
+    let fx = Fx::new().await;
+    fx.put("a.txt", "one\n");
+    let (parent, child) =
+        delegate_with(&fx, json!({"title": "helper", "task": "rewrite a.txt"})).await;
+    assert_eq!(fx.get("a.txt").as_deref(), Some("child\n"));
+    let changes = fx.ok("turn_changes", json!({"session_id": parent})).await;
+    let children = changes["children"].as_array().expect("children");
+    assert_eq!(children.len(), 1, "{changes}");
+    assert_eq!(children[0]["session_id"], child.as_str());
+    assert_eq!(children[0]["title"], "helper");
+    assert_eq!(children[0]["message_index"], 0);
+    let files: Vec<&str> = children[0]["turns"][0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(files, ["a.txt", "b.txt"], "{changes}");
+    // Without the sub-agents, the parent's turn changed nothing to undo.
+    let alone = fx
+        .ok(
+            "undo_turn",
+            json!({"session_id": parent, "message_index": 0, "preview": true}),
+        )
+        .await;
+    assert_eq!(alone["files"], json!([]), "{alone}");
+    let with = fx
+        .ok(
+            "undo_turn",
+            json!({"session_id": parent, "message_index": 0, "preview": true, "include_children": true}),
+        )
+        .await;
+    let paths: Vec<(&str, &str)> = with["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["path"].as_str().unwrap(), f["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        paths,
+        [("a.txt", "modified"), ("b.txt", "deleted")],
+        "{with}"
+    );
+    assert_eq!(
+        fx.get("b.txt").as_deref(),
+        Some("new\n"),
+        "a preview changes nothing"
+    );
+    fx.ok(
+        "undo_turn",
+        json!({"session_id": parent, "message_index": 0, "include_children": true}),
+    )
+    .await;
+    assert_eq!(fx.get("a.txt").as_deref(), Some("one\n"));
+    assert_eq!(fx.get("b.txt"), None);
+    // The child's own Changes view says its turn is undone; the parent's note says so.
+    let theirs = fx.ok("turn_changes", json!({"session_id": child})).await;
+    assert_eq!(theirs["turns"][0]["undone"], true, "{theirs}");
+    let child_history = fx.history(&child);
+    let told = child_history.last().unwrap();
+    assert!(
+        told.is_note()
+            && told
+                .text()
+                .contains("undid every file change of this conversation"),
+        "{told:?}"
+    );
+    assert_message_order(&child_history);
+    let history = fx.history(&parent);
+    let note = history.last().unwrap();
+    assert!(note.is_note(), "{note:?}");
+    assert!(
+        note.text()
+            .contains("turn 1 and of the sub-agents started there: b.txt deleted; a.txt restored"),
+        "{}",
+        note.text()
+    );
+    assert_message_order(&history);
     fx.shutdown().await;
 }
 

@@ -31,8 +31,8 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::protocol::Message;
 use crate::protocol::commands::{FileChange, TurnChange, TurnChanges, UndoResult};
-use crate::protocol::{Message, Role};
 use git::{Entry, Shadow};
 
 /// Why a checkpoint operation failed.
@@ -331,6 +331,7 @@ impl Checkpoints {
                 available: false,
                 notice: Some(format!("Checkpoints and undo are off: {why}")),
                 turns: Vec::new(),
+                children: Vec::new(),
             });
         }
         let this = self.clone();
@@ -341,6 +342,16 @@ impl Checkpoints {
     }
 
     fn turn_changes_blocking(&self, session_id: &str) -> Result<TurnChanges, CheckpointError> {
+        // Maintenance may prune while this reads without its lock; it marks the records
+        // pruned before any tree goes, so a tree found missing means the records say so
+        // now: read them once more.
+        match self.turn_changes_once(session_id) {
+            Err(CheckpointError::Git(_)) => self.turn_changes_once(session_id),
+            other => other,
+        }
+    }
+
+    fn turn_changes_once(&self, session_id: &str) -> Result<TurnChanges, CheckpointError> {
         let records = self.records(session_id)?;
         let mut by_turn: BTreeMap<usize, Vec<&(CallRecord, bool)>> = BTreeMap::new();
         for record in &records {
@@ -409,6 +420,7 @@ impl Checkpoints {
             available: true,
             notice: None,
             turns,
+            children: Vec::new(),
         })
     }
 
@@ -422,13 +434,41 @@ impl Checkpoints {
         force: bool,
         preview: bool,
     ) -> Result<UndoResult, CheckpointError> {
+        self.undo_with(session_id, from, &[], force, preview).await
+    }
+
+    /// [`Self::undo`] of a session's turns together with every change of `children`
+    /// (sub-agents, each with the turn of `session_id` that started it), as one undo:
+    /// one plan, so a file both changed goes back to before the first of them, and
+    /// nothing is restored if anything conflicts (UX review E6).
+    pub async fn undo_with(
+        self: &Arc<Self>,
+        session_id: &str,
+        from: usize,
+        children: &[(String, usize)],
+        force: bool,
+        preview: bool,
+    ) -> Result<UndoResult, CheckpointError> {
         self.check_on()?;
         let records = self.records(session_id)?;
-        let active: Vec<CallRecord> = records
+        let mut active: Vec<CallRecord> = records
             .into_iter()
             .filter(|(call, undone)| !undone && call.turn >= from)
             .map(|(call, _)| call)
             .collect();
+        for (child, turn) in children {
+            // A child's calls count as the parent's turn that started it: turns are
+            // history indexes of one session, and the plan groups calls by turn.
+            active.extend(
+                self.records(child)?
+                    .into_iter()
+                    .filter(|(_, undone)| !undone)
+                    .map(|(mut call, _)| {
+                        call.turn = *turn;
+                        call
+                    }),
+            );
+        }
         if let Some(pruned) = active.iter().find(|call| call.pruned) {
             return Err(CheckpointError::Restore(format!(
                 "the undo history of turn {} and earlier was cleared to keep the checkpoint store within its bound (checkpoints.max_store_mb, checkpoints.max_age_days); later turns can still be undone",
@@ -481,6 +521,9 @@ impl Checkpoints {
                 .map_err(|err| CheckpointError::Git(format!("the undo failed: {err}")))??;
         }
         let at = self.tick();
+        for (child, _) in children {
+            self.append(child, &Line::Undo { undo_from: 0, at })?;
+        }
         self.append(
             session_id,
             &Line::Undo {
@@ -941,6 +984,9 @@ impl Checkpoints {
         let expired = refs.partition_point(|(stamp, _, _)| *stamp < oldest_kept);
         let mut dropped: Vec<(u64, String, String)> =
             refs.drain(..expired.min(refs.len())).collect();
+        // The records say so before the trees go: the Changes view, reading them meanwhile
+        // without this lock, must never ask git for a tree already pruned.
+        self.note_pruned(shadow, &dropped)?;
         shadow.drop_refs(&dropped.iter().map(|r| r.2.clone()).collect::<Vec<_>>())?;
         shadow.prune()?;
         // Halving, not one by one: each round is a full gc. The newest record is kept
@@ -952,11 +998,11 @@ impl Checkpoints {
             let cut = refs[half - 1].0;
             let end = refs.partition_point(|(stamp, _, _)| *stamp <= cut);
             let round: Vec<(u64, String, String)> = refs.drain(..end).collect();
+            self.note_pruned(shadow, &round)?;
             shadow.drop_refs(&round.iter().map(|r| r.2.clone()).collect::<Vec<_>>())?;
             shadow.prune()?;
             dropped.extend(round);
         }
-        self.note_pruned(shadow, &dropped)?;
         tracing::info!(
             workspace = %shadow.workspace.display(),
             records = dropped.len() / 2,
@@ -1016,11 +1062,12 @@ impl Checkpoints {
                 })
                 .collect();
             this.adopt(&shadow, &mut refs)?;
+            // Said first, as in `maintain_blocking`.
+            this.note_pruned(&shadow, &refs)?;
             shadow.drop_refs(&refs.iter().map(|r| r.2.clone()).collect::<Vec<_>>())?;
             if shadow.git_dir.join("HEAD").exists() {
                 shadow.prune()?;
             }
-            this.note_pruned(&shadow, &refs)?;
             tracing::info!(workspace = %shadow.workspace.display(), records = refs.len() / 2, "undo history cleared");
             Ok(Some(refs.len() / 2))
         })
@@ -1086,15 +1133,9 @@ impl Checkpoints {
     }
 }
 
-/// The index of the person's last message: reports (`subagent:` ids) are not turns.
+/// The index of the person's last message: reports and notes are not turns.
 pub fn turn_of(history: &[Message]) -> Option<usize> {
-    history.iter().rposition(|m| {
-        m.role == Role::User
-            && !m
-                .id
-                .as_deref()
-                .is_some_and(|id| id.starts_with("subagent:"))
-    })
+    history.iter().rposition(Message::is_from_person)
 }
 
 impl From<CheckpointError> for crate::error::RuntimeError {

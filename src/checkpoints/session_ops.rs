@@ -30,7 +30,81 @@ pub(crate) async fn turn_changes(
     if !registry.shared.store.exists(session_id) {
         return Err(RuntimeError::NotFound(format!("session {session_id}")));
     }
-    Ok(registry.shared.checkpoints.turn_changes(session_id).await?)
+    let mut changes = registry.shared.checkpoints.turn_changes(session_id).await?;
+    if !changes.available {
+        return Ok(changes);
+    }
+    let history = registry.shared.store.load(session_id)?.messages;
+    for (child, turn) in sub_agents(registry, session_id, &history)? {
+        let theirs = registry
+            .shared
+            .checkpoints
+            .turn_changes(&child.session_id)
+            .await?;
+        if !theirs.turns.is_empty() {
+            changes.children.push(commands::ChildChanges {
+                session_id: child.session_id,
+                title: child.title,
+                message_index: turn,
+                turns: theirs.turns,
+            });
+        }
+    }
+    Ok(changes)
+}
+
+/// The sub-agents a session started, each with its turn (the person's message whose
+/// turn made the `sub_agent` call), their own sub-agents with the same turn; isolated
+/// ones and theirs are left out (their changes are in their worktree).
+fn sub_agents(
+    registry: &Registry,
+    session_id: &str,
+    history: &[crate::protocol::Message],
+) -> Result<Vec<(crate::store::SessionMeta, usize)>, RuntimeError> {
+    // A `sub_agent` call's result names its task id (SPEC §3); only those results are
+    // read (other tools' outputs may be large).
+    let calls: std::collections::HashSet<&str> = history
+        .iter()
+        .flat_map(|m| m.tool_calls.iter())
+        .filter(|call| call.name == "sub_agent")
+        .map(|call| call.id.as_str())
+        .collect();
+    let mut started: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (index, message) in history.iter().enumerate() {
+        if message.role != crate::protocol::Role::Tool
+            || !message
+                .tool_call_id
+                .as_deref()
+                .is_some_and(|id| calls.contains(id))
+        {
+            continue;
+        }
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(message.text()) else {
+            continue;
+        };
+        if let (Some(task), Some(turn)) = (
+            value.get("task_id").and_then(|t| t.as_str()),
+            super::turn_of(&history[..index]),
+        ) {
+            started.entry(task.to_string()).or_insert(turn);
+        }
+    }
+    let store = &registry.shared.store;
+    let mut found = Vec::new();
+    for child in store.children(session_id)? {
+        let Some(turn) = child.task_id.as_ref().and_then(|t| started.get(t)).copied() else {
+            continue;
+        };
+        let mut stack = vec![child];
+        while let Some(meta) = stack.pop() {
+            if meta.worktree.is_some() {
+                continue;
+            }
+            stack.extend(store.children(&meta.session_id)?);
+            found.push((meta, turn));
+        }
+    }
+    Ok(found)
 }
 
 /// How much undo history a workspace keeps, against its bound (Settings).
@@ -88,23 +162,99 @@ pub(crate) async fn undo_turn(
     registry: &Registry,
     args: commands::UndoTurn,
 ) -> Result<commands::UndoResult, RuntimeError> {
-    turn_message(registry, &args.session_id, args.message_index)?;
-    if !args.preview && registry.controller(&args.session_id)?.is_running() {
+    undo_and_note(registry, args, false).await
+}
+
+/// An undo (or a rewind's), and, when files changed back, its note in the conversation
+/// (`SessionController::add_note`: shown in the chat, read by the model at its next turn).
+async fn undo_and_note(
+    registry: &Registry,
+    args: commands::UndoTurn,
+    rewind: bool,
+) -> Result<commands::UndoResult, RuntimeError> {
+    let (loaded, _) = turn_message(registry, &args.session_id, args.message_index)?;
+    let controller = registry.controller(&args.session_id)?;
+    if !args.preview && controller.is_running() {
         return Err(RuntimeError::Busy(format!(
             "session {} is running; stop it before undoing its changes",
             args.session_id
         )));
     }
-    Ok(registry
+    // The sub-agents of the undone turns, when asked: none may still be working.
+    let mut children = Vec::new();
+    if args.include_children {
+        for (child, turn) in sub_agents(registry, &args.session_id, &loaded.messages)? {
+            if turn < args.message_index {
+                continue;
+            }
+            let working = registry
+                .shared
+                .subagents
+                .state_of(&child.session_id)
+                .is_some_and(|state| {
+                    matches!(
+                        state,
+                        SubagentState::WaitingForSlot | SubagentState::Running
+                    )
+                });
+            if !args.preview && working {
+                return Err(RuntimeError::Busy(format!(
+                    "sub-agent \"{}\" is still working; wait for its report before undoing its changes",
+                    child.title
+                )));
+            }
+            children.push((child.session_id, turn));
+        }
+    }
+    let result = registry
         .shared
         .checkpoints
-        .undo(
+        .undo_with(
             &args.session_id,
             args.message_index,
+            &children,
             args.force,
             args.preview,
         )
-        .await?)
+        .await?;
+    if result.applied && !result.files.is_empty() {
+        // Turns as the person counts them: their messages, from 1.
+        let turn_at = |end: usize| {
+            loaded.messages[..end]
+                .iter()
+                .filter(|m| m.is_from_person())
+                .count()
+        };
+        let first = turn_at(args.message_index + 1);
+        let last = turn_at(loaded.messages.len()).max(first);
+        let text = crate::protocol::undo_note_text(
+            rewind,
+            first,
+            last,
+            !children.is_empty(),
+            &result.files,
+        );
+        let mut notes = vec![(controller, text)];
+        // Each sub-agent undone with it is told too: a follow-up must not take its files
+        // for still there.
+        for (child, _) in &children {
+            notes.push((
+                registry.controller(child)?,
+                crate::protocol::CHILD_UNDO_NOTE.to_string(),
+            ));
+        }
+        for (controller, text) in notes {
+            let id = controller.session_id().to_string();
+            let noted = tokio::task::spawn_blocking(move || controller.add_note(text))
+                .await
+                .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
+            if let Err(err) = noted {
+                // The files are restored either way; the conversation just does not say so.
+                tracing::warn!(session = %id, "cannot add the undo's note: {err}");
+            }
+        }
+    }
+    Ok(result)
 }
 
 /// A new session whose history is the original's before the person's message at
@@ -118,14 +268,16 @@ pub(crate) async fn fork_session(
     let draft_images = loaded.messages[args.message_index].images.clone();
     let undo = if args.rewind {
         Some(
-            undo_turn(
+            undo_and_note(
                 registry,
                 commands::UndoTurn {
                     session_id: args.session_id.clone(),
                     message_index: args.message_index,
                     force: args.force,
                     preview: false,
+                    include_children: args.include_children,
                 },
+                true,
             )
             .await?,
         )

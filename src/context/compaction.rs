@@ -183,12 +183,7 @@ pub enum CompactionError {
 }
 
 fn is_person(message: &Message) -> bool {
-    message.role == Role::User
-        && !message.text().starts_with(REPORT_PREFIX)
-        && !message
-            .id
-            .as_deref()
-            .is_some_and(|id| id.starts_with("subagent:"))
+    message.is_from_person() && !message.text().starts_with(REPORT_PREFIX)
 }
 
 /// A request may resume at any message but a tool result: cutting before an assistant

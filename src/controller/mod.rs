@@ -1024,9 +1024,11 @@ impl SessionController {
 
     /// Appends a starting run's first messages (no run is active, so the controller may
     /// write): the history is loaded if it is not cached, calls an earlier run left open
-    /// are answered first (SPEC §2), and each message is remembered (and a report noted as
-    /// delivered) as the run loop would. A write only, no flush: a killed process loses
-    /// nothing the page cache holds, and the run's first flush covers a power loss.
+    /// are answered first (SPEC §2), and each message is remembered as the run loop would.
+    /// A write only, no flush: a killed process loses nothing the page cache holds, and
+    /// the run's first flush covers a power loss. A report among them is noted delivered
+    /// by the run, after that flush (runtime review R10: a note on disk before its history
+    /// line could hide a report a power cut lost).
     fn append_first_locked(
         &self,
         state: &mut State,
@@ -1061,11 +1063,6 @@ impl SessionController {
         state.history = Some(history);
         for message in first {
             state.message_ids.insert(message.message_id.clone());
-            if let Some(task_id) = report_task_id(&message.message_id) {
-                if let Err(err) = self.shared.store.mark_delivered(id, task_id) {
-                    tracing::warn!(session = %id, "cannot note a delivered report: {err}");
-                }
-            }
         }
         for message in messages {
             self.emit_progress(Progress::MessageAppended { message });
@@ -1379,6 +1376,8 @@ impl SessionController {
                 .as_ref()
                 .map(|_| self.meta.title.clone()),
             lineage: self.lineage.clone(),
+            // The meta as it is now: a worktree is set after the controller was made.
+            worktree: self.lock().meta.worktree.as_ref().map(|w| w.branch.clone()),
             policy: Box::new(move |tool| crate::mcp::policy_for(&policy, tool)),
             emit: Arc::new(move |event| {
                 if let Some(ctl) = this.upgrade() {
@@ -1537,6 +1536,74 @@ impl SessionController {
         state.meta.clone()
     }
 
+    /// Adds a note of something the person did outside the conversation (an undo, a
+    /// rewind) to its history, so the chat shows it and the model reads it at its next
+    /// turn (UX review E7). The note is a `user` message (id `note:…`), put only where
+    /// SPEC §2 allows one:
+    /// - with no run (the usual case: undo is refused while the session runs), at the end
+    ///   of the history, under this lock so no run starts meanwhile; calls an earlier run
+    ///   left open are answered first, as a run's start would;
+    /// - into a run that began since (or a child's run waiting for its slot), through its
+    ///   inbox, which the run takes at its next safe point, as it takes a steered message.
+    ///
+    /// Not folded into the person's next message: the note must show at once and survive a
+    /// restart, the next message may be a report, and the person's own bubble (Edit, Fork)
+    /// must stay theirs. Blocking (a write and a flush): call it off the async threads.
+    pub(crate) fn add_note(&self, text: String) -> Result<(), RuntimeError> {
+        let note = QueuedMessage {
+            message_id: format!(
+                "{}{}",
+                crate::protocol::NOTE_ID_PREFIX,
+                uuid::Uuid::new_v4().simple()
+            ),
+            content: text,
+            config: RunConfig::default(),
+            images: Vec::new(),
+        };
+        let id = self.meta.session_id.clone();
+        let mut state = self.lock();
+        if let Some(why) = &state.read_only {
+            return Err(RuntimeError::Unavailable(why.clone()));
+        }
+        match &mut state.phase {
+            Phase::Running(run) => {
+                run.inbox.push(note);
+                self.save_pending(&state);
+                return Ok(());
+            }
+            Phase::Starting(starting) => {
+                starting.inbox.push(note);
+                self.save_pending(&state);
+                return Ok(());
+            }
+            Phase::Deleted(_) => return Ok(()),
+            Phase::Idle | Phase::Paused => {}
+        }
+        let open = match &state.history {
+            Some(history) => interrupted_results(history),
+            None => interrupted_results(&self.shared.store.load(&id)?.messages),
+        };
+        let mut added = open;
+        added.push(note.to_user());
+        let stored = self
+            .shared
+            .store
+            .append(&id, &added)
+            .and_then(|()| self.shared.store.sync(&id));
+        // No run holds the file: it is closed again (a run reopens it).
+        self.shared.store.release(&id);
+        stored?;
+        state.message_ids.insert(note.message_id.clone());
+        if let Some(history) = &mut state.history {
+            history.extend(added.iter().cloned());
+        }
+        drop(state);
+        for message in added {
+            self.emit_progress(Progress::MessageAppended { message });
+        }
+        Ok(())
+    }
+
     /// The stored meta as it is now (interrupted, reported, state …).
     pub fn current_meta(&self) -> SessionMeta {
         self.lock().meta.clone()
@@ -1577,7 +1644,7 @@ impl SessionController {
 }
 
 /// The task id of a report's message id (`subagent:<task_id>`).
-fn report_task_id(message_id: &str) -> Option<&str> {
+pub(super) fn report_task_id(message_id: &str) -> Option<&str> {
     message_id.strip_prefix("subagent:")
 }
 

@@ -9,7 +9,7 @@ use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
-use super::{QueuedMessage, RunOutcome, SessionController};
+use super::{QueuedMessage, RunOutcome, SessionController, report_task_id};
 use crate::context::turn::{RunContext, Turn};
 use crate::protocol::{ContextMeter, Message, Progress, RunConfig, ToolCall};
 use crate::provider::{ModelRequest, ProviderError, ProviderEvent};
@@ -117,10 +117,20 @@ async fn run(
 ) {
     // The first messages are in the history already: nothing of them goes back to pending.
     let requeue: Vec<QueuedMessage> = Vec::new();
+    // A report the run starts with is in the history but not flushed: its "delivered"
+    // note waits for the run's first awaited flush (R10), or for the flush below when the
+    // run cannot start.
+    let first_reports: Vec<String> = first
+        .iter()
+        .filter_map(|m| report_task_id(&m.message_id).map(str::to_string))
+        .collect();
     let (history, marker) = match ctl.take_history() {
         Ok(taken) => taken,
         Err(err) => {
             let message = format!("cannot load the session's history: {err}");
+            if sync_history(&ctl).await {
+                note_delivered(&ctl, first_reports);
+            }
             ctl.stop_run(None, RunOutcome::Failed(message), requeue);
             return;
         }
@@ -135,6 +145,9 @@ async fn run(
     } = match resolved {
         Ok(resolved) => resolved,
         Err(err) => {
+            if sync_history(&ctl).await {
+                note_delivered(&ctl, first_reports);
+            }
             ctl.stop_run(Some(history), RunOutcome::Failed(err), requeue);
             return;
         }
@@ -152,7 +165,7 @@ async fn run(
         context,
         mode,
         flushing: None,
-        unnoted: Vec::new(),
+        unnoted: first_reports,
         held_slot: None,
         request_tokens: 0,
     };

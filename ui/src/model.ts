@@ -143,6 +143,18 @@ export interface ViewState {
 }
 
 export const REPORT_PREFIX = 'subagent:';
+/** The id prefix of a note the app added to the conversation (an undo, a rewind: UX E7). */
+export const NOTE_PREFIX = 'note:';
+
+/** Whether a history message is such a note (a `user` message the model reads, not the person's). */
+export function isNote(m: { role: string; id?: string | null }): boolean {
+  return m.role === 'user' && !!m.id && m.id.startsWith(NOTE_PREFIX);
+}
+
+/** A note as the chat says it to the person ("Note: the person undid …" → "You undid …"). */
+export function noteText(content: string | null | undefined): string {
+  return (content ?? '').replace(/^Note: the person /, 'You ');
+}
 
 /** The task id of a report message id (`subagent:<task_id>`), or null. */
 export function reportTaskId(messageId: string | null | undefined): string | null {

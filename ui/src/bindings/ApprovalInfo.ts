@@ -25,4 +25,10 @@ remember_label?: string | null,
 /**
  * The MCP server of an `mcp__<server>__<tool>` call, so the card can name it.
  */
-mcp_server?: string | null, };
+mcp_server?: string | null, 
+/**
+ * The branch of the asking sub-agent's own worktree, when it is isolated: its writes
+ * and commands act there, not in the workspace, until the person applies them (UX
+ * review E20).
+ */
+worktree?: string | null, };

@@ -8,4 +8,8 @@ export type ForkSession = { session_id: string, message_index: number, rewind?: 
 /**
  * With `rewind`: overwrite files the person changed since the agent wrote them.
  */
-force?: boolean, };
+force?: boolean, 
+/**
+ * With `rewind`: the sub-agents' changes of those turns go back too.
+ */
+include_children?: boolean, };

@@ -12,4 +12,9 @@ force?: boolean,
 /**
  * Only say what would change back (with diffs and conflicts); change nothing.
  */
-preview?: boolean, };
+preview?: boolean, 
+/**
+ * Also undo everything the sub-agents started from that turn on changed (not
+ * the isolated ones), in the same undo.
+ */
+include_children?: boolean, };

@@ -91,6 +91,12 @@ export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; 
             </span>
           )}
         </h2>
+        {approval.worktree && (
+          <div class="muted" data-testid="approval-worktree">
+            In its own worktree (branch <code>{approval.worktree}</code>), not in the workspace: the workspace changes
+            only when you apply its work.
+          </div>
+        )}
         {props.queued > 1 && <div class="muted">1 of {props.queued} waiting for your decision</div>}
         {approval.diff != null && approval.diff.trim() === '' ? (
           <>

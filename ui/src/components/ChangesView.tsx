@@ -2,6 +2,7 @@
 // and the ways back (undo a turn, rewind to it, fork from it; a sub-agent's undo; an isolated
 // sub-agent's Apply to workspace and Discard).
 import { useEffect, useState } from 'preact/hooks';
+import type { ChildChanges } from '../bindings/ChildChanges';
 import type { FileChange } from '../bindings/FileChange';
 import type { Forked } from '../bindings/Forked';
 import type { TurnChange } from '../bindings/TurnChange';
@@ -20,6 +21,9 @@ interface Pending {
   /** Undo only, or rewind (undo and fork). */
   rewind: boolean;
   preview: UndoResult;
+  /** Sub-agents started from that turn on changed files: the undo may include them (UX E6). */
+  children: number;
+  includeChildren: boolean;
 }
 
 function FileList(props: { files: FileChange[]; testid: string }) {
@@ -46,6 +50,11 @@ export function ChangesView(props: {
   child?: boolean;
   /** An isolated sub-agent's worktree: Apply to workspace and Discard. */
   worktree?: WorktreeInfo | null;
+  /**
+   * A conversation's isolated sub-agents (its descendants with a worktree): each with its
+   * Apply and Discard here too, so their work is reachable from the conversation (UX E2).
+   */
+  worktrees?: { sessionId: string; title: string; worktree: WorktreeInfo }[];
   /** The text of each of the person's messages, by index (turn titles). */
   messageText?: (index: number) => string | undefined;
   /** A fork was made (Rewind or Fork from here): open it, with its draft in the composer. */
@@ -107,25 +116,38 @@ export function ChangesView(props: {
     }
   };
 
+  /** Sub-agents with changes not undone yet, started from the turn at `messageIndex` on. */
+  const childrenFrom = (messageIndex: number) =>
+    (changes?.children ?? []).filter((c) => c.message_index >= messageIndex && c.turns.some((t) => !t.undone && t.files.length > 0)).length;
+
   /** First the preview: the person sees what changes back, then confirms. */
-  const ask = (messageIndex: number, rewind: boolean) =>
+  const ask = (messageIndex: number, rewind: boolean, includeChildren?: boolean) =>
     run(async () => {
       setDone(null);
-      const preview = await platform.invoke('undo_turn', { session_id: sessionId, message_index: messageIndex, preview: true });
-      setPending({ messageIndex, rewind, preview });
+      const children = props.child ? 0 : childrenFrom(messageIndex);
+      // The sub-agents' changes are offered, and included unless the person unticks them.
+      const include = children > 0 && (includeChildren ?? true);
+      const preview = await platform.invoke('undo_turn', {
+        session_id: sessionId,
+        message_index: messageIndex,
+        preview: true,
+        ...(include ? { include_children: true } : {}),
+      });
+      setPending({ messageIndex, rewind, preview, children, includeChildren: include });
     });
 
   const confirm = (force: boolean) =>
     run(async () => {
       if (!pending) return;
-      const { messageIndex, rewind } = pending;
+      const { messageIndex, rewind, includeChildren } = pending;
+      const include = includeChildren ? { include_children: true } : {};
       if (rewind) {
-        const forked = await platform.invoke('fork_session', { session_id: sessionId, message_index: messageIndex, rewind: true, force });
+        const forked = await platform.invoke('fork_session', { session_id: sessionId, message_index: messageIndex, rewind: true, force, ...include });
         setPending(null);
         setDone(`Rewound: ${forked.undo?.files.length ?? 0} file(s) restored; the conversation goes on in a fork.`);
         props.onForked?.(forked);
       } else {
-        const result = await platform.invoke('undo_turn', { session_id: sessionId, message_index: messageIndex, force });
+        const result = await platform.invoke('undo_turn', { session_id: sessionId, message_index: messageIndex, force, ...include });
         setPending(null);
         setDone(`Undone: ${result.files.length} file(s) restored.`);
       }
@@ -139,22 +161,43 @@ export function ChangesView(props: {
       props.onForked?.(forked);
     });
 
-  const apply = () =>
+  const apply = (id: string) =>
     run(async () => {
-      const applied = await platform.invoke('apply_worktree', { session_id: sessionId });
+      const applied = await platform.invoke('apply_worktree', { session_id: id });
       setDone(applied.stat ? `Applied to the workspace:\n${applied.stat}` : 'Nothing to apply: the sub-agent changed nothing.');
       props.onWorktreeChanged?.();
     });
-  const discard = () =>
+  const discard = (id: string) =>
     run(async () => {
-      await platform.invoke('discard_worktree', { session_id: sessionId });
+      await platform.invoke('discard_worktree', { session_id: id });
       setDone('Discarded: the worktree and its branch are removed.');
       props.onWorktreeChanged?.();
     });
+  /** Apply and Discard of one isolated sub-agent's worktree. */
+  const worktreeActions = (id: string, worktree: WorktreeInfo, who: string) => (
+    <div class="notice worktree" data-testid="worktree-actions" data-session-id={id} key={id}>
+      {who} works in its own worktree (branch <code>{worktree.branch}</code>); its changes reach the workspace only when applied.
+      {worktree.applied && <strong> Applied.</strong>}
+      <button type="button" class="primary" disabled={busy || worktree.applied} data-testid="worktree-apply" onClick={() => void apply(id)}>
+        Apply to workspace
+      </button>
+      <button type="button" disabled={busy} data-testid="worktree-discard" onClick={() => void discard(id)}>
+        Discard
+      </button>
+    </div>
+  );
 
   const turnText = (index: number) => props.messageText?.(index) ?? (prompts?.get(index)?.text || undefined);
-  const turns = changes?.turns ?? [];
-  const open = turns.filter((t) => !t.undone && t.files.length > 0);
+  const own = changes?.turns ?? [];
+  const open = own.filter((t) => !t.undone && t.files.length > 0);
+  const children = changes?.children ?? [];
+  // A turn whose only changes are its sub-agents' is a turn of the view too.
+  const turns: TurnChange[] = [...own];
+  for (const c of children)
+    if (!turns.some((t) => t.message_index === c.message_index))
+      turns.push({ message_index: c.message_index, files: [], skipped: [], undone: c.turns.every((t) => t.undone), pruned: false });
+  turns.sort((a, b) => a.message_index - b.message_index);
+  const childrenOf = (index: number) => children.filter((c) => c.message_index === index);
 
   return (
     <div class="changes-view" data-testid="changes-view" data-session-id={sessionId}>
@@ -164,18 +207,8 @@ export function ChangesView(props: {
           {done}
         </div>
       )}
-      {props.worktree && (
-        <div class="notice worktree" data-testid="worktree-actions">
-          This sub-agent works in its own worktree (branch <code>{props.worktree.branch}</code>); its changes reach the workspace only when applied.
-          {props.worktree.applied && <strong> Applied.</strong>}
-          <button type="button" class="primary" disabled={busy || props.worktree.applied} data-testid="worktree-apply" onClick={() => void apply()}>
-            Apply to workspace
-          </button>
-          <button type="button" disabled={busy} data-testid="worktree-discard" onClick={() => void discard()}>
-            Discard
-          </button>
-        </div>
-      )}
+      {props.worktree && worktreeActions(sessionId, props.worktree, 'This sub-agent')}
+      {props.worktrees?.map((w) => worktreeActions(w.sessionId, w.worktree, `Sub-agent “${w.title}”`))}
       {changes && !changes.available && (
         <div class="notice" data-testid="changes-off">
           {changes.notice ?? 'Checkpoints are off.'}
@@ -186,6 +219,18 @@ export function ChangesView(props: {
           <strong>
             {pending.rewind ? 'Rewind to here' : 'Undo changes'}: {pending.preview.files.length} file(s) change back
           </strong>
+          {pending.children > 0 && (
+            <label class="row" data-testid="undo-include-children">
+              <input
+                type="checkbox"
+                checked={pending.includeChildren}
+                disabled={busy}
+                data-testid="undo-include-children-box"
+                onChange={(e) => void ask(pending.messageIndex, pending.rewind, (e.target as HTMLInputElement).checked)}
+              />
+              Include what its {pending.children === 1 ? 'sub-agent' : `${pending.children} sub-agents`} changed
+            </label>
+          )}
           <FileList files={pending.preview.files} testid="undo-preview-files" />
           {pending.preview.skipped.length > 0 && (
             <div class="muted" data-testid="undo-preview-skipped">
@@ -240,6 +285,14 @@ export function ChangesView(props: {
             </div>
           )}
           <FileList files={turn.files} testid="turn-files" />
+          {childrenOf(turn.message_index).map((c: ChildChanges) => (
+            <div key={c.session_id} class={`changes-child ${c.turns.every((t) => t.undone) ? 'undone' : ''}`} data-testid="changes-child" data-session-id={c.session_id}>
+              <div class="muted">
+                Sub-agent “{c.title}”{c.turns.every((t) => t.undone) ? ' (undone)' : ''}
+              </div>
+              <FileList files={c.turns.flatMap((t) => t.files)} testid="child-files" />
+            </div>
+          ))}
           {turn.skipped.length > 0 && (
             <div class="muted small" data-testid="turn-skipped">
               Not recorded: {turn.skipped.join(', ')}
@@ -247,7 +300,7 @@ export function ChangesView(props: {
           )}
           {!props.child && (
             <div class="row">
-              <button type="button" disabled={busy || turn.undone || turn.pruned} data-testid="turn-undo" onClick={() => void ask(turn.message_index, false)}>
+              <button type="button" disabled={busy || turn.pruned || (turn.undone && childrenFrom(turn.message_index) === 0)} data-testid="turn-undo" onClick={() => void ask(turn.message_index, false)}>
                 Undo changes
               </button>
               <button type="button" disabled={busy} data-testid="turn-rewind" onClick={() => void ask(turn.message_index, true)}>

@@ -6,7 +6,7 @@ import type { ImagePart } from '../bindings/ImagePart';
 import type { Compaction } from '../bindings/Compaction';
 import type { Message } from '../bindings/Message';
 import type { MessageStatus } from '../bindings/MessageStatus';
-import { reportBody, reportTaskId, type ChildTab, type Inflight, type Note, type Transcript } from '../model';
+import { isNote, noteText, reportBody, reportTaskId, type ChildTab, type Inflight, type Note, type Transcript } from '../model';
 import { Markdown } from './Markdown';
 import { ToolCard } from './ToolCard';
 import { CopyButton } from './CopyButton';
@@ -409,7 +409,7 @@ export function Chat(props: {
     onOpenChild: cur.onOpenChild && ((id: string) => live.current.onOpenChild?.(id)),
   };
   // History indexes (the loaded part starts at `t.first`).
-  const lastUserAt = t.messages.reduce((last, m, k) => (m.role === 'user' && !reportTaskId(m.id) ? k : last), -1);
+  const lastUserAt = t.messages.reduce((last, m, k) => (m.role === 'user' && !reportTaskId(m.id) && !isNote(m) ? k : last), -1);
   const lastUser = lastUserAt >= 0 ? t.first + lastUserAt : -1;
   const lastAssistant = t.first + t.messages.reduce((last, m, k) => (m.role === 'assistant' ? k : last), -1);
   // Tool results at the top of a page whose calls are in the page before it (not loaded).
@@ -467,7 +467,14 @@ export function Chat(props: {
     const mark = marks(i);
     if (m.role === 'system') return;
     if (m.role === 'user') {
-      if (reportTaskId(m.id)) {
+      if (isNote(m)) {
+        items.push(
+          <div key={key} class="note note-notice note-app" data-testid="chat-note" data-message-id={m.id ?? undefined} role="status">
+            {noteText(m.content)}
+            <div class="muted small">The agent reads this note at its next turn.</div>
+          </div>,
+        );
+      } else if (reportTaskId(m.id)) {
         items.push(
           <ReportCard
             key={key}

@@ -154,6 +154,22 @@ const NO_FILES: InstructionFile[] = [];
 /** Backends without `list_files` get no @-mentions (remembered per platform). */
 const noFileList = new WeakSet<Platform>();
 
+/**
+ * The isolated sub-agents under a conversation (its descendants whose worktree is still
+ * there), in list order: the conversation's Changes view offers their Apply and Discard.
+ */
+export function worktreesUnder(sessions: SessionInfo[], rootId: string) {
+  const under = new Set([rootId]);
+  const found: { sessionId: string; title: string; worktree: NonNullable<SessionInfo['worktree']> }[] = [];
+  // Parents are listed before their children, so one pass finds every depth.
+  for (const s of sessions) {
+    if (!s.parent_session_id || !under.has(s.parent_session_id)) continue;
+    under.add(s.session_id);
+    if (s.worktree) found.push({ sessionId: s.session_id, title: s.title, worktree: s.worktree });
+  }
+  return found;
+}
+
 function filesOf(platform: Platform, workspace: string) {
   if (noFileList.has(platform)) return undefined;
   return async (query: string): Promise<string[] | null> => {
@@ -748,6 +764,8 @@ export function SessionPane(props: {
           key={model.sessionId}
           platform={platform}
           sessionId={model.sessionId}
+          worktrees={worktreesUnder(props.sessions, model.sessionId)}
+          onWorktreeChanged={props.onSessionsChanged}
           messageText={(i) => main.messages?.[i - (main.first ?? 0)]?.content ?? undefined}
           onForked={(forked) => {
             setDraft({ for: forked.session.session_id, text: typedText(forked.draft), images: forked.draft_images ?? [] });

@@ -39,10 +39,16 @@ describe('the approval dialog', () => {
     expect(dialog).not.toBeNull();
     expect(dialog.textContent).toContain('Sub-agent “Review auth” wants to run write_file');
     expect(dialog.textContent).toContain('src/auth.rs');
+    expect($(dialog, 'approval-worktree')).toBeNull();
     const diff = $(dialog, 'approval-diff')!;
     expect(Array.from(diff.querySelectorAll('.diff-add')).map((l) => l.textContent!.trim())).toEqual(['+fn main() {}']);
     expect(Array.from(diff.querySelectorAll('.diff-del')).map((l) => l.textContent!.trim())).toEqual(['-fn old() {}']);
     expect(diff.querySelectorAll('.diff-hunk').length).toBe(1);
+  });
+
+  it('an isolated sub-agent’s approval says the write goes to its worktree (UX E20)', async () => {
+    const { dialog } = await withApproval({ worktree: 'bumblehive/c1' });
+    expect($(dialog, 'approval-worktree')!.textContent).toContain('worktree (branch bumblehive/c1), not in the workspace');
   });
 
   it('an overwrite with identical content says "no changes" instead of showing nothing (D29)', async () => {

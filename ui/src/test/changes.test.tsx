@@ -93,6 +93,10 @@ describe('changes view', () => {
     expect(fake.callsOf('undo_turn').at(-1)).toEqual({ session_id: 's1', message_index: 0, force: true });
     expect($(view, 'changes-done')!.textContent).toContain('2 file(s) restored');
     expect($(view, 'turn-undone')).not.toBeNull();
+    // A word apart from the turn's title, not "…worldundone" (UX E7): the badge's own
+    // leading space was dropped by its inline-block.
+    expect($(view, 'turn-undone')!.textContent).toBe('undone');
+    expect($$(view, 'changes-turn')[0].querySelector('header')!.textContent).toMatch(/ undone$/);
     expect(($$(view, 'turn-undo')[0] as HTMLButtonElement).disabled).toBe(true);
 
     // Without a conflict the plain Undo is offered.
@@ -167,6 +171,99 @@ describe('changes view', () => {
     await settle();
     expect(fake.callsOf('discard_worktree')).toEqual([{ session_id: 's1' }]);
     expect(changed).toBe(2);
+  });
+
+  it('offers an isolated sub-agent’s Apply and Discard in its conversation’s Changes tab and in its own tab (UX E2)', async () => {
+    const worktree = { origin: '/ws', path: '/data/worktrees/c1', branch: 'bumblehive/c1', base: 'abc', applied: false };
+    // The child works in its worktree (its `workspace`), yet the list names it under the parent.
+    const fake = workspacePlatform(
+      [info('a'), info('c1', { parent_session_id: 'a', task_id: 't1', title: 'iso', workspace: '/data/worktrees/c1', worktree }), info('g1', { parent_session_id: 'c1', title: 'deeper', worktree: { ...worktree, branch: 'bumblehive/g1' } })],
+      { a: [], c1: [], g1: [] },
+    );
+    fake.handlers.turn_changes = () => ({ available: true, turns: [] });
+    fake.handlers.apply_worktree = () => ({ stat: ' a.txt | 2 +-\n 1 file changed' });
+    fake.handlers.discard_worktree = () => ({});
+    const mounted = await mountApp(fake, 'a');
+    unmount = mounted.unmount;
+    await inAct(() => $(mounted.root, 'tab-changes')!.click());
+    await settle();
+    const actions = $$(mounted.root, 'worktree-actions');
+    expect(actions.map((a) => a.dataset.sessionId)).toEqual(['c1', 'g1']);
+    expect(actions[0].textContent).toContain('Sub-agent “iso”');
+    expect(actions[0].textContent).toContain('bumblehive/c1');
+    await inAct(() => $(actions[0], 'worktree-apply')!.click());
+    await settle();
+    expect(fake.callsOf('apply_worktree')).toEqual([{ session_id: 'c1' }]);
+    expect($(mounted.root, 'changes-done')!.textContent).toContain('1 file changed');
+    await inAct(() => $(actions[1], 'worktree-discard')!.click());
+    await settle();
+    expect(fake.callsOf('discard_worktree')).toEqual([{ session_id: 'g1' }]);
+    // Its own tab (made from the list) has them too.
+    const tab = $$(mounted.root, 'child-tab').find((t) => t.dataset.sessionId === 'c1')!;
+    expect(tab).toBeTruthy();
+    await inAct(() => tab.click());
+    await settle();
+    await inAct(() => $(mounted.root, 'child-changes')!.click());
+    await settle();
+    expect($(mounted.root, 'worktree-actions')!.dataset.sessionId).toBe('c1');
+  });
+
+  it('shows what a turn’s sub-agents changed, and its undo offers to include them (UX E6)', async () => {
+    const fake = new FakePlatform({
+      turn_changes: () => ({
+        available: true,
+        turns: [],
+        children: [{ session_id: 'c1', title: 'helper', message_index: 0, turns: [{ message_index: 0, files: [file('child-y.txt', 'added')], skipped: [], undone: false, pruned: false }] }],
+      }),
+      undo_turn: (args) => ({ applied: !args.preview, files: args.include_children ? [file('child-y.txt', 'deleted')] : [], conflicts: [], skipped: [] }),
+    });
+    const view = await mount(fake);
+    // A turn whose only changes are its sub-agent's is listed, with the sub-agent named.
+    const turn = $$(view, 'changes-turn')[0];
+    expect(turn.dataset.index).toBe('0');
+    const child = $(turn, 'changes-child')!;
+    expect(child.textContent).toContain('Sub-agent “helper”');
+    expect($$(child, 'change-file').map((f) => f.dataset.path)).toEqual(['child-y.txt']);
+    expect($(view, 'changes-empty')).toBeNull();
+    await inAct(() => $(turn, 'turn-undo')!.click());
+    await settle();
+    expect(fake.callsOf('undo_turn')).toEqual([{ session_id: 's1', message_index: 0, preview: true, include_children: true }]);
+    const box = $(view, 'undo-include-children-box') as HTMLInputElement;
+    expect(box.checked).toBe(true);
+    expect($(view, 'undo-include-children')!.textContent).toContain('Include what its sub-agent changed');
+    expect($$($(view, 'undo-preview-files')!, 'change-file').map((f) => f.dataset.path)).toEqual(['child-y.txt']);
+    // Unticked: the preview without them; ticked again, the undo includes them.
+    await inAct(() => box.click());
+    await settle();
+    expect(fake.callsOf('undo_turn').at(-1)).toEqual({ session_id: 's1', message_index: 0, preview: true });
+    await inAct(() => ($(view, 'undo-include-children-box') as HTMLInputElement).click());
+    await settle();
+    await inAct(() => $(view, 'undo-confirm')!.click());
+    await settle();
+    expect(fake.callsOf('undo_turn').at(-1)).toEqual({ session_id: 's1', message_index: 0, force: false, include_children: true });
+  });
+
+  it('shows an undo’s note in the chat as a note, not as the person’s message (UX E7)', async () => {
+    const history = [
+      { role: 'user', content: 'write hello', id: 'm1' },
+      { role: 'assistant', content: 'done' },
+      {
+        role: 'user',
+        content: 'Note: the person undid the file changes of turn 1: hello.t deleted. The files are as they were before that turn; the conversation above is unchanged.',
+        id: 'note:abc',
+      },
+    ];
+    const fake = workspacePlatform([info('a')], { a: history });
+    const mounted = await mountApp(fake, 'a');
+    unmount = mounted.unmount;
+    const note = $(mounted.root, 'chat-note')!;
+    expect(note.textContent).toContain('You undid the file changes of turn 1: hello.t deleted.');
+    expect(note.textContent).toContain('The agent reads this note at its next turn.');
+    // The person's bubbles are theirs alone: the note is none, and Edit stays on their message.
+    const mine = $$(mounted.root, 'chat-message').filter((m) => m.dataset.role === 'user');
+    expect(mine.map((m) => m.dataset.messageId)).toEqual(['m1']);
+    expect($$(mounted.root, 'edit-message').length).toBe(1);
+    expect($$(mounted.root, 'fork-message').length).toBe(1);
   });
 
   it('says so when checkpoints are off', async () => {
