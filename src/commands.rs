@@ -239,8 +239,10 @@ pub async fn execute(
             service.restart_mcp_server(&a.name, a.workspace.as_deref())?;
             CommandOutput::RestartMcpServer(done())
         }
-        Command::TrustMcpWorkspace(a) => CommandOutput::TrustMcpWorkspace(
-            blocking(service, move |s| {
+        Command::TrustMcpWorkspace(a) => {
+            let start = a.allow && a.start == Some(true);
+            let workspace = a.workspace.clone();
+            let listed = blocking(service, move |s| {
                 // The answer is for what the person was shown (security review 6).
                 if let Some(sha256) = &a.sha256 {
                     crate::mcp::check_trust_digest(&a.workspace, sha256)
@@ -248,8 +250,13 @@ pub async fn execute(
                 }
                 s.trust_mcp_workspace(&a.workspace, a.allow)
             })
-            .await?,
-        ),
+            .await?;
+            CommandOutput::TrustMcpWorkspace(if start {
+                service.start_mcp_workspace(&workspace).await
+            } else {
+                listed
+            })
+        }
         Command::ListWorkspaces(_) => {
             CommandOutput::ListWorkspaces(blocking(service, |s| s.list_workspaces()).await?)
         }

@@ -73,6 +73,11 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[ts(optional = nullable)]
     pub stopped: bool,
+    /// `usage` is the runtime's estimate, not the provider's count: a stopped answer's
+    /// provider reports usage only at the end of the stream (issue 28, E23).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[ts(optional = nullable)]
+    pub usage_estimated: bool,
     /// Images of the message: pasted or dropped by the person (user messages), or returned
     /// by a tool (an MCP server's screenshot, on tool messages).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -155,6 +160,7 @@ impl Message {
             id: None,
             usage: None,
             stopped: false,
+            usage_estimated: false,
             images: Vec::new(),
         }
     }
@@ -815,6 +821,10 @@ pub mod commands {
         /// Empty when `ok`; otherwise what went wrong (authentication, unreachable, model
         /// not found, no answer in time …).
         pub message: String,
+        /// The models the server lists (`GET {base_url}/models`, asked of OpenAI-compatible
+        /// servers), so Settings offers them in the model field (E19); empty when it lists
+        /// none or does not answer.
+        pub models: Vec<String>,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
@@ -978,6 +988,11 @@ pub mod commands {
     pub struct TrustMcpWorkspace {
         pub workspace: String,
         pub allow: bool,
+        /// With `allow`: start the workspace's servers now and answer once they are ready
+        /// (or failed, or past their start-up timeout), instead of at the next turn.
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub start: Option<bool>,
         /// The `trust_sha256` the listing showed: refused if the file or a program it
         /// runs changed since (security review 6).
         #[serde(default)]

@@ -153,18 +153,31 @@ pub(crate) async fn test_provider(
         }
     };
     let latency_ms = started.elapsed().as_millis() as u64;
+    // The server's own list, even when the test failed: a "model not found" is answered
+    // by choosing one it has (E19). Anthropic's list needs its key headers: not asked.
+    let models = if block.kind == "anthropic" {
+        Vec::new()
+    } else {
+        crate::probe::probe(&[(name.to_string(), block.base_url.clone())])
+            .await
+            .into_iter()
+            .flat_map(|found| found.models)
+            .collect()
+    };
     Ok(match outcome {
         Ok(()) => commands::ProviderTest {
             ok: true,
             model,
             latency_ms,
             message: String::new(),
+            models,
         },
         Err(message) => commands::ProviderTest {
             ok: false,
             model,
             latency_ms,
             message,
+            models,
         },
     })
 }
@@ -230,6 +243,23 @@ pub(crate) fn trust_mcp_workspace(
         .trust(&path, allow)
         .map_err(RuntimeError::InvalidArgument)?;
     Ok(list_mcp_servers(shared, Some(workspace)))
+}
+
+/// Starts what a run in `workspace` would use (its trusted `.mcp.json` servers and the
+/// config's) now, as the first turn would, and answers once they are ready, failed, or
+/// past their start-up timeout: "Trust and start" says when a server is ready instead of
+/// leaving it to the first turn (issue 28, E13).
+pub(crate) async fn start_mcp_workspace(shared: &Shared, workspace: &str) -> Vec<McpServerInfo> {
+    let configured = shared.read_config(|c| c.mcp_servers.clone());
+    let path = mcp_workspace(workspace);
+    let cancel = shared.root.child_token();
+    shared
+        .mcp
+        .prepare(&configured, &path, &cancel, || {
+            shared.read_config(crate::mcp::settings)
+        })
+        .await;
+    list_mcp_servers(shared, Some(workspace))
 }
 
 /// A workspace path as runs see it (resolved), for matching its `.mcp.json` servers.

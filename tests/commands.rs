@@ -278,6 +278,56 @@ async fn commands_submit_with_an_image_reaches_each_provider_as_an_image_part() 
 
 /// Settings → Model servers → Test: one real one-token request through each named
 /// provider, over HTTP to the scripted server, with the failure said in words.
+/// E19: a provider test also answers with the models the server lists (its
+/// `GET /v1/models`), even when the test failed, so Settings offers them in the model
+/// field instead of free text only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_provider_lists_the_servers_models_for_the_model_field() {
+    use crate::providers_openai::provider_config;
+    use bumblehive::config::Config;
+    use bumblehive::service::{RuntimeService, ServiceOptions};
+
+    let app = axum::Router::new().route(
+        "/v1/models",
+        axum::routing::get(|| async {
+            axum::Json(json!({"object": "list", "data": [
+                {"id": "qwen2.5-coder", "object": "model"},
+                {"id": "llama3.2", "object": "model"}
+            ]}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let mut config = Config::default();
+    // The named model is not one it has: the test fails, and the list says what it has.
+    config.providers.insert(
+        "lister".into(),
+        provider_config("openai", format!("http://{addr}/v1"), "wrong-model"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.path().join("data"),
+        config_path: None,
+        config: Some(config),
+        provider_factory: bumblehive::providers::factory(),
+        tools: None,
+    })
+    .unwrap();
+    let tested = dispatch(&service, "test_provider", json!({"name": "lister"}))
+        .await
+        .unwrap();
+    assert_eq!(tested["ok"], false, "{tested}");
+    assert_eq!(
+        tested["models"],
+        json!(["qwen2.5-coder", "llama3.2"]),
+        "{tested}"
+    );
+    server.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_provider_sends_one_tiny_request_and_says_what_failed() {
     use crate::mock_llm::{MockLlm, MockResponse, anthropic, openai};

@@ -882,6 +882,43 @@ async fn mcp_workspace_file_servers_wait_for_trust_once_per_content() {
     fx.shutdown().await;
 }
 
+/// E13: "Trust and start" starts the workspace's servers now, without a turn, and its
+/// answer lists them ready with their tools (not "starts with the first turn").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_trust_and_start_starts_the_workspace_servers_and_answers_when_ready() {
+    let Some(python) = python() else { return };
+    let fx = Fixture::new(json!({}), Arc::new(|_| text("ok"))).await;
+    let file = json!({"mcpServers": {"wsserver": {"command": python, "args": [python_server()]}}});
+    std::fs::write(fx.ws.join(".mcp.json"), file.to_string()).unwrap();
+    let list = fx
+        .command("list_mcp_servers", json!({"workspace": fx.ws}))
+        .await;
+    assert_eq!(
+        server_named(&list, "wsserver")["state"],
+        "waiting_for_trust"
+    );
+    let sha = server_named(&list, "wsserver")["trust_sha256"].clone();
+    let started = fx
+        .command(
+            "trust_mcp_workspace",
+            json!({"workspace": fx.ws, "allow": true, "start": true, "sha256": sha}),
+        )
+        .await;
+    let server = server_named(&started, "wsserver");
+    assert_eq!(server["state"], "ready", "{started}");
+    assert!(
+        server["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["full_name"] == "mcp__wsserver__wait"),
+        "{started}"
+    );
+    // No model request was made: it started from the answer, not from a turn.
+    assert!(fx.mock.requests().is_empty());
+    fx.shutdown().await;
+}
+
 /// Every event up to the session's next result.
 async fn events_until_result(events: &mut Subscription, session_id: &str) -> Vec<Value> {
     let mut seen = Vec::new();

@@ -1149,6 +1149,7 @@ pub fn wire_history(body: &Value) -> Vec<Message> {
                 id: None,
                 usage: None,
                 stopped: false,
+                usage_estimated: false,
                 images: Vec::new(),
             }
         })
@@ -1384,6 +1385,14 @@ async fn stop_mid_stream_keeps_the_partial_answer_for_the_next_request() {
     assert_eq!(last.text(), "Half an answer");
     assert!(last.stopped);
     assert!(last.tool_calls.is_empty());
+    // E23: the stream ended before the provider's usage chunk, so the stopped answer
+    // keeps the runtime's estimate, marked as one (not 0 tokens).
+    let usage = last.usage.expect("a stopped answer keeps its usage");
+    assert!(
+        usage.input_tokens > 0 && usage.output_tokens > 0,
+        "{usage:?}"
+    );
+    assert!(last.usage_estimated);
     crate::support::assert_message_order(&history);
     controller.submit("go on".into(), None).unwrap();
     loop {
@@ -1401,6 +1410,7 @@ async fn stop_mid_stream_keeps_the_partial_answer_for_the_next_request() {
     assert_eq!(messages[n - 2]["role"], "assistant");
     assert_eq!(messages[n - 2]["content"], "Half an answer");
     assert!(messages[n - 2].get("stopped").is_none());
+    assert!(messages[n - 2].get("usage_estimated").is_none());
     assert_eq!(messages[n - 1]["content"], "go on");
     drop(stream);
     fx.shutdown().await;

@@ -63,6 +63,9 @@ struct Run {
     /// on a one-request server the parent's turn goes on before its children's first
     /// requests, instead of waiting behind one of them.
     held_slot: Option<crate::slots::Permit>,
+    /// The estimated tokens of the last model request: a stopped answer's input count
+    /// when the provider reported none before the stop (E23).
+    request_tokens: usize,
 }
 
 /// From this many identical batches in a row, the model is told it repeats itself and
@@ -164,6 +167,7 @@ async fn run(
         flushing: None,
         unnoted: first_reports,
         held_slot: None,
+        request_tokens: 0,
     };
     let outcome = run.drive().await;
     let Run {
@@ -256,6 +260,23 @@ impl Run {
                     if !partial.trim().is_empty() {
                         let mut stopped = Message::assistant(Some(partial), Vec::new());
                         stopped.stopped = true;
+                        // Providers report usage at the end of a stream, which a stop cuts
+                        // off: the answer keeps the runtime's estimate, marked as one, so
+                        // the session's and the tree's counts do not say 0 (E23).
+                        let usage = crate::protocol::Usage {
+                            input_tokens: self.request_tokens as u64,
+                            output_tokens: crate::context::window::estimate_tokens(
+                                std::slice::from_ref(&stopped),
+                                &[],
+                            ) as u64,
+                        };
+                        stopped.usage = Some(usage);
+                        stopped.usage_estimated = true;
+                        self.ctl.add_usage(
+                            usage,
+                            &self.turn.provider_name,
+                            &self.turn.settings.model,
+                        );
                         if let Err(err) = self.append(vec![stopped]) {
                             return Some(RunOutcome::Failed(err));
                         }
@@ -411,6 +432,7 @@ impl Run {
         }
         self.ctl
             .set_context(ContextMeter::new(prepared.used, self.context.window as u32));
+        self.request_tokens = prepared.used;
         loop {
             match self.generate(prepared.messages).await {
                 Err(ProviderError::ContextTooLong(message)) if !compacted => {
@@ -425,6 +447,7 @@ impl Run {
                         None => return Err(ProviderError::ContextTooLong(message).to_string()),
                     }
                     prepared = self.prepare(false);
+                    self.request_tokens = prepared.used;
                 }
                 Err(err) => return Err(err.to_string()),
                 Ok(Ok(response)) => {

@@ -166,8 +166,9 @@ export function useAttention(
     return () => window.removeEventListener('focus', onFocus);
   }, []);
 
+  const openTitle = selected ? titles[selected] ?? null : null;
   useEffect(() => {
-    platform.setTitle?.(windowTitle(summary.count));
-  }, [platform, summary.count]);
+    platform.setTitle?.(windowTitle(summary.count, openTitle));
+  }, [platform, summary.count, openTitle]);
   return { summary, feed, seen, roots: list, forget };
 }

@@ -1462,9 +1462,15 @@ export function summarize(roots: RootAttention[]): AttentionSummary {
   return { count, sessions, approvals, failed, trays };
 }
 
-/** The window title: "Bumblehive — 2 need you". */
-export function windowTitle(count: number): string {
-  return count > 0 ? `Bumblehive — ${count} need${count === 1 ? 's' : ''} you` : 'Bumblehive';
+/**
+ * The window title: "Fix the parser — Bumblehive — 2 need you". It names the session on
+ * screen first, so the taskbar and a window switcher tell windows and sessions apart
+ * (D26); the count of what waits for the person stays at the end.
+ */
+export function windowTitle(count: number, session?: string | null): string {
+  const base = count > 0 ? `Bumblehive — ${count} need${count === 1 ? 's' : ''} you` : 'Bumblehive';
+  const name = session?.trim();
+  return name ? `${name} — ${base}` : base;
 }
 
 /**

@@ -76,3 +76,15 @@ export function sessionModels(info: SessionInfo | null | undefined): ModelTokens
 export function modelLine(m: ModelTokens): string {
   return `${m.model} (${m.provider}): ${formatTokens(totalTokens(m.tokens))} tokens (${m.tokens.input} in, ${m.tokens.output} out)`;
 }
+
+/**
+ * Tokens of answers streaming now, estimated from their text (a quarter of its length,
+ * as the runtime estimates): providers report usage only at the end of a stream, so the
+ * live count is shown as "≈" (E23). Past 100 tokens it moves in steps of 25, so the
+ * status line re-renders every ~100 characters, not on every delta.
+ */
+export function streamingEstimate(chars: number): number {
+  if (chars <= 0) return 0;
+  const tokens = Math.ceil(chars / 4);
+  return tokens <= 100 ? tokens : Math.ceil(tokens / 25) * 25;
+}

@@ -15,6 +15,11 @@ export type Message = { role: Role, content: string | null, tool_calls?: Array<T
  */
 stopped?: boolean, 
 /**
+ * `usage` is the runtime's estimate, not the provider's count: a stopped answer's
+ * provider reports usage only at the end of the stream (issue 28, E23).
+ */
+usage_estimated?: boolean, 
+/**
  * Images of the message: pasted or dropped by the person (user messages), or returned
  * by a tool (an MCP server's screenshot, on tool messages).
  */

@@ -16,4 +16,10 @@ latency_ms: number,
  * Empty when `ok`; otherwise what went wrong (authentication, unreachable, model
  * not found, no answer in time …).
  */
-message: string, };
+message: string, 
+/**
+ * The models the server lists (`GET {base_url}/models`, asked of OpenAI-compatible
+ * servers), so Settings offers them in the model field (E19); empty when it lists
+ * none or does not answer.
+ */
+models: Array<string>, };

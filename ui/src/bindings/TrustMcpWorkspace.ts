@@ -5,6 +5,11 @@
  */
 export type TrustMcpWorkspace = { workspace: string, allow: boolean, 
 /**
+ * With `allow`: start the workspace's servers now and answer once they are ready
+ * (or failed, or past their start-up timeout), instead of at the next turn.
+ */
+start?: boolean | null, 
+/**
  * The `trust_sha256` the listing showed: refused if the file or a program it
  * runs changed since (security review 6).
  */

@@ -498,6 +498,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
         <StatusLine
           config={configured === false ? null : config}
           treeTokens={selected ? stats?.treeTokens ?? null : null}
+          streamingTokens={selected ? stats?.streamingTokens ?? 0 : 0}
           models={selected ? treeModels(sessions, selected) : []}
           runs={counts.running}
           waiting={counts.waiting}
@@ -505,6 +506,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
           context={selected ? stats?.context ?? null : null}
           instructions={selected ? stats?.instructions ?? [] : []}
           onCompact={workspace && !booting ? (selected ? () => compactSession(selected) : null) : undefined}
+          session={selected ? sessions.find((s) => s.session_id === selected) ?? null : null}
         />
         {inbox && (
           <Inbox
@@ -584,6 +586,13 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
             welcome={settings === 'welcome'}
             workspace={workspace}
             configured={configured}
+            running={sessions
+              .filter((s) => states[s.session_id] === 'running' || states[s.session_id] === 'waiting')
+              .map((s) => ({ id: s.session_id, title: s.title || 'Untitled session' }))}
+            onStop={(id) => {
+              const args: SessionRef = { session_id: id };
+              platform.invoke('cancel', args).catch(() => undefined);
+            }}
             onClose={closeSettings}
             onSaved={(cfg) => {
               setConfig(cfg);

@@ -532,6 +532,14 @@ export function Chat(props: {
           {m.stopped && (
             <div class="message-head" data-testid="stopped-answer">
               <span class="who">Stopped here: the model sees this partial answer</span>
+              {/* The provider's count comes at the end of a stream, which Stop cut off: the
+                  runtime's estimate, said to be one (E23). */}
+              {m.usage && m.usage_estimated && (
+                <span class="muted" data-testid="stopped-usage" title="Estimated by Bumblehive: the provider reports usage only at the end of an answer">
+                  {' '}
+                  · ≈{formatTokens(m.usage.input_tokens + m.usage.output_tokens)} tokens (estimated)
+                </span>
+              )}
             </div>
           )}
           {m.content ? (

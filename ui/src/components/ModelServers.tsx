@@ -1,5 +1,6 @@
 // Settings → Model servers: every provider of the config by name (the lone `provider` block
-// is `default`), with Add, Remove, Make default and Test. Changes go through
+// is `default`), with Add, Edit, Remove, Make default and Test (whose answer lists the
+// server's models, offered in the form's model field). Changes go through
 // `update_config`'s merge patch, keys through `set_api_key` into the keyring.
 
 import { useState } from 'preact/hooks';
@@ -52,21 +53,32 @@ function row(name: string, block: any, defaultName: string, builtIn: boolean): S
   };
 }
 
-/** Every provider the config names, `default` (the `provider` block) first. */
-export function serverRows(config: any): ServerRow[] {
+/**
+ * Every provider the config names, `default` (the `provider` block) first. `configured`
+ * false: nothing is configured, and the `provider` block holds only the runtime's built-in
+ * guess (Ollama's address), which is not listed as a server of the person's (E19, D6).
+ */
+export function serverRows(config: any, configured: boolean | null = null): ServerRow[] {
   if (!config || typeof config !== 'object') return [];
   const named = (config.providers ?? {}) as Record<string, any>;
   const defaultName = typeof config.default_provider === 'string' ? config.default_provider : DEFAULT_PROVIDER;
   const rows: ServerRow[] = [];
   // A `providers.default` entry replaces the `provider` block (as `provider_named` does).
-  if (!(DEFAULT_PROVIDER in named)) rows.push(row(DEFAULT_PROVIDER, config.provider, defaultName, true));
+  if (!(DEFAULT_PROVIDER in named) && configured !== false) rows.push(row(DEFAULT_PROVIDER, config.provider, defaultName, true));
   for (const [name, block] of Object.entries(named)) rows.push(row(name, block, defaultName, false));
   return rows;
 }
 
 type TestState = { status: 'running' } | { status: 'done'; result: ProviderTest } | { status: 'error'; message: string };
 
+/** The models a server's last test listed (E19). */
+function modelsOf(t: TestState | undefined): string[] {
+  return t?.status === 'done' ? t.result.models ?? [] : [];
+}
+
 interface AddForm {
+  /** The server being edited (its name is fixed), or null when adding. */
+  editing?: string | null;
   name: string;
   kind: 'openai' | 'anthropic';
   base_url: string;
@@ -82,9 +94,11 @@ const EMPTY_FORM: AddForm = { name: '', kind: 'openai', base_url: '', model: '',
 export function addFormProblem(form: AddForm, rows: ServerRow[]): string | null {
   const name = form.name.trim();
   if (!name) return 'Give the server a name.';
-  if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(name)) return 'The name may use letters, digits, ".", "_" and "-".';
-  if (name === DEFAULT_PROVIDER) return '"default" is the provider block edited below; choose another name.';
-  if (rows.some((r) => r.name === name)) return `A server named "${name}" exists already.`;
+  if (!form.editing) {
+    if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(name)) return 'The name may use letters, digits, ".", "_" and "-".';
+    if (name === DEFAULT_PROVIDER) return '"default" is the provider block; choose another name.';
+    if (rows.some((r) => r.name === name)) return `A server named "${name}" exists already.`;
+  }
   if (!form.base_url.trim()) return 'Give the base URL.';
   if (!form.model.trim()) return 'Give the model.';
   for (const [label, value] of [
@@ -102,9 +116,23 @@ function refusal(err: unknown, what: string): string {
   return e.code === 'busy' ? `${what}: stop running sessions first (${e.message}).` : `${what}: ${e.message}`;
 }
 
-export function ModelServers(props: { platform: Platform; config: any; onChanged: (config: any) => void }) {
+/** A row as the form edits it. */
+function editForm(r: ServerRow): AddForm {
+  return {
+    editing: r.name,
+    name: r.name,
+    kind: r.kind === 'anthropic' ? 'anthropic' : 'openai',
+    base_url: r.base_url,
+    model: r.model,
+    api_key: '',
+    max_concurrent: r.max_concurrent == null ? '' : String(r.max_concurrent),
+    context_window: r.context_window == null ? '' : String(r.context_window),
+  };
+}
+
+export function ModelServers(props: { platform: Platform; config: any; configured?: boolean | null; onChanged: (config: any) => void }) {
   const { platform } = props;
-  const rows = serverRows(props.config);
+  const rows = serverRows(props.config, props.configured ?? null);
   const [tests, setTests] = useState<Record<string, TestState>>({});
   const [error, setError] = useState<string | null>(null);
   const [adding, setAdding] = useState<AddForm | null>(null);
@@ -145,30 +173,36 @@ export function ModelServers(props: { platform: Platform; config: any; onChanged
     }
     setAddError(null);
     const name = adding.name.trim();
+    const editing = adding.editing ?? null;
     const block: { [key: string]: JsonValue } = { kind: adding.kind, base_url: adding.base_url.trim(), model: adding.model.trim() };
+    // Editing: an emptied optional field removes its key (null in a merge patch).
     if (adding.max_concurrent.trim()) block.max_concurrent = Number(adding.max_concurrent);
+    else if (editing) block.max_concurrent = null;
     if (adding.context_window.trim()) block.context_window = Number(adding.context_window);
+    else if (editing) block.context_window = null;
+    // The built-in `default` row is the lone `provider` block.
+    const builtIn = editing != null && rows.some((r) => r.name === editing && r.builtIn);
     setWorking(true);
     try {
-      let config = await platform.invoke('update_config', { patch: { providers: { [name]: block } } });
+      let config = await platform.invoke('update_config', { patch: builtIn ? { provider: block } : { providers: { [name]: block } } });
       props.onChanged(config);
       const key = adding.api_key.trim();
       // The server is added before its key: `set_api_key` names an existing provider.
       if (key) {
         try {
-          const args: SetApiKey = { key, provider: name };
+          const args: SetApiKey = builtIn ? { key } : { key, provider: name };
           config = await platform.invoke('set_api_key', args);
           props.onChanged(config);
         } catch (err) {
           // The key never stays in the form once sent.
           setAdding(null);
-          setError(refusal(err, `“${name}” was added, but its key was not stored`));
+          setError(refusal(err, `“${name}” was ${editing ? 'saved' : 'added'}, but its key was not stored`));
           return;
         }
       }
       setAdding(null);
     } catch (err) {
-      setAddError(refusal(err, 'Not added'));
+      setAddError(refusal(err, editing ? 'Not saved' : 'Not added'));
     } finally {
       setWorking(false);
     }
@@ -231,6 +265,17 @@ export function ModelServers(props: { platform: Platform; config: any; onChanged
                     <button type="button" data-testid="server-test" disabled={t?.status === 'running'} onClick={() => void test(r.name)}>
                       {t?.status === 'running' ? 'Testing…' : 'Test'}
                     </button>
+                    <button
+                      type="button"
+                      data-testid="server-edit"
+                      disabled={working || adding != null}
+                      onClick={() => {
+                        setAddError(null);
+                        setAdding(editForm(r));
+                      }}
+                    >
+                      Edit
+                    </button>
                     {!r.isDefault && (
                       <button
                         type="button"
@@ -289,7 +334,7 @@ export function ModelServers(props: { platform: Platform; config: any; onChanged
         >
           <label>
             <span>Name</span>
-            <input type="text" value={adding.name} data-testid="server-name" onInput={field('name')} placeholder="e.g. local, claude" />
+            <input type="text" value={adding.name} data-testid="server-name" disabled={!!adding.editing} onInput={field('name')} placeholder="e.g. local, claude" />
           </label>
           <label>
             <span>Kind</span>
@@ -306,6 +351,24 @@ export function ModelServers(props: { platform: Platform; config: any; onChanged
             <span>Model</span>
             <input type="text" value={adding.model} data-testid="server-model" onInput={field('model')} />
           </label>
+          {adding.editing && (
+            <div class="row model-choices" data-testid="server-model-choices">
+              <button type="button" class="quiet" data-testid="server-list-models" disabled={tests[adding.editing]?.status === 'running'} onClick={() => void test(adding.editing!)}>
+                {tests[adding.editing]?.status === 'running' ? 'Asking the server…' : 'Models on this server'}
+              </button>
+              {modelsOf(tests[adding.editing]).map((m) => (
+                <button
+                  key={m}
+                  type="button"
+                  class={`chip${adding.model === m ? ' chosen' : ''}`}
+                  data-testid="server-model-choice"
+                  onClick={() => setAdding((f) => (f ? { ...f, model: m } : f))}
+                >
+                  {m}
+                </button>
+              ))}
+            </div>
+          )}
           <label>
             <span>API key (optional, kept in the system keyring)</span>
             <input type="password" autocomplete="off" value={adding.api_key} data-testid="server-api-key" onInput={field('api_key')} />
@@ -321,7 +384,7 @@ export function ModelServers(props: { platform: Platform; config: any; onChanged
           {addError && <ErrorBox testid="server-add-error" message={addError} onDismiss={() => setAddError(null)} />}
           <div class="row">
             <button type="submit" class="primary" disabled={working} data-testid="server-add-save">
-              {working ? 'Adding…' : 'Add server'}
+              {adding.editing ? (working ? 'Saving…' : 'Save') : working ? 'Adding…' : 'Add server'}
             </button>
             <button
               type="button"

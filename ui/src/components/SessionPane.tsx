@@ -7,7 +7,7 @@ import type { ContextMeter } from '../bindings/ContextMeter';
 import type { InstructionFile } from '../bindings/InstructionFile';
 import type { Event as WireEvent } from '../bindings/Event';
 import { SessionModel, tokens, totalTokens, type ChildTab, type SessionNeeds, type Tokens } from '../model';
-import { agentLabel, modelLine, sessionModels } from '../usage';
+import { agentLabel, modelLine, sessionModels, streamingEstimate } from '../usage';
 import { CommandError, toCommandError, type Platform } from '../platform';
 import { formatTokens } from '../util';
 import { ApprovalDialog } from './ApprovalDialog';
@@ -37,6 +37,8 @@ import type { SetAgent } from '../bindings/SetAgent';
 
 export interface PaneStats {
   treeTokens: number;
+  /** Estimated tokens of the answers streaming now, not counted in `treeTokens` yet (E23). */
+  streamingTokens: number;
   /** The open session's own context meter (the status line shows it). */
   context: ContextMeter | null;
   instructions: InstructionFile[];
@@ -106,11 +108,23 @@ export function providerChoices(config: any): { name: string; model: string }[] 
   return list;
 }
 
-/** The composer's model picker: applies to the session's next turn (`set_model`). */
+/** The config's default server: `default_provider` when it names a server, else `default`. */
+function defaultChoice(config: any): string {
+  const named = config?.default_provider;
+  return typeof named === 'string' && named ? named : 'default';
+}
+
+/**
+ * The composer's model picker: applies to the session's next turn (`set_model`). Each
+ * server once (E19): the default server is the first option, "Default", which follows
+ * the config; it is listed by its own name only while the session names it explicitly.
+ */
 function ModelPicker(props: { config: any; value: string | null; onChange: (provider: string | null) => void; busy?: boolean }) {
   const choices = providerChoices(props.config);
   if (choices.length < 2) return null;
-  const fallback = String(props.config?.default_provider ?? 'default');
+  const fallback = defaultChoice(props.config);
+  const first = choices.find((c) => c.name === fallback);
+  const others = choices.filter((c) => c.name !== fallback || props.value === fallback);
   return (
     <select
       class="model-picker"
@@ -121,8 +135,11 @@ function ModelPicker(props: { config: any; value: string | null; onChange: (prov
       value={props.value ?? ''}
       onChange={(e) => props.onChange((e.target as HTMLSelectElement).value || null)}
     >
-      <option value="">Default ({fallback})</option>
-      {choices.map((c) => (
+      <option value="">
+        Default · {fallback}
+        {first?.model ? ` · ${first.model}` : ''}
+      </option>
+      {others.map((c) => (
         <option key={c.name} value={c.name}>
           {c.name}
           {c.model ? ` · ${c.model}` : ''}
@@ -440,9 +457,10 @@ export function SessionPane(props: {
   const treeTokens = state ? totalTokens(state.treeUsage) : 0;
   const context = (model && state?.transcripts[model.sessionId]?.context) || null;
   const instructions = state?.instructions ?? NO_FILES;
+  const streamingTokens = state ? streamingEstimate(Object.values(state.transcripts).reduce((n, t) => n + t.streaming.length, 0)) : 0;
   useEffect(() => {
-    props.onStats?.({ treeTokens, context, instructions });
-  }, [treeTokens, context?.used, context?.window, context?.percent, instructions]);
+    props.onStats?.({ treeTokens, streamingTokens, context, instructions });
+  }, [treeTokens, streamingTokens, context?.used, context?.window, context?.percent, instructions]);
 
   // Esc stops the run from anywhere in the window (the approval dialog swallows it).
   useEffect(() => {

@@ -1,8 +1,9 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { UpdateConfig } from '../bindings/UpdateConfig';
+import { busyText } from '../busy';
 import { toCommandError, type Platform, type ProbeResult } from '../platform';
 import { ErrorBox } from './ErrorBox';
-import { ModelServers } from './ModelServers';
+import { DEFAULT_PROVIDER, ModelServers } from './ModelServers';
 import { McpServers } from './McpServers';
 import { SkillsList } from './SkillsList';
 import { UndoHistory } from './UndoHistory';
@@ -29,8 +30,20 @@ function commandPolicy(config: any): ProviderForm['command_policy'] {
   return value === 'ask' || value === 'off' ? value : 'sandbox';
 }
 
+/**
+ * The server top-level sessions use, which the form below edits (E19): `default_provider`
+ * when it names an entry of `providers`, else the lone `provider` block (a
+ * `providers.default` entry stands for it, as the runtime's `provider_named` has it).
+ */
+export function defaultServer(config: any): { name: string; path: ['provider'] | ['providers', string]; block: any } {
+  const named = (config?.providers ?? {}) as Record<string, any>;
+  const chosen = typeof config?.default_provider === 'string' ? config.default_provider : DEFAULT_PROVIDER;
+  if (chosen in named) return { name: chosen, path: ['providers', chosen], block: named[chosen] };
+  return { name: DEFAULT_PROVIDER, path: ['provider'], block: config?.provider ?? {} };
+}
+
 export function formFromConfig(config: any): ProviderForm {
-  const p = config?.provider ?? {};
+  const p = defaultServer(config).block ?? {};
   return {
     kind: p.kind === 'anthropic' ? 'anthropic' : 'openai',
     base_url: typeof p.base_url === 'string' ? p.base_url : '',
@@ -40,22 +53,7 @@ export function formFromConfig(config: any): ProviderForm {
   };
 }
 
-/**
- * The busy refusal (SPEC §6: the config changes only while nothing runs) in words, with
- * what the person can do: stop or wait, or choose a model for one session in its composer,
- * which works at any time (D15).
- */
-export function busyText(message: string): string {
-  const what = message
-    .replace(/^the runtime is busy:\s*/i, '')
-    .replace(/;?\s*stop them before changing the config\.?$/i, '')
-    .trim();
-  return (
-    `Settings cannot change while the agent works${what ? ` (${what})` : ''}. ` +
-    'Stop those runs (Esc in their session) or let them finish, then Retry. ' +
-    "To use another model for one session, choose it in that session's composer: that works while others run."
-  );
-}
+export { busyText };
 
 type ProbeState = { status: 'idle' | 'running' } | { status: 'unsupported' } | { status: 'done'; results: ProbeResult[] } | { status: 'error'; message: string };
 
@@ -66,6 +64,9 @@ export function Settings(props: {
   workspace?: string | null;
   /** Whether the config names a provider; `false`: the runtime's default is not shown as a choice. */
   configured?: boolean | null;
+  /** The runs that keep the config from changing (SPEC §6), each with a Stop (D15). */
+  running?: { id: string; title: string }[];
+  onStop?: (sessionId: string) => void;
   onClose: () => void;
   onSaved: (config: any) => void;
 }) {
@@ -146,27 +147,28 @@ export function Settings(props: {
     setError(null);
     setSaved(false);
     try {
-      const patch: UpdateConfig['patch'] = {
-        provider: {
-          kind: form.kind,
-          base_url: form.base_url.trim(),
-          model: form.model.trim(),
-          // null removes the key (JSON merge patch).
-          api_key_env: form.api_key_env.trim() || null,
-        },
+      const block = {
+        kind: form.kind,
+        base_url: form.base_url.trim(),
+        model: form.model.trim(),
+        // null removes the key (JSON merge patch).
+        api_key_env: form.api_key_env.trim() || null,
       };
+      // The server that is the default, wherever the config keeps it (E19).
+      const target = defaultServer(config).path;
+      const patch: UpdateConfig['patch'] = target.length === 1 ? { provider: block } : { providers: { [target[1]]: block } };
       // Only a changed command policy is sent (a patch changes what it names).
       if (loadedPolicy.current !== form.command_policy) {
         (patch as Record<string, unknown>).tools = { run_command: { sandbox: form.command_policy } };
       }
       const args: UpdateConfig = { patch };
-      const config = await platform.invoke('update_config', args);
-      setConfig(config);
-      const next = formFromConfig(config);
+      const saved = await platform.invoke('update_config', args);
+      setConfig(saved);
+      const next = formFromConfig(saved);
       loadedPolicy.current = next.command_policy;
       setForm(next);
       setSaved(true);
-      props.onSaved(config);
+      props.onSaved(saved);
     } catch (err) {
       const e = toCommandError(err);
       setError({ code: e.code, message: e.message });
@@ -181,11 +183,12 @@ export function Settings(props: {
     if (!apiKey.trim()) return;
     setKeyState({ status: 'saving' });
     try {
-      const config = await platform.invoke('set_api_key', { key: apiKey });
-      setConfig(config);
+      const target = defaultServer(config).path;
+      const stored = await platform.invoke('set_api_key', target.length === 1 ? { key: apiKey } : { key: apiKey, provider: target[1] });
+      setConfig(stored);
       setApiKey('');
       setKeyState({ status: 'saved' });
-      props.onSaved(config);
+      props.onSaved(stored);
     } catch (err) {
       setKeyState({ status: 'error', message: toCommandError(err).message });
     }
@@ -200,9 +203,22 @@ export function Settings(props: {
     setForm((f) => ({ ...(f ?? { kind, base_url, model: '', api_key_env: '', command_policy: 'sandbox' as const }), kind, base_url, model: model ?? f?.model ?? '' }));
   };
 
+  // The models the default server lists (its `test_provider` answer), for the model field.
+  const [listed, setListed] = useState<{ status: 'idle' | 'running' } | { status: 'done'; models: string[] } | { status: 'error'; message: string }>({ status: 'idle' });
+  const listModels = async () => {
+    setListed({ status: 'running' });
+    try {
+      const result = await platform.invoke('test_provider', { name: defaultServer(config).name });
+      setListed({ status: 'done', models: result.models ?? [] });
+    } catch (err) {
+      setListed({ status: 'error', message: toCommandError(err).message });
+    }
+  };
+
   const probed = probe.status === 'done' ? probe.results.filter((r) => r.ok) : [];
   const sameServer = (r: ProbeResult) => form != null && r.base_url.replace(/\/+$/, '') === form.base_url.trim().replace(/\/+$/, '');
-  const modelOptions = [...new Set([...probed.filter(sameServer), ...probed.filter((r) => !sameServer(r))].flatMap((r) => r.models))];
+  const serverModels = listed.status === 'done' ? listed.models : [];
+  const modelOptions = [...new Set([...serverModels, ...[...probed.filter(sameServer), ...probed.filter((r) => !sameServer(r))].flatMap((r) => r.models)])];
 
   const onKeyDown = (e: KeyboardEvent) => {
     if (e.key === 'Escape') {
@@ -211,12 +227,48 @@ export function Settings(props: {
       props.onClose();
     }
   };
+  // Esc also closes it when the focus fell out of the dialog: a form that closed (Add
+  // server, Save) took the focused button with it, and the key then reaches the page,
+  // where Esc stops a run (E19). Caught before the page's own handlers see it.
+  const closeRef = useRef(props.onClose);
+  closeRef.current = props.onClose;
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key !== 'Escape' || e.defaultPrevented) return;
+      if (box.current && e.target instanceof Node && box.current.contains(e.target)) return;
+      e.preventDefault();
+      e.stopPropagation();
+      closeRef.current();
+    };
+    window.addEventListener('keydown', onKey, true);
+    return () => window.removeEventListener('keydown', onKey, true);
+  }, []);
+  const running = props.running ?? [];
 
   return (
     <div class="overlay" onKeyDown={onKeyDown}>
       <div class="dialog settings" role="dialog" aria-modal="true" aria-labelledby="settings-title" tabIndex={-1} ref={box} data-testid="settings-dialog">
         <h2 id="settings-title">{props.welcome ? 'Welcome: choose a model provider' : 'Settings'}</h2>
         {loadError && <ErrorBox message={`Cannot read the settings: ${loadError}`} onRetry={() => void load()} />}
+        {running.length > 0 && !props.welcome && (
+          <section class="settings-busy" data-testid="settings-busy">
+            <span>
+              Server and MCP changes wait until these stop ({running.length} running); a session's own model can change any time in its composer:
+            </span>
+            <ul>
+              {running.map((r) => (
+                <li key={r.id} data-testid="settings-busy-run" data-session-id={r.id}>
+                  <span class="settings-busy-title">{r.title}</span>
+                  {props.onStop && (
+                    <button type="button" class="quiet" data-testid="settings-busy-stop" onClick={() => props.onStop?.(r.id)}>
+                      Stop
+                    </button>
+                  )}
+                </li>
+              ))}
+            </ul>
+          </section>
+        )}
         <section class="probe" data-testid="settings-probe-section">
           <div class="row">
             <span>Local model servers (Ollama, LM Studio)</span>
@@ -266,13 +318,24 @@ export function Settings(props: {
           <ModelServers
             platform={platform}
             config={config}
+            configured={props.configured ?? null}
             onChanged={(next) => {
               setConfig(next);
               props.onSaved(next);
             }}
           />
         )}
-        {!props.welcome && <McpServers platform={platform} workspace={props.workspace ?? null} />}
+        {!props.welcome && (
+          <McpServers
+            platform={platform}
+            workspace={props.workspace ?? null}
+            config={config}
+            onChanged={(next) => {
+              setConfig(next);
+              props.onSaved(next);
+            }}
+          />
+        )}
         {!props.welcome && <SkillsList platform={platform} workspace={props.workspace ?? null} />}
         {!props.welcome && <UndoHistory platform={platform} workspace={props.workspace ?? null} />}
         {form && (
@@ -284,7 +347,8 @@ export function Settings(props: {
             }}
           >
             <p class="muted" data-testid="settings-default-block">
-              The <code>default</code> server (the config's <code>provider</code> block):
+              The default server, <strong data-testid="settings-default-name">{defaultServer(config).name}</strong> (top-level sessions use it; Make default
+              in the list above chooses another):
             </p>
             <label>
               <span>Provider</span>
@@ -307,6 +371,20 @@ export function Settings(props: {
                 ))}
               </datalist>
             </label>
+            {config && props.configured !== false && (
+              <div class="row model-choices" data-testid="settings-model-choices">
+                <button type="button" class="quiet" data-testid="settings-list-models" disabled={listed.status === 'running'} onClick={() => void listModels()}>
+                  {listed.status === 'running' ? 'Asking the server…' : 'Models on this server'}
+                </button>
+                {serverModels.map((m) => (
+                  <button key={m} type="button" class={`chip${form.model === m ? ' chosen' : ''}`} data-testid="settings-model-choice" onClick={() => use(form.kind, form.base_url, m)}>
+                    {m}
+                  </button>
+                ))}
+                {listed.status === 'done' && serverModels.length === 0 && <span class="muted">The server lists no models (type the name).</span>}
+                {listed.status === 'error' && <span class="muted">Cannot ask: {listed.message}</span>}
+              </div>
+            )}
             <label>
               <span>API key environment variable</span>
               <input type="text" value={form.api_key_env} data-testid="settings-api-key-env" onInput={field('api_key_env')} placeholder="e.g. OPENAI_API_KEY (empty for local servers)" />

@@ -111,21 +111,31 @@ function useDismiss(open: boolean, box: { current: HTMLElement | null }, close: 
 }
 
 /** "12k tokens (tree)"; the tooltip and a click split them by model (the session and its sub-agents). */
-export function TreeTokens(props: { total: number; models: ModelTokens[] }) {
+export function TreeTokens(props: { total: number; models: ModelTokens[]; streaming?: number }) {
   const [open, setOpen] = useState(false);
   const box = useRef<HTMLSpanElement>(null);
   useDismiss(open, box, () => setOpen(false));
   const { models } = props;
-  const label = `${formatTokens(props.total)} tokens (tree)`;
-  if (!models.length) return <span data-testid="status-tokens">{label}</span>;
+  const live = props.streaming ?? 0;
+  // While an answer streams, its tokens are estimated from its text, and the count says so
+  // with "≈" (providers report usage only at the end; E23).
+  const label = live > 0 ? `≈${formatTokens(props.total + live)} tokens (tree)` : `${formatTokens(props.total)} tokens (tree)`;
+  const liveNote = live > 0 ? `\nIncludes ≈${formatTokens(live)} estimated from the answer streaming now.` : '';
+  if (!models.length)
+    return (
+      <span data-testid="status-tokens" data-estimated={live > 0 ? 'true' : undefined} title={liveNote.trim() || undefined}>
+        {label}
+      </span>
+    );
   return (
     <span class="instructions" ref={box}>
       <button
         type="button"
         class="link"
         data-testid="status-tokens"
+        data-estimated={live > 0 ? 'true' : undefined}
         aria-expanded={open}
-        title={`Tokens of this session and its sub-agents, by model:\n${models.map(modelLine).join('\n')}`}
+        title={`Tokens of this session and its sub-agents, by model:\n${models.map(modelLine).join('\n')}${liveNote}`}
         onClick={() => setOpen(!open)}
       >
         {label}
@@ -186,10 +196,30 @@ function CompactButton(props: { onCompact: (() => Promise<void>) | null }) {
   );
 }
 
+/**
+ * The model the status line names: the open session's choice when it made one (a server
+ * the config still has), else the default server (`default_provider`'s block, else the
+ * `provider` block).
+ */
+export function statusServer(
+  config: any,
+  session: { provider?: string | null; model?: string | null } | null,
+): { model: string; base_url: string; chosen: boolean } | null {
+  if (!config) return null;
+  const blockOf = (name: string | null | undefined) =>
+    typeof name === 'string' && name ? config.providers?.[name] ?? (name === 'default' ? config.provider : undefined) : undefined;
+  const chosen = blockOf(session?.provider);
+  const p = chosen ?? blockOf(config.default_provider) ?? config.provider;
+  if (!p) return null;
+  return { model: String(session?.model || p.model || ''), base_url: String(p.base_url ?? ''), chosen: !!chosen || !!session?.model };
+}
+
 /** "What is it doing and what does it cost": model, tokens of the session tree, active runs, the window. */
 export function StatusLine(props: {
   config: any;
   treeTokens: number | null;
+  /** Estimated tokens of the answers streaming now in the open tree (E23). */
+  streamingTokens?: number;
   /** The open session tree's tokens by model (from the session list). */
   models?: ModelTokens[];
   runs: number | null;
@@ -200,14 +230,16 @@ export function StatusLine(props: {
   instructions?: InstructionFile[];
   /** Compacts the open session; null when there is none. */
   onCompact?: (() => Promise<void>) | null;
+  /** The open session's own choice (`set_model`), so the line names what it runs on (E19). */
+  session?: { provider?: string | null; model?: string | null } | null;
 }) {
-  // The server top-level sessions use: `default_provider`'s block, else the `provider` block.
-  const named = props.config?.default_provider;
-  const p = (typeof named === 'string' && props.config?.providers?.[named]) || props.config?.provider;
+  const p = statusServer(props.config, props.session ?? null);
   return (
     <footer class="status-line" data-testid="status-line">
-      <span data-testid="status-model">{p ? `${p.model} @ ${host(p.base_url)}` : 'no model configured'}</span>
-      {props.treeTokens != null && <TreeTokens total={props.treeTokens} models={props.models ?? []} />}
+      <span data-testid="status-model" title={p?.chosen ? "This session's model (chosen in its composer)" : 'The default server'}>
+        {p ? `${p.model} @ ${host(p.base_url)}` : 'no model configured'}
+      </span>
+      {props.treeTokens != null && <TreeTokens total={props.treeTokens} models={props.models ?? []} streaming={props.streamingTokens ?? 0} />}
       {props.runs != null && <span data-testid="status-runs">{props.runs} running</span>}
       {(props.waiting ?? 0) > 0 && <span data-testid="status-waiting">{props.waiting} waiting for a slot</span>}
       <Meter meter={props.context} testid="status-context" />

@@ -36,7 +36,8 @@ describe('a sub-agent of another session asks for approval', () => {
     expect($(item('bg'), 'needs-badge')!.dataset.kind).toBe('approval');
     expect($(item('c'), 'needs-badge')!.getAttribute('aria-label')).toBe('needs you: 1 approval');
     expect($(item('sel'), 'needs-badge')).toBeNull();
-    expect(fake.titles.at(-1)).toBe('Bumblehive — 1 needs you');
+    // The window names the session on screen, then what waits (D26).
+    expect(fake.titles.at(-1)).toBe('Looking here — Bumblehive — 1 needs you');
     expect(fake.notified).toEqual([{ title: 'Bumblehive needs your approval', body: 'Sub-agent “Editor” asks to run write_file in “Background work”' }]);
     // Everything that runs in the app, not only the selected tree.
     expect($(root, 'status-runs')!.textContent).toBe('2 running');
@@ -60,13 +61,13 @@ describe('a sub-agent of another session asks for approval', () => {
     const { fake, root } = await twoSessions();
     await inAct(() => fake.emit('bg', snapshot('bg', { subagents: [{ task_id: 't1', session_id: 'c', parent_session_id: 'bg', title: 'Editor', state: 'running' }] }), kind('c', 'subagent.state', { task_id: 't1', state: 'failed' })));
     expect(fake.notified).toEqual([]);
-    expect(fake.titles.at(-1)).toBe('Bumblehive — 1 needs you');
+    expect(fake.titles.at(-1)).toBe('Looking here — Bumblehive — 1 needs you');
     const childItem = $$(root, 'session-item').find((i) => i.dataset.sessionId === 'c')!;
     expect($(childItem, 'needs-badge')!.dataset.kind).toBe('failed');
     // Opening the failed child clears it.
     await inAct(() => (childItem.querySelector('.session-open') as HTMLElement).click());
     expect($(root, 'child-view')!.dataset.sessionId).toBe('c');
-    expect(fake.titles.at(-1)).toBe('Bumblehive');
+    expect(fake.titles.at(-1)).toBe('Background work — Bumblehive');
   });
 });
 

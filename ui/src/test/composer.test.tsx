@@ -199,7 +199,8 @@ describe('the model picker', () => {
     const root = mounted.root;
     await inAct(() => fake.emit('p', snapshot('p')));
     const picker = $(root, 'model-picker') as HTMLSelectElement;
-    expect(Array.from(picker.options).map((o) => o.textContent)).toEqual(['Default (default)', 'default · qwen', 'claude · claude-sonnet-4-5']);
+    // Each server once (E19): the default is "Default", not also listed by its name.
+    expect(Array.from(picker.options).map((o) => o.textContent)).toEqual(['Default · default · qwen', 'claude · claude-sonnet-4-5']);
     picker.value = 'claude';
     await inAct(() => picker.dispatchEvent(new Event('change', { bubbles: true })));
     expect(fake.callsOf('set_model')).toEqual([{ session_id: 'p', provider: 'claude', model: null }]);
@@ -226,5 +227,16 @@ describe('a stopped answer from the history', () => {
     const answer = $$(root, 'chat-message').find((m) => m.dataset.role === 'assistant')!;
     expect(answer.dataset.stopped).toBe('true');
     expect($(answer, 'stopped-answer')!.textContent).toContain('Stopped here');
+  });
+
+  it('shows the estimated tokens a stopped answer kept, said to be an estimate (E23)', async () => {
+    const { root } = await openSession({
+      p: [
+        { role: 'user', content: 'go', id: 'm1' },
+        { role: 'assistant', content: 'Half of it', stopped: true, usage: { input_tokens: 1200, output_tokens: 40 }, usage_estimated: true },
+      ],
+    });
+    const answer = $$(root, 'chat-message').find((m) => m.dataset.role === 'assistant')!;
+    expect($(answer, 'stopped-usage')!.textContent).toBe(' · ≈1.2k tokens (estimated)');
   });
 });

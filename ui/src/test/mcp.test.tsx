@@ -44,8 +44,9 @@ describe('MCP servers in Settings', () => {
       return list;
     };
     fake.handlers.restart_mcp_server = () => ({});
-    fake.handlers.trust_mcp_workspace = () => {
-      list = list.map((s) => (s.workspace ? { ...s, state: 'not_started' } : s));
+    // "Trust and start" (E13): the runtime answers once the servers settled.
+    fake.handlers.trust_mcp_workspace = ({ start }) => {
+      list = list.map((s) => (s.workspace ? { ...s, state: start ? 'ready' : 'not_started', tools: start ? [echo] : [] } : s));
       return list;
     };
     const mounted = await mountApp(fake, 'p');
@@ -81,8 +82,10 @@ describe('MCP servers in Settings', () => {
     expect(trust.textContent).toContain('runs /ws/srv.py (SHA-256 abcdef012345…)');
     expect(trust.textContent).toContain('allow_read_only is ignored');
     await inAct(() => $(trust, 'mcp-trust-allow')!.click());
-    expect(fake.callsOf('trust_mcp_workspace')).toEqual([{ workspace: '/ws', allow: true, sha256: 'digest-shown' }]);
+    expect(fake.callsOf('trust_mcp_workspace')).toEqual([{ workspace: '/ws', allow: true, sha256: 'digest-shown', start: true }]);
     expect($(mounted.root, 'mcp-trust')).toBeNull();
+    // It says when the server is ready, not "starts with the first turn".
+    expect($(mounted.root, 'mcp-trust-result')!.textContent).toBe('repo: ready, 1 tool');
   });
 
   it('shows why the list is unavailable without breaking the rest of Settings', async () => {
