@@ -252,7 +252,7 @@ pub async fn execute(
             })
             .await?;
             CommandOutput::TrustMcpWorkspace(if start {
-                service.start_mcp_workspace(&workspace).await
+                crate::settings::start_mcp_workspace(service.shared(), &workspace).await
             } else {
                 listed
             })

@@ -256,11 +256,6 @@ impl RuntimeService {
         crate::settings::trust_mcp_workspace(self.shared(), workspace, allow)
     }
 
-    /// Starts `workspace`'s MCP servers now and lists them once they settled.
-    pub async fn start_mcp_workspace(&self, workspace: &str) -> Vec<McpServerInfo> {
-        crate::settings::start_mcp_workspace(self.shared(), workspace).await
-    }
-
     /// Archives a session (hidden from the usual list) or brings it back.
     pub fn archive_session(&self, id: &str, archived: bool) -> Result<SessionInfo, RuntimeError> {
         crate::settings::archive(&self.registry, id, archived)
