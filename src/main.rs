@@ -210,15 +210,7 @@ async fn async_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Acp => {
             bumblehive::acp::serve_stdio(service.clone()).await;
             // The client went away (stdin closed): runs stop, as after SIGTERM for `serve`.
-            if tokio::time::timeout(SERVICE_STOP, service.shutdown())
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    "runs did not stop within {} s; exiting anyway",
-                    SERVICE_STOP.as_secs()
-                );
-            }
+            stop_within_deadline(&service).await;
             Ok(std::process::ExitCode::SUCCESS)
         }
     }
@@ -285,15 +277,7 @@ async fn serve(
     // connections: a half-sent request or a blocked command never delays the exit (C14).
     let stopping = async {
         shutdown.cancelled().await;
-        if tokio::time::timeout(SERVICE_STOP, service.shutdown())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "runs did not stop within {} s; exiting anyway",
-                SERVICE_STOP.as_secs()
-            );
-        }
+        stop_within_deadline(&service).await;
     };
     let (served, ()) = tokio::join!(
         bumblehive::server::serve(listener, app, shutdown.clone()),
@@ -308,6 +292,21 @@ async fn serve(
 /// stop request ends the process within 5 s whatever an MCP server, a model server or a
 /// command does (MCP supervisors get 3 s of it, then are aborted; issue 27).
 const SERVICE_STOP: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Stops every run and task, waiting at most [`SERVICE_STOP`]: a server or task that
+/// does not stop must not keep the command from exiting (review R6); what is left dies
+/// with the process.
+async fn stop_within_deadline(service: &RuntimeService) {
+    if tokio::time::timeout(SERVICE_STOP, service.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "runs did not stop within {} s; exiting anyway",
+            SERVICE_STOP.as_secs()
+        );
+    }
+}
 
 /// SIGINT and SIGTERM, registered when made.
 struct Signals {

@@ -33,9 +33,6 @@ stderr, one line each. --json prints every event as one JSON line on stdout inst
 Approvals are asked on the terminal; without one (stdin is not a terminal and ends) each
 is refused with a line saying so. --yes approves every request.";
 
-/// Longest wait for the runs to stop at the end.
-const SERVICE_STOP: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// How the run prints.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Output {
@@ -141,17 +138,8 @@ pub async fn run_once(
     controller.submit(prompt, None)?;
     // Done when nothing runs and every sub-agent's report has been delivered.
     service.wait_idle().await;
-    // Bounded as in `serve`: a server or task that does not stop must not keep the
-    // command from exiting (review R6).
-    if tokio::time::timeout(SERVICE_STOP, service.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            "runs did not stop within {} s; exiting anyway",
-            SERVICE_STOP.as_secs()
-        );
-    }
+    // Bounded as in `serve`.
+    super::stop_within_deadline(&service).await;
     done.cancel();
     let failed = printer.await.unwrap_or(true) || controller.is_paused();
     Ok(if failed { EXIT_FAILED } else { EXIT_DONE })

@@ -1015,6 +1015,39 @@ async fn a_report_recorded_just_before_a_crash_keeps_its_number() {
     service.shutdown().await;
 }
 
+/// R10's model: the parent delegates WORK (whose child waits at the gate "work"), then
+/// answers by `after_delegating`; the parent's model call that carries the report holds
+/// until `hold` (a long generation, during which the ledger is read).
+fn report_holding_model(
+    hold: &Flag,
+    after_delegating: impl Fn(&ModelRequest) -> ModelResponse + Send + Sync + 'static,
+) -> Arc<Gated> {
+    let hold = hold.clone();
+    Gated::new(move |request| {
+        let last = request.messages.last().unwrap();
+        if task_of(request).is_some() {
+            return Then::Answer(match last.role {
+                Role::Tool => ModelResponse::text("work done"),
+                _ => {
+                    ModelResponse::tool_calls(vec![call("g", "wait_gate", json!({"gate": "work"}))])
+                }
+            });
+        }
+        if is_report(last) {
+            return Then::After(hold.clone(), ModelResponse::text("parent read it"));
+        }
+        Then::Answer(if request.messages.iter().any(|m| m.role == Role::Tool) {
+            after_delegating(request)
+        } else {
+            ModelResponse::tool_calls(vec![call(
+                "w",
+                "sub_agent",
+                json!({"title": "WORK", "task": "WORK"}),
+            )])
+        })
+    })
+}
+
 /// R10: the ledger's "delivered" note of a report consumed at safe point 1 is written
 /// only once the history line holding the report is durable. Before, it was written
 /// right after the unflushed append, while the next model call ran: after a power cut
@@ -1024,44 +1057,17 @@ async fn r10_a_delivered_note_waits_for_the_history_flush() {
     let dir = tempfile::tempdir().unwrap();
     let gates = GateTool::new();
     let hold = Flag::new(false);
-    let model = {
-        let hold = hold.clone();
-        Gated::new(move |request| {
-            let last = request.messages.last().unwrap();
-            if task_of(request).is_some() {
-                return Then::Answer(match last.role {
-                    Role::Tool => ModelResponse::text("work done"),
-                    _ => ModelResponse::tool_calls(vec![call(
-                        "g",
-                        "wait_gate",
-                        json!({"gate": "work"}),
-                    )]),
-                });
-            }
-            if is_report(last) {
-                // The model call after the report was consumed: a long generation.
-                return Then::After(hold.clone(), ModelResponse::text("parent done"));
-            }
-            let waited = request
-                .messages
-                .iter()
-                .any(|m| m.role == Role::Tool && m.text().contains("opened parent"));
-            let delegated = request.messages.iter().any(|m| m.role == Role::Tool);
-            Then::Answer(match (delegated, waited) {
-                (false, _) => ModelResponse::tool_calls(vec![call(
-                    "w",
-                    "sub_agent",
-                    json!({"title": "WORK", "task": "WORK"}),
-                )]),
-                (true, false) => ModelResponse::tool_calls(vec![call(
-                    "p",
-                    "wait_gate",
-                    json!({"gate": "parent"}),
-                )]),
-                (true, true) => ModelResponse::text("parent done"),
-            })
-        })
-    };
+    let model = report_holding_model(&hold, |request| {
+        let waited = request
+            .messages
+            .iter()
+            .any(|m| m.role == Role::Tool && m.text().contains("opened parent"));
+        if waited {
+            ModelResponse::text("parent done")
+        } else {
+            ModelResponse::tool_calls(vec![call("p", "wait_gate", json!({"gate": "parent"}))])
+        }
+    });
     let (service, parent) = delegating(dir.path(), model.clone(), &gates);
     // The parent waits in its own tool while the child reports into its inbox.
     model
@@ -1105,36 +1111,7 @@ async fn r10_a_report_that_wakes_an_idle_parent_is_noted_after_the_flush() {
     let dir = tempfile::tempdir().unwrap();
     let gates = GateTool::new();
     let hold = Flag::new(false);
-    let model = {
-        let hold = hold.clone();
-        Gated::new(move |request| {
-            let last = request.messages.last().unwrap();
-            if task_of(request).is_some() {
-                return Then::Answer(match last.role {
-                    Role::Tool => ModelResponse::text("work done"),
-                    _ => ModelResponse::tool_calls(vec![call(
-                        "g",
-                        "wait_gate",
-                        json!({"gate": "work"}),
-                    )]),
-                });
-            }
-            if is_report(last) {
-                // The woken run's first model call: a long generation.
-                return Then::After(hold.clone(), ModelResponse::text("parent read it"));
-            }
-            let delegated = request.messages.iter().any(|m| m.role == Role::Tool);
-            Then::Answer(if delegated {
-                ModelResponse::text("parent done")
-            } else {
-                ModelResponse::tool_calls(vec![call(
-                    "w",
-                    "sub_agent",
-                    json!({"title": "WORK", "task": "WORK"}),
-                )])
-            })
-        })
-    };
+    let model = report_holding_model(&hold, |_| ModelResponse::text("parent done"));
     let (service, parent) = delegating(dir.path(), model.clone(), &gates);
     // The parent's turn ends while its child waits at its gate.
     model

@@ -162,8 +162,21 @@ export function useAttention(
       const still = alert.kind !== 'approval' || summaryRef.current.approvals.some((a) => a.session_id === alert.sessionId);
       if (still) openRef.current?.(alert.sessionId);
     };
+    // A person already acting in the window (a click, a key) is back by their own way:
+    // a later focus is not the notification's, and must not pull the view from under them
+    // (seen in the desktop e2e: WebDriver's click on the Main tab after an approval from
+    // the inbox focused the window and reopened the child's tab mid-click).
+    const back = () => {
+      announced.current = null;
+    };
     window.addEventListener('focus', onFocus);
-    return () => window.removeEventListener('focus', onFocus);
+    window.addEventListener('pointerdown', back, true);
+    window.addEventListener('keydown', back, true);
+    return () => {
+      window.removeEventListener('focus', onFocus);
+      window.removeEventListener('pointerdown', back, true);
+      window.removeEventListener('keydown', back, true);
+    };
   }, []);
 
   const openTitle = selected ? titles[selected] ?? null : null;

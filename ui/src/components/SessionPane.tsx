@@ -428,9 +428,14 @@ export function SessionPane(props: {
   useEffect(() => {
     if (model && tab !== 'main') callbacks.current.onTabSeen?.(model.sessionId, tab);
   }, [model, tab]);
-  // The open tab is scrolled into the strip's view (opened from a menu, a key, a card).
+  // The open tab is scrolled into the strip's view (opened from a menu, a key, a card):
+  // sideways only. scrollIntoView also scrolled the strip 1px down (the active tab sits
+  // 1px low, over the strip's border), after which WebKitGTK no longer hit-tested the
+  // tabs at their centre (a click on Main did nothing; desktop e2e).
   useEffect(() => {
-    (document.querySelector('.tabs [role="tab"][aria-selected="true"]') as HTMLElement | null)?.scrollIntoView?.({ block: 'nearest', inline: 'nearest' });
+    const open = document.querySelector('.tabs [role="tab"][aria-selected="true"]') as HTMLElement | null;
+    const strip = open?.parentElement;
+    if (open && strip) strip.scrollLeft = tabScrollLeft(strip, open);
   }, [tab]);
   // Only the shown chat's deltas re-render this pane (the others stream into the model).
   useLayoutEffect(() => {
@@ -864,4 +869,17 @@ export function SessionPane(props: {
       )}
     </div>
   );
+}
+
+/** Where the strip's horizontal scroll must be for `tab` to show whole, left of the
+ * sticky "All tabs" menu (its `scroll-padding-inline-end`); unchanged when it shows. */
+export function tabScrollLeft(strip: HTMLElement, tab: HTMLElement): number {
+  const s = strip.getBoundingClientRect();
+  const t = tab.getBoundingClientRect();
+  const reserve = parseFloat(getComputedStyle(strip).scrollPaddingInlineEnd) || 0;
+  const left = t.left - s.left + strip.scrollLeft;
+  const right = left + t.width;
+  if (left < strip.scrollLeft) return left;
+  if (right > strip.scrollLeft + strip.clientWidth - reserve) return Math.max(0, right - strip.clientWidth + reserve);
+  return strip.scrollLeft;
 }

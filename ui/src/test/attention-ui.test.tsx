@@ -98,4 +98,14 @@ describe('a notification leads to what it announced (E21)', () => {
     await inAct(() => window.dispatchEvent(new Event('focus')));
     expect($(root, 'session-pane')!.dataset.sessionId).toBe('sel');
   });
+
+  it('a person already acting in the window is not pulled away by a later focus', async () => {
+    vi.spyOn(document, 'hasFocus').mockReturnValue(false);
+    const { fake, root } = await twoSessions();
+    await inAct(() => fake.emit('bg', snapshot('bg', { running: true, subagents: [{ task_id: 't1', session_id: 'c', parent_session_id: 'bg', title: 'Editor', state: 'running' }] }), approval));
+    // Back by their own way: a click in the window (here on the inbox), then a focus.
+    await inAct(() => $(root, 'inbox-button')!.dispatchEvent(new MouseEvent('pointerdown', { bubbles: true })));
+    await inAct(() => window.dispatchEvent(new Event('focus')));
+    expect($(root, 'session-pane')!.dataset.sessionId).toBe('sel');
+  });
 });

@@ -1,6 +1,7 @@
 // Layout at usual widths (E15): titles keep their room before model names, states and
 // meters; a row's tools take room only on hover or focus; the tab strip scrolls and an
 // "All tabs" menu lists every tab. (jsdom has no layout: the rules are checked as computed.)
+import { tabScrollLeft } from '../components/SessionPane';
 import { afterEach, describe, expect, it } from 'vitest';
 import css from '../styles.css?raw';
 import { $, $$, info, inAct, snapshot, workspacePlatform } from './fake';
@@ -110,5 +111,29 @@ describe('the approval dock (E20)', () => {
     const buttons = always.closest('.dialog-buttons')!;
     expect(getComputedStyle(buttons).position).toBe('sticky');
     expect($(buttons as HTMLElement, 'approval-keys')).not.toBeNull();
+  });
+});
+
+describe('the open tab is scrolled into the strip sideways only', () => {
+  const box = (left: number, width: number) => ({ left, width, right: left + width, top: 0, bottom: 30, height: 30, x: left, y: 0, toJSON: () => ({}) }) as DOMRect;
+  const strip = (scrollLeft: number, clientWidth: number) => {
+    const el = document.createElement('div');
+    el.style.scrollPaddingInlineEnd = '100px';
+    Object.defineProperty(el, 'clientWidth', { value: clientWidth });
+    Object.defineProperty(el, 'scrollLeft', { value: scrollLeft, writable: true });
+    el.getBoundingClientRect = () => box(0, clientWidth);
+    document.body.appendChild(el);
+    return el;
+  };
+  const tab = (left: number, width: number) => {
+    const el = document.createElement('button');
+    el.getBoundingClientRect = () => box(left, width);
+    return el;
+  };
+  it('leaves a tab in view alone, brings one from the left or the right (left of the All tabs menu)', () => {
+    const s = strip(50, 600);
+    expect(tabScrollLeft(s, tab(10, 100))).toBe(50);
+    expect(tabScrollLeft(s, tab(-30, 100))).toBe(20);
+    expect(tabScrollLeft(s, tab(460, 100))).toBe(110);
   });
 });
