@@ -254,21 +254,26 @@ async fn stopping_a_child_waiting_for_a_slot_reports_that_once() {
         .iter()
         .map(|c| c["session_id"].as_str().unwrap().to_string())
         .collect();
-    // Wait (on events) until one child holds the only slot and the other waits for it.
+    // Wait (on events) until one child holds the only slot and the other waits for it,
+    // both read in one look: two looks could see the first child waiting, then the same
+    // child running with the other not yet waiting.
     let states = |fx: &Delegation| -> Vec<Option<SubagentState>> {
         ids.iter()
             .map(|id| fx.service.subagents().state_of(id))
             .collect()
     };
-    while !(states(&fx).contains(&Some(SubagentState::WaitingForSlot))
-        && states(&fx).contains(&Some(SubagentState::Running)))
-    {
-        receive(&mut begun.events, "event", None, None).await;
-    }
-    let index = states(&fx)
-        .iter()
-        .position(|s| *s == Some(SubagentState::WaitingForSlot))
-        .unwrap();
+    let index = loop {
+        let now = states(&fx);
+        let waiting = now
+            .iter()
+            .position(|s| *s == Some(SubagentState::WaitingForSlot));
+        match waiting {
+            Some(index) if now.contains(&Some(SubagentState::Running)) => break index,
+            _ => {
+                receive(&mut begun.events, "event", None, None).await;
+            }
+        }
+    };
     let (waiting, running) = (index, 1 - index);
     fx.service.cancel_session(&ids[waiting]).await.unwrap();
     receive(&mut begun.events, "result", Some(&parent), None).await;

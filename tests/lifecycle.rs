@@ -327,18 +327,25 @@ async fn r1a_stop_while_a_child_waits_for_a_slot_leaves_no_ghost() {
         .unwrap()
         .session_id;
     let pctl = service.controller(&parent).unwrap();
+    let (mut events, _) = pctl.subscribe();
     pctl.submit("delegate".into(), None).unwrap();
+    // Both `sub_agent` calls have answered `pending` (a Stop before a call's answer
+    // cancels that child's start, by design: the parent never heard of it). A child's
+    // session on disk is not that answer: it is made before its start is leased.
+    let mut answered = Vec::new();
+    while answered.len() < 2 {
+        let event = receive(&mut events, "event", Some(&parent), None).await;
+        if event["kind"] == "tool.call.finished" && event["data"]["name"] == "sub_agent" {
+            assert_eq!(event["data"]["is_error"], false, "{event}");
+            answered.push(event["data"]["call_id"].as_str().unwrap().to_string());
+        }
+    }
     // One child works (in its gate), the other waits for the only slot.
     model
         .wait_request(|r| task_of(r).is_some() && r.messages.last().unwrap().role == Role::User)
         .await;
-    let children = loop {
-        let children = children_of(&service, &parent);
-        if children.len() == 2 {
-            break children;
-        }
-        tokio::task::yield_now().await;
-    };
+    let children = children_of(&service, &parent);
+    assert_eq!(children.len(), 2, "{children:?}");
     pctl.cancel().await;
     gates.gate("c0").set();
     gates.gate("c1").set();
