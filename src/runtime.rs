@@ -42,6 +42,8 @@ pub struct TurnContext {
     pub limits: Limits,
     /// The profile's instructions (a child's agent), added to the system prompt.
     pub instructions: String,
+    /// The profile's external ACP agent: its turns replace the model loop (`acp::client`).
+    pub acp: Option<crate::protocol::AcpAgent>,
     /// The provider's name and the model, for the UI and usage.
     pub provider_name: String,
     /// The provider block the run uses (its model included): the context window is
@@ -506,6 +508,7 @@ impl Shared {
             delegator,
             secret_env: crate::tools::secret_env(&block),
             limits,
+            acp: profile.as_ref().and_then(|p| p.acp.clone()),
             instructions: profile.map(|p| p.instructions).unwrap_or_default(),
             provider_name: provider_name.to_string(),
             compaction: crate::context::compaction::Policy::from_config(&config.context)
