@@ -86,6 +86,8 @@ impl Default for Limits {
 /// What the controllers share: store, config, provider, approvals, tasks, run count.
 pub struct Shared {
     pub(crate) store: Arc<SessionStore>,
+    /// The external ACP agents of `kind: acp` children (`acp::client`).
+    pub(crate) acp_agents: crate::acp::client::Agents,
     pub(crate) data_dir: PathBuf,
     config: RwLock<Config>,
     pub(crate) config_path: Option<PathBuf>,
@@ -239,6 +241,7 @@ impl Shared {
         } = parts;
         let (data_dir_for_mcp, root_for_mcp) = (data_dir.clone(), root.clone());
         Shared {
+            acp_agents: Default::default(),
             checkpoints: {
                 let checkpoints = crate::checkpoints::Checkpoints::new(&data_dir);
                 checkpoints.set_limits(config.checkpoints.limits());

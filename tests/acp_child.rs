@@ -123,7 +123,7 @@ fn alive(pid: i32) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_acp_agent_reads_a_file_asks_once_and_reports_once_across_a_restart() {
+async fn an_acp_agent_reads_a_file_asks_once_reports_once_and_takes_a_follow_up() {
     let fx = Fixture::new().await;
     let service = fx.service();
     let info = service
@@ -191,14 +191,58 @@ async fn an_acp_agent_reads_a_file_asks_once_and_reports_once_across_a_restart()
     let children = service.list_sessions(None).unwrap();
     let tab = children.iter().find(|s| s.session_id == child_id).unwrap();
     assert_eq!(tab.agent.as_deref(), Some("py"));
+    // A follow-up in the child's tab goes to the same agent process and ACP session.
+    let pid = || -> i32 {
+        std::fs::read_to_string(fx.ws.join("agent.pid"))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let first_pid = pid();
+    let child_ctl = service.controller(&child_id).unwrap();
+    child_ctl.submit("hello".into(), None).unwrap();
+    let echoed = |service: &RuntimeService| {
+        service
+            .store()
+            .load(&child_id)
+            .unwrap()
+            .messages
+            .into_iter()
+            .find(|m| m.text().starts_with("echo from"))
+    };
+    tokio::time::timeout(WAIT, async {
+        while echoed(&service).is_none() {
+            let _ = events.next_event().await;
+        }
+    })
+    .await
+    .expect("the follow-up was not answered");
+    assert_eq!(
+        echoed(&service).unwrap().text(),
+        format!("echo from {first_pid} py-1: hello")
+    );
+    // Deleting the child ends its agent's process.
+    tokio::time::timeout(WAIT, service.wait_idle())
+        .await
+        .unwrap();
+    let delivered = reports(&service, &info.session_id).len();
+    service.delete_session(&child_id).await.unwrap();
+    tokio::time::timeout(WAIT, async {
+        while alive(first_pid) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the agent's process outlived the delete");
     service.shutdown().await;
 
-    // After a restart the report is there once, and is not delivered again.
+    // After a restart each report (the task's and the follow-up's) is there once, and
+    // none is delivered again.
     let service = fx.service();
     tokio::time::timeout(WAIT, service.wait_idle())
         .await
         .unwrap();
-    assert_eq!(reports(&service, &info.session_id).len(), 1);
+    assert_eq!(reports(&service, &info.session_id).len(), delivered);
     service.shutdown().await;
 }
 

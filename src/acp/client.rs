@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -80,19 +80,28 @@ fn stop_group(pgid: i32) {
     }
 }
 
-/// The agents of live child sessions, by our session id.
-fn agents() -> &'static Mutex<HashMap<String, Arc<Agent>>> {
-    static AGENTS: OnceLock<Mutex<HashMap<String, Arc<Agent>>>> = OnceLock::new();
-    AGENTS.get_or_init(Default::default)
-}
+/// The agents of a runtime's live child sessions, by our session id (one per runtime,
+/// in its shared state): dropping one ends its process group.
+#[derive(Default)]
+pub struct Agents(Mutex<HashMap<String, Arc<Agent>>>);
 
-/// Ends the agent of a session (deleted, or its run stopped): its process group goes.
-pub fn forget(session_id: &str) {
-    let agent = agents()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(session_id);
-    drop(agent);
+impl Agents {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Agent>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ends the agent of a session (deleted, or its turn stopped): its process group goes
+    /// once its running turn (if any) lets it go.
+    pub fn forget(&self, session_id: &str) {
+        let agent = self.map().remove(session_id);
+        drop(agent);
+    }
+
+    /// Ends every agent (the runtime shuts down).
+    pub fn clear(&self) {
+        let all: Vec<Arc<Agent>> = self.map().drain().map(|(_, a)| a).collect();
+        drop(all);
+    }
 }
 
 /// What to tell the person when the command is not there.
@@ -108,10 +117,14 @@ fn missing(command: &str) -> String {
     )
 }
 
-async fn start(session_id: &str, spec: &AcpAgent, ctx: &ToolContext) -> Result<Arc<Agent>, String> {
-    if let Some(agent) = agents()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+async fn start(
+    agents: &Agents,
+    session_id: &str,
+    spec: &AcpAgent,
+    ctx: &ToolContext,
+) -> Result<Arc<Agent>, String> {
+    if let Some(agent) = agents
+        .map()
         .get(session_id)
         .filter(|a| !a.exited.is_cancelled())
         .cloned()
@@ -203,10 +216,7 @@ async fn start(session_id: &str, spec: &AcpAgent, ctx: &ToolContext) -> Result<A
         exited,
         pgid,
     });
-    agents()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(session_id.to_string(), agent.clone());
+    agents.map().insert(session_id.to_string(), agent.clone());
     Ok(agent)
 }
 
@@ -214,6 +224,7 @@ async fn start(session_id: &str, spec: &AcpAgent, ctx: &ToolContext) -> Result<A
 /// `prompt` with `session/prompt` and hands every update to `on_update` until the
 /// prompt is answered, the person stops it (`ctx.cancel`) or the agent dies.
 pub async fn turn(
+    agents: &Agents,
     session_id: &str,
     spec: &AcpAgent,
     ctx: &ToolContext,
@@ -223,7 +234,7 @@ pub async fn turn(
     let agent = tokio::select! {
         biased;
         _ = ctx.cancel.cancelled() => return TurnEnd::Cancelled,
-        agent = start(session_id, spec, ctx) => match agent {
+        agent = start(agents, session_id, spec, ctx) => match agent {
             Ok(agent) => agent,
             Err(message) => return TurnEnd::Failed(message),
         },
@@ -248,7 +259,7 @@ pub async fn turn(
                 drop(incoming);
                 return match answer {
                     _ if cancelled => {
-                        forget(session_id);
+                        agents.forget(session_id);
                         TurnEnd::Cancelled
                     }
                     Ok(answer) if answer.get("stopReason").and_then(Value::as_str) == Some("cancelled") => TurnEnd::Cancelled,
@@ -263,7 +274,7 @@ pub async fn turn(
             }
             _ = &mut grace, if cancelled => {
                 drop(incoming);
-                forget(session_id);
+                agents.forget(session_id);
                 return TurnEnd::Cancelled;
             }
             _ = agent.exited.cancelled() => {
@@ -272,7 +283,7 @@ pub async fn turn(
                     handle(&agent, ctx, message, on_update);
                 }
                 drop(incoming);
-                forget(session_id);
+                agents.forget(session_id);
                 return if cancelled {
                     TurnEnd::Cancelled
                 } else {

@@ -391,7 +391,15 @@ impl Run {
                         }
                     }
                 };
-                crate::acp::client::turn(&session_id, &agent, &ctx, prompt, &mut on_update).await
+                crate::acp::client::turn(
+                    &self.ctl.shared.acp_agents,
+                    &session_id,
+                    &agent,
+                    &ctx,
+                    prompt,
+                    &mut on_update,
+                )
+                .await
             };
             // The agent's tool calls, each with its result (a call it never finished gets
             // the cancelled or interrupted text), then its answer.

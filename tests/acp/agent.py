@@ -3,12 +3,12 @@ tests/acp.rs as a Bumblehive sub-agent (a profile with kind: acp). The SDK's pac
 runnable example agent, so this one uses its Agent API and helpers directly: the protocol on
 the other side of our client is the real library's.
 
-Prompts it understands:
+Every prompt writes its pid to agent.pid in the session's cwd. Prompts it understands:
   read <path>  reads the file through the client's fs/read_text_file, asks one permission
                (session/request_permission) and answers with what it read and was told;
-  wait         writes its pid to agent.pid in its cwd, says "waiting" and waits for
+  wait         says "waiting" and waits for
                session/cancel, then ends the turn as cancelled;
-  anything else is echoed ("echo: <text>").
+  anything else is echoed ("echo from <pid> <session>: <text>").
 The task of a Bumblehive child's first prompt (after its "Task:" line) is what counts.
 """
 
@@ -69,6 +69,8 @@ class Agent:
         # A Bumblehive child's first prompt frames the task ("You are the sub-agent …
         # Task:\n<task>"): the task is what follows.
         text = text.split("Task:\n", 1)[-1].strip()
+        with open(os.path.join(self.cwd[session_id], "agent.pid"), "w") as f:
+            f.write(str(os.getpid()))
         if text.startswith("read "):
             path = text[len("read "):].strip()
             await self.conn.session_update(
@@ -110,12 +112,10 @@ class Agent:
         if text.strip() == "wait":
             event = asyncio.Event()
             self.cancelled[session_id] = event
-            with open(os.path.join(self.cwd[session_id], "agent.pid"), "w") as f:
-                f.write(str(os.getpid()))
             await self.say(session_id, "waiting")
             await event.wait()
             return PromptResponse(stop_reason="cancelled")
-        await self.say(session_id, f"echo: {text}")
+        await self.say(session_id, f"echo from {os.getpid()} {session_id}: {text}")
         return PromptResponse(stop_reason="end_turn")
 
 
