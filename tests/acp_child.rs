@@ -115,6 +115,13 @@ fn reports(service: &RuntimeService, session_id: &str) -> Vec<Message> {
     history.into_iter().filter(is_report).collect()
 }
 
+/// Whether a report is in the history (read while the parent may be mid-batch, so its
+/// order is checked only once it is idle, by `reports`).
+fn has_report(service: &RuntimeService, session_id: &str) -> bool {
+    let history = service.store().load(session_id).unwrap().messages;
+    history.iter().any(is_report)
+}
+
 fn alive(pid: i32) -> bool {
     // A zombie is gone for our purpose: its group was killed, only the reaping is left.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -160,7 +167,7 @@ async fn an_acp_agent_reads_a_file_asks_once_reports_once_and_takes_a_follow_up(
         })
         .unwrap();
     tokio::time::timeout(WAIT, async {
-        while reports(&service, &info.session_id).is_empty() || parent.snapshot().running {
+        while !has_report(&service, &info.session_id) || parent.snapshot().running {
             let _ = events.next_event().await;
         }
     })
@@ -276,7 +283,7 @@ async fn stopping_an_acp_child_cancels_its_turn_and_ends_its_process() {
     assert!(alive(pid));
     service.cancel_session(&child_id).await.unwrap();
     tokio::time::timeout(WAIT, async {
-        while reports(&service, &info.session_id).is_empty() || parent.snapshot().running {
+        while !has_report(&service, &info.session_id) || parent.snapshot().running {
             let _ = events.next_event().await;
         }
     })
@@ -299,5 +306,39 @@ async fn stopping_an_acp_child_cancels_its_turn_and_ends_its_process() {
     .expect("the agent's process outlived Stop");
     let child = service.store().load(&child_id).unwrap().messages;
     assert_message_order(&child);
+    service.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_agent_command_fails_the_child_saying_what_to_install() {
+    let fx = Fixture::new().await;
+    std::fs::write(
+        fx.ws.join(".bumblehive/agents/py.md"),
+        "---\nname: py\nkind: acp\ncommand: claude-agent-acp-not-here\n---\n",
+    )
+    .unwrap();
+    let service = fx.service();
+    let info = service
+        .create_session(fx.ws.to_str().unwrap(), None)
+        .unwrap();
+    let parent = service.controller(&info.session_id).unwrap();
+    let (mut events, _) = parent.subscribe();
+    parent.submit("delegate anything".into(), None).unwrap();
+    tokio::time::timeout(WAIT, async {
+        while !has_report(&service, &info.session_id) || parent.snapshot().running {
+            let _ = events.next_event().await;
+        }
+    })
+    .await
+    .expect("no report of the failed child");
+    let report = reports(&service, &info.session_id);
+    assert_eq!(report.len(), 1);
+    assert!(
+        report[0]
+            .text()
+            .contains("`claude-agent-acp-not-here` is not installed or not on PATH; install it"),
+        "{}",
+        report[0].text()
+    );
     service.shutdown().await;
 }
