@@ -147,6 +147,8 @@ pub(crate) async fn delete(registry: &Registry, session_id: &str) -> Result<(), 
         }
     }
     shared.approvals.forget_session(session_id);
+    // An ACP child's agent process (its turn, if any, was cancelled above) goes too.
+    shared.acp_agents.forget(session_id);
     shared.forget_tree_usage(session_id);
     if let Some(info) = &meta.worktree {
         let info = info.clone();

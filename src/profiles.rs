@@ -25,6 +25,7 @@ pub fn built_in() -> Vec<Profile> {
             isolation: None,
             skills: None,
             instructions: instructions.into(),
+            acp: None,
             source: "built-in".into(),
             notices: Vec::new(),
         };
@@ -362,6 +363,10 @@ pub(crate) fn claude_model(alias: &str) -> Option<String> {
 fn read_markdown(text: &str, format: Format, profile: &mut Profile) -> Result<(), (usize, String)> {
     let (fields, body) = frontmatter(text)?;
     profile.instructions = body;
+    let mut acp_kind = false;
+    let mut acp_command: Option<(usize, String)> = None;
+    let mut acp_args = Vec::new();
+    let mut acp_env = std::collections::BTreeMap::new();
     for (line, key, value) in fields {
         match key.as_str() {
             "name" => profile.name = value.scalar(),
@@ -393,6 +398,24 @@ fn read_markdown(text: &str, format: Format, profile: &mut Profile) -> Result<()
             }
             // The skills its sub-agents get (only these; `[]` for none).
             "skills" => profile.skills = Some(value.list()),
+            // An external ACP agent (SPEC §11): `kind: acp` with its `command`, `args`
+            // and `env`; checked once every field is read.
+            "kind" => match value.scalar().as_str() {
+                "acp" => acp_kind = true,
+                "" | "bumblehive" => {}
+                other => {
+                    return Err((
+                        line,
+                        format!("kind must be \"acp\" or left out, got {other:?}"),
+                    ));
+                }
+            },
+            "command" => acp_command = Some((line, value.scalar())),
+            "args" => acp_args = value.list(),
+            "env" => match value {
+                Value::Map(pairs) => acp_env = pairs.into_iter().collect(),
+                _ => return Err((line, "env must be indented `NAME: value` lines".into())),
+            },
             "isolation" => match value.scalar().as_str() {
                 "worktree" => profile.isolation = Some("worktree".into()),
                 "none" | "" => profile.isolation = None,
@@ -416,6 +439,20 @@ fn read_markdown(text: &str, format: Format, profile: &mut Profile) -> Result<()
                 "line {line}: field {other:?} is not used here; ignored"
             )),
         }
+    }
+    match (acp_kind, acp_command) {
+        (true, Some((_, command))) if !command.trim().is_empty() => {
+            profile.acp = Some(crate::protocol::AcpAgent {
+                command,
+                args: acp_args,
+                env: acp_env,
+            });
+        }
+        (true, _) => return Err((1, "kind: acp needs a `command`".into())),
+        (false, Some((line, _))) => profile.notices.push(format!(
+            "line {line}: `command` is used only with kind: acp; ignored"
+        )),
+        (false, None) => {}
     }
     Ok(())
 }
@@ -465,6 +502,22 @@ mod tests {
         assert_eq!(err.0, 3);
         let err = read_profile_text("---\nname: a\n", Format::Ours).unwrap_err();
         assert!(err.1.contains("never closes"));
+    }
+
+    #[test]
+    fn an_acp_profile_has_its_command_args_and_env() {
+        let text = "---\nname: claude\nkind: acp\ncommand: npx\nargs: [\"@zed-industries/claude-agent-acp\"]\nenv:\n  ANTHROPIC_BASE_URL: http://127.0.0.1:9\n---\n";
+        let p = read_profile_text(text, Format::Ours).unwrap();
+        let acp = p.acp.unwrap();
+        assert_eq!(acp.command, "npx");
+        assert_eq!(acp.args, ["@zed-industries/claude-agent-acp"]);
+        assert_eq!(acp.env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:9");
+        let err = read_profile_text("---\nname: x\nkind: acp\n---\n", Format::Ours).unwrap_err();
+        assert!(err.1.contains("needs a `command`"), "{err:?}");
+        let err = read_profile_text("---\nname: x\nkind: mcp\n---\n", Format::Ours).unwrap_err();
+        assert_eq!(err.0, 3);
+        let plain = read_profile_text("---\nname: x\ncommand: ls\n---\n", Format::Ours).unwrap();
+        assert!(plain.acp.is_none() && plain.notices[0].contains("only with kind: acp"));
     }
 
     fn read_profile_text(text: &str, format: Format) -> Result<Profile, (usize, String)> {

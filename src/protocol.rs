@@ -1486,6 +1486,10 @@ pub struct Profile {
     pub skills: Option<Vec<String>>,
     /// The profile's instructions (the file's body).
     pub instructions: String,
+    /// `kind: "acp"`: an external ACP agent runs the profile's children instead of a model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub acp: Option<AcpAgent>,
     /// Where it was read from (`built-in` for the built-in ones).
     pub source: String,
     /// Fields that were ignored or mapped, to show the person.
@@ -1506,6 +1510,7 @@ impl Profile {
             isolation: None,
             skills: None,
             instructions: String::new(),
+            acp: None,
             source: source.to_string(),
             notices: Vec::new(),
         }
@@ -1555,6 +1560,18 @@ impl Profiles {
     pub fn names(&self) -> Vec<&str> {
         self.profiles.iter().map(|p| p.name.as_str()).collect()
     }
+}
+
+/// The command of an external ACP agent (a profile with `kind: "acp"`), run as a child
+/// process that speaks ACP on its stdin and stdout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct AcpAgent {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// What an MCP server is doing.

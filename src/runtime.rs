@@ -42,6 +42,8 @@ pub struct TurnContext {
     pub limits: Limits,
     /// The profile's instructions (a child's agent), added to the system prompt.
     pub instructions: String,
+    /// The profile's external ACP agent: its turns replace the model loop (`acp::client`).
+    pub acp: Option<crate::protocol::AcpAgent>,
     /// The provider's name and the model, for the UI and usage.
     pub provider_name: String,
     /// The provider block the run uses (its model included): the context window is
@@ -84,6 +86,8 @@ impl Default for Limits {
 /// What the controllers share: store, config, provider, approvals, tasks, run count.
 pub struct Shared {
     pub(crate) store: Arc<SessionStore>,
+    /// The external ACP agents of `kind: acp` children (`acp::client`).
+    pub(crate) acp_agents: crate::acp::client::Agents,
     pub(crate) data_dir: PathBuf,
     config: RwLock<Config>,
     pub(crate) config_path: Option<PathBuf>,
@@ -237,6 +241,7 @@ impl Shared {
         } = parts;
         let (data_dir_for_mcp, root_for_mcp) = (data_dir.clone(), root.clone());
         Shared {
+            acp_agents: Default::default(),
             checkpoints: {
                 let checkpoints = crate::checkpoints::Checkpoints::new(&data_dir);
                 checkpoints.set_limits(config.checkpoints.limits());
@@ -506,6 +511,7 @@ impl Shared {
             delegator,
             secret_env: crate::tools::secret_env(&block),
             limits,
+            acp: profile.as_ref().and_then(|p| p.acp.clone()),
             instructions: profile.map(|p| p.instructions).unwrap_or_default(),
             provider_name: provider_name.to_string(),
             compaction: crate::context::compaction::Policy::from_config(&config.context)

@@ -463,6 +463,7 @@ impl RuntimeService {
         shared.mcp.shutdown().await;
         let mut runs = shared.watch_runs();
         let _ = runs.wait_for(|count| *count == 0).await;
+        shared.acp_agents.clear();
         let store = shared.store.clone();
         let synced = tokio::task::spawn_blocking(move || {
             let synced = store.sync_open();

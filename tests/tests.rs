@@ -109,3 +109,7 @@ mod settings;
 // npm; scripts/acp-test-clients.sh installs them): tool calls, permissions both ways,
 // cancel, sub-agents as child sessions or summarised, a wake-up after the prompt ended.
 mod acp;
+
+// ACP agents as background sub-agents: the Python SDK agent (tests/acp/agent.py) as a
+// `kind: acp` child that reads a file, asks one permission, reports once, and is stopped.
+mod acp_child;

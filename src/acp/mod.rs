@@ -7,6 +7,7 @@
 //! the answer of the open `session/prompt`. Updates are sent whether or not a prompt is
 //! open, so a wake-up by a report after the prompt ended (SPEC §4) still reaches the client.
 
+pub mod client;
 mod rpc;
 pub mod schema;
 

@@ -240,6 +240,9 @@ impl Run {
             // under the controller's lock in one step with the end (runtime review R3, R4).
             return Some(RunOutcome::Compacted { paused });
         }
+        if let Some(agent) = self.turn.acp.clone() {
+            return self.drive_acp(agent).await;
+        }
         let mut steps = 0;
         loop {
             if self.token.is_cancelled() {
@@ -327,6 +330,147 @@ impl Run {
                 let steered = self.ctl.take_inbox();
                 if let Err(err) = self.append_users(steered) {
                     return Some(RunOutcome::Failed(err));
+                }
+            }
+        }
+    }
+
+    fn tool_context(&self) -> ToolContext {
+        ToolContext {
+            session_id: self.ctl.session_id().to_string(),
+            workspace: PathBuf::from(&self.workspace),
+            call_id: String::new(),
+            cancel: self.token.child_token(),
+            approvals: self.ctl.gate(self.turn.policy.clone()),
+            delegator: self.turn.delegator.clone(),
+            run_config: self.config.clone(),
+            secret_env: self.turn.secret_env.clone(),
+            checkpoints: crate::checkpoints::CallHook::for_run(
+                &self.ctl.shared.checkpoints,
+                self.ctl.session_id(),
+                &self.history,
+            ),
+        }
+    }
+
+    /// The run of a child whose profile is an external ACP agent (`acp::client`): each
+    /// of the agent's turns replaces the model loop; its text and tool calls become the
+    /// child's history (valid by SPEC §2), and its end of turn ends the run like a final
+    /// answer, so the report goes the way of every child's.
+    async fn drive_acp(&mut self, agent: crate::protocol::AcpAgent) -> Option<RunOutcome> {
+        use crate::acp::client::{TurnEnd, Update};
+        loop {
+            if self.token.is_cancelled() {
+                return Some(RunOutcome::Cancelled);
+            }
+            // What the person (or the parent) said since the agent's last answer.
+            let since = self
+                .history
+                .iter()
+                .rposition(|m| m.role == crate::protocol::Role::Assistant)
+                .map_or(0, |i| i + 1);
+            let prompt: Vec<&str> = self.history[since..]
+                .iter()
+                .filter(|m| m.role == crate::protocol::Role::User)
+                .map(|m| m.text())
+                .collect();
+            let prompt = prompt.join("\n\n");
+            let ctx = self.tool_context();
+            let session_id = self.ctl.session_id().to_string();
+            let mut text = String::new();
+            let mut open: Vec<(ToolCall, Option<(String, bool)>)> = Vec::new();
+            let mut failed: Option<String> = None;
+            let end = {
+                let mut on_update = |update: Update| match update {
+                    Update::Text(chunk) => {
+                        self.ctl.emit_progress(Progress::ContentDelta {
+                            text: chunk.clone(),
+                        });
+                        text.push_str(&chunk);
+                    }
+                    Update::ToolStarted {
+                        id,
+                        title,
+                        kind,
+                        input,
+                    } => {
+                        let call = ToolCall {
+                            id,
+                            name: kind,
+                            arguments: serde_json::json!({"title": title, "input": input}),
+                        };
+                        self.ctl.emit_progress(Progress::ToolCallStarted {
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            arguments: call.arguments.clone(),
+                        });
+                        open.push((call, None));
+                    }
+                    Update::ToolFinished { id, output, failed } => {
+                        if let Some(entry) = open.iter_mut().find(|(c, _)| c.id == id) {
+                            entry.1 = Some((output, failed));
+                        }
+                    }
+                };
+                crate::acp::client::turn(
+                    &self.ctl.shared.acp_agents,
+                    &session_id,
+                    &agent,
+                    &ctx,
+                    prompt,
+                    &mut on_update,
+                )
+                .await
+            };
+            // The agent's tool calls, each with its result (a call it never finished gets
+            // the cancelled or interrupted text), then its answer.
+            let mut messages = Vec::new();
+            if !open.is_empty() {
+                let calls: Vec<ToolCall> = open.iter().map(|(c, _)| c.clone()).collect();
+                messages.push(Message::assistant(None, calls));
+                for (call, result) in &open {
+                    let (output, is_error) = match result {
+                        Some((output, failed)) => (output.clone(), *failed),
+                        None if end == TurnEnd::Cancelled => (CANCELLED_RESULT.to_string(), true),
+                        None => (INTERRUPTED_RESULT.to_string(), true),
+                    };
+                    self.ctl.emit_progress(Progress::ToolCallFinished {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        result: output.clone(),
+                        is_error,
+                    });
+                    messages.push(Message::tool(&call.id, &output));
+                }
+            }
+            match &end {
+                TurnEnd::Done => messages.push(Message::assistant(Some(text.clone()), Vec::new())),
+                _ if !text.trim().is_empty() => {
+                    let mut stopped = Message::assistant(Some(text.clone()), Vec::new());
+                    stopped.stopped = true;
+                    messages.push(stopped);
+                }
+                _ => {}
+            }
+            if let Err(err) = self.append(messages) {
+                failed = Some(err);
+            }
+            if let Some(err) = failed {
+                return Some(RunOutcome::Failed(err));
+            }
+            match end {
+                TurnEnd::Cancelled => return Some(RunOutcome::Cancelled),
+                TurnEnd::Failed(message) => return Some(RunOutcome::Failed(message)),
+                TurnEnd::Done => {
+                    self.sync().await;
+                    match self.ctl.finish_or_take_inbox(&text, &mut self.history) {
+                        None => return None,
+                        Some(steered) => {
+                            if let Err(err) = self.append_users(steered) {
+                                return Some(RunOutcome::Failed(err));
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -626,21 +770,7 @@ impl Run {
         calls: Vec<ToolCall>,
         note: Option<String>,
     ) -> Result<bool, String> {
-        let ctx = ToolContext {
-            session_id: self.ctl.session_id().to_string(),
-            workspace: PathBuf::from(&self.workspace),
-            call_id: String::new(),
-            cancel: self.token.child_token(),
-            approvals: self.ctl.gate(self.turn.policy.clone()),
-            delegator: self.turn.delegator.clone(),
-            run_config: self.config.clone(),
-            secret_env: self.turn.secret_env.clone(),
-            checkpoints: crate::checkpoints::CallHook::for_run(
-                &self.ctl.shared.checkpoints,
-                self.ctl.session_id(),
-                &self.history,
-            ),
-        };
+        let ctx = self.tool_context();
         let mut running = FuturesUnordered::new();
         // Set by a tool once an approved change has started (see `tools::COMMITTED`).
         let committed: Vec<Arc<AtomicBool>> = calls

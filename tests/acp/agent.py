@@ -1,0 +1,123 @@
+"""An ACP agent written against the official Python SDK (PyPI agent-client-protocol), run by
+tests/acp.rs as a Bumblehive sub-agent (a profile with kind: acp). The SDK's package ships no
+runnable example agent, so this one uses its Agent API and helpers directly: the protocol on
+the other side of our client is the real library's.
+
+Every prompt writes its pid to agent.pid in the session's cwd. Prompts it understands:
+  read <path>  reads the file through the client's fs/read_text_file, asks one permission
+               (session/request_permission) and answers with what it read and was told;
+  wait         says "waiting" and waits for
+               session/cancel, then ends the turn as cancelled;
+  anything else is echoed ("echo from <pid> <session>: <text>").
+The task of a Bumblehive child's first prompt (after its "Task:" line) is what counts.
+"""
+
+import asyncio
+import os
+import sys
+
+import acp
+from acp import (
+    PROTOCOL_VERSION,
+    start_read_tool_call,
+    start_tool_call,
+    text_block,
+    tool_content,
+    update_agent_message_text,
+    update_tool_call,
+)
+from acp.schema import (
+    AgentCapabilities,
+    InitializeResponse,
+    NewSessionResponse,
+    PermissionOption,
+    PromptResponse,
+    ToolCallUpdate,
+)
+
+
+class Agent:
+    def __init__(self):
+        self.conn = None
+        self.cwd = {}
+        self.cancelled = {}
+
+    def on_connect(self, conn):
+        self.conn = conn
+
+    async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kwargs):
+        return InitializeResponse(
+            protocol_version=PROTOCOL_VERSION,
+            agent_capabilities=AgentCapabilities(load_session=False),
+        )
+
+    async def new_session(self, cwd, mcp_servers=None, **kwargs):
+        session_id = f"py-{len(self.cwd) + 1}"
+        self.cwd[session_id] = cwd
+        return NewSessionResponse(session_id=session_id)
+
+    async def cancel(self, session_id, **kwargs):
+        event = self.cancelled.get(session_id)
+        if event is not None:
+            event.set()
+
+    async def say(self, session_id, text):
+        await self.conn.session_update(session_id=session_id, update=update_agent_message_text(text))
+
+    async def prompt(self, session_id, prompt, **kwargs):
+        text = " ".join(block.text for block in prompt if getattr(block, "text", None))
+        # A Bumblehive child's first prompt frames the task ("You are the sub-agent …
+        # Task:\n<task>"): the task is what follows.
+        text = text.split("Task:\n", 1)[-1].strip()
+        with open(os.path.join(self.cwd[session_id], "agent.pid"), "w") as f:
+            f.write(str(os.getpid()))
+        if text.startswith("read "):
+            path = text[len("read "):].strip()
+            await self.conn.session_update(
+                session_id=session_id, update=start_read_tool_call("r1", f"Read {path}", path)
+            )
+            read = await self.conn.read_text_file(session_id=session_id, path=path)
+            await self.conn.session_update(
+                session_id=session_id,
+                update=update_tool_call(
+                    "r1", status="completed", content=[tool_content(text_block(read.content))]
+                ),
+            )
+            await self.conn.session_update(
+                session_id=session_id,
+                update=start_tool_call("p1", "Publish the notes", kind="execute", raw_input={"what": "notes"}),
+            )
+            answer = await self.conn.request_permission(
+                session_id=session_id,
+                tool_call=ToolCallUpdate(tool_call_id="p1", title="Publish the notes"),
+                options=[
+                    PermissionOption(option_id="yes", name="Allow", kind="allow_once"),
+                    PermissionOption(option_id="no", name="Reject", kind="reject_once"),
+                ],
+            )
+            outcome = answer.outcome
+            allowed = getattr(outcome, "option_id", None) == "yes"
+            await self.conn.session_update(
+                session_id=session_id,
+                update=update_tool_call(
+                    "p1",
+                    status="completed" if allowed else "failed",
+                    content=[tool_content(text_block("published" if allowed else "rejected"))],
+                ),
+            )
+            first = read.content.splitlines()[0] if read.content else ""
+            await self.say(session_id, f"read {path}: {first}; ")
+            await self.say(session_id, "permission " + ("allowed" if allowed else "rejected"))
+            return PromptResponse(stop_reason="end_turn")
+        if text.strip() == "wait":
+            event = asyncio.Event()
+            self.cancelled[session_id] = event
+            await self.say(session_id, "waiting")
+            await event.wait()
+            return PromptResponse(stop_reason="cancelled")
+        await self.say(session_id, f"echo from {os.getpid()} {session_id}: {text}")
+        return PromptResponse(stop_reason="end_turn")
+
+
+if __name__ == "__main__":
+    asyncio.run(acp.run_agent(Agent()))
