@@ -461,8 +461,7 @@ impl RuntimeService {
         shared.root.cancel();
         shared.subagents.cancel_all().await;
         shared.mcp.shutdown().await;
-        let mut runs = shared.watch_runs();
-        let _ = runs.wait_for(|count| *count == 0).await;
+        let _ = shared.watch_runs().wait_for(|count| *count == 0).await;
         shared.acp_agents.clear();
         let store = shared.store.clone();
         let synced = tokio::task::spawn_blocking(move || {
