@@ -1022,6 +1022,32 @@ async fn a_report_recorded_just_before_a_crash_keeps_its_number() {
     service.shutdown().await;
 }
 
+/// R10's check: while the parent's model call that carries the report holds, the ledger
+/// has no "delivered" note for it; once the run goes on and ends, it has.
+async fn noted_only_after_the_flush(
+    service: RuntimeService,
+    parent: &str,
+    model: &Gated,
+    hold: &Flag,
+) {
+    model
+        .wait_request(|r| task_of(r).is_none() && is_report(r.messages.last().unwrap()))
+        .await;
+    let ledger = service.store().ledger(parent).unwrap();
+    assert!(
+        !ledger.delivered.contains("w"),
+        "the delivered note was written before the history holding the report was flushed"
+    );
+    hold.set();
+    wait_idle(&service).await;
+    let ledger = service.store().ledger(parent).unwrap();
+    assert!(
+        ledger.delivered.contains("w"),
+        "the run ended without noting its delivered report"
+    );
+    service.shutdown().await;
+}
+
 /// R10's model: the parent delegates WORK (whose child waits at the gate "work"), then
 /// answers by `after_delegating`; the parent's model call that carries the report holds
 /// until `hold` (a long generation, during which the ledger is read).
@@ -1090,22 +1116,7 @@ async fn r10_a_delivered_note_waits_for_the_history_flush() {
     .expect("the child never reported");
     // Safe point 1 takes the report; the next model call holds.
     gates.gate("parent").set();
-    model
-        .wait_request(|r| task_of(r).is_none() && is_report(r.messages.last().unwrap()))
-        .await;
-    let ledger = service.store().ledger(&parent).unwrap();
-    assert!(
-        !ledger.delivered.contains("w"),
-        "the delivered note was written before the history holding the report was flushed"
-    );
-    hold.set();
-    wait_idle(&service).await;
-    let ledger = service.store().ledger(&parent).unwrap();
-    assert!(
-        ledger.delivered.contains("w"),
-        "the run ended without noting its delivered report"
-    );
-    service.shutdown().await;
+    noted_only_after_the_flush(service, &parent, &model, &hold).await;
 }
 
 /// R10, the idle parent's half: a report that wakes an idle parent starts its run with
@@ -1142,20 +1153,5 @@ async fn r10_a_report_that_wakes_an_idle_parent_is_noted_after_the_flush() {
     .expect("the parent's turn never ended");
     gates.gate("work").set();
     // The report wakes the idle parent; its run's first model call holds.
-    model
-        .wait_request(|r| task_of(r).is_none() && is_report(r.messages.last().unwrap()))
-        .await;
-    let ledger = service.store().ledger(&parent).unwrap();
-    assert!(
-        !ledger.delivered.contains("w"),
-        "the delivered note was written before the history holding the report was flushed"
-    );
-    hold.set();
-    wait_idle(&service).await;
-    let ledger = service.store().ledger(&parent).unwrap();
-    assert!(
-        ledger.delivered.contains("w"),
-        "the run ended without noting its delivered report"
-    );
-    service.shutdown().await;
+    noted_only_after_the_flush(service, &parent, &model, &hold).await;
 }
