@@ -1049,7 +1049,7 @@ fn simulation_sigkill_at_random_points_keeps_every_invariant() {
         .unwrap_or_else(|| KILL_SEEDS.to_vec());
     let exe = std::env::current_exe().unwrap();
     for seed in seeds {
-        let temp = tempfile::tempdir().unwrap();
+        let mut temp = tempfile::tempdir().unwrap();
         let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(7919));
         let mut kills: Vec<usize> = (0..KILLS)
             .map(|_| rng.random_range(3..KILL_STEPS - 3))
@@ -1114,6 +1114,14 @@ fn simulation_sigkill_at_random_points_keeps_every_invariant() {
             } else {
                 !status.success() || !done
             };
+            if failed && std::env::var_os("BUMBLEHIVE_SIM_KEEP").is_some() {
+                // For reading a failure's data folder (messages.jsonl, meta.json, ledgers).
+                let kept = std::mem::replace(&mut temp, tempfile::tempdir().unwrap()).keep();
+                eprintln!(
+                    "simulation seed {seed}: its folders are kept in {}",
+                    kept.display()
+                );
+            }
             assert!(
                 !failed,
                 "simulation seed {seed} (killed with SIGKILL: {landed:?}) failed in epoch {epoch} ({status}):\n{}\n{stderr}\nsteps so far: {steps:#}",
