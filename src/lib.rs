@@ -59,6 +59,7 @@ pub mod skills;
 pub mod slots;
 pub mod store;
 pub mod subagents;
+pub mod text;
 pub mod tools;
 pub mod workspace;
 

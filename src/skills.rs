@@ -652,14 +652,11 @@ fn parse_command(
 
 /// `text` cut at `max` bytes (on a character boundary) with an ellipsis.
 fn cut(text: &str, max: usize) -> String {
-    if text.len() <= max {
+    let head = crate::text::head(text, max);
+    if head.len() == text.len() {
         return text.to_string();
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    format!("{head}…")
 }
 
 /// The words of a command's arguments: spaces separate, quotes group (`"a b" c`).

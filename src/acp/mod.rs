@@ -694,14 +694,11 @@ impl Forwarder {
 
 /// The first `max` bytes of `text` (at a character boundary), marked when cut.
 fn cut(text: &str, max: usize) -> String {
-    if text.len() <= max {
+    let head = crate::text::head(text, max);
+    if head.len() == text.len() {
         return text.to_string();
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}\n… ({} more bytes)", &text[..end], text.len() - end)
+    format!("{head}\n… ({} more bytes)", text.len() - head.len())
 }
 
 fn subagent_state(state: SubagentState) -> Value {

@@ -506,14 +506,11 @@ fn files_touched(messages: &[Message]) -> (Vec<String>, Vec<String>) {
 const TRANSCRIPT_TOOL_RESULT: usize = 1500;
 
 fn cut(text: &str, max: usize) -> String {
-    if text.len() <= max {
+    let head = crate::text::head(text, max);
+    if head.len() == text.len() {
         return text.to_string();
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… [{} bytes more]", &text[..end], text.len() - end)
+    format!("{head}… [{} bytes more]", text.len() - head.len())
 }
 
 fn transcript_entry(message: &Message) -> String {

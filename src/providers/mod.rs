@@ -507,14 +507,11 @@ pub(crate) fn error_text(body: &str) -> (String, String) {
 
 fn shorten(text: &str) -> String {
     const MAX: usize = 500;
-    if text.len() <= MAX {
+    let head = crate::text::head(text, MAX);
+    if head.len() == text.len() {
         return text.to_string();
     }
-    let mut end = MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    format!("{head}…")
 }
 
 /// Maps an HTTP failure to the typed error the run and the person see.
