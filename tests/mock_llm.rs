@@ -1,4 +1,4 @@
-//! A scripted model server for tests: an axum server on 127.0.0.1:0 that answers each request with the next scripted response (byte-exact SSE, errors, live streams), records every request, and checks that every tool output in a request answers a tool call made before it. Builders for OpenAI chunks and Anthropic events.
+//! A scripted model server for tests: an axum server on 127.0.0.1:0 that answers each request with the next scripted response (byte-exact SSE, errors, live streams), records every request, and checks that every tool output in a request answers a tool call made before it. Builders for OpenAI Chat Completions chunks, OpenAI Responses events and Anthropic events.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -269,7 +269,9 @@ async fn handle(
     // gets a 404 and consumes nothing of the script.
     let path = uri.path();
     if method != Method::POST
-        || !(path.ends_with("/chat/completions") || path.ends_with("/messages"))
+        || !(path.ends_with("/chat/completions")
+            || path.ends_with("/messages")
+            || path.ends_with("/responses"))
     {
         return plain(StatusCode::NOT_FOUND, format!("mock: no endpoint {path}"));
     }
@@ -354,9 +356,37 @@ fn plain(status: StatusCode, text: String) -> Response {
 }
 
 /// Like codex-rs's harness: every tool output in a request must answer a tool call made
-/// earlier in the same request. Knows OpenAI's and Anthropic's shapes.
+/// earlier in the same request. Knows OpenAI's (Chat Completions and Responses) and
+/// Anthropic's shapes.
 pub fn tool_output_problems(body: &Value) -> Vec<String> {
     let mut problems = Vec::new();
+    if let Some(items) = body.get("input").and_then(Value::as_array) {
+        // Responses: `function_call` items, then `function_call_output` items naming them.
+        let mut calls: HashSet<&str> = HashSet::new();
+        let mut answered: HashSet<&str> = HashSet::new();
+        for (i, item) in items.iter().enumerate() {
+            let id = item.get("call_id").and_then(Value::as_str).unwrap_or("");
+            match item.get("type").and_then(Value::as_str) {
+                Some("function_call" | "custom_tool_call") => {
+                    calls.insert(id);
+                }
+                Some("function_call_output" | "custom_tool_call_output") => {
+                    if !calls.contains(id) {
+                        problems.push(format!(
+                            "input item {i} is a tool output for {id:?}, which no earlier tool call made"
+                        ));
+                    }
+                    if !answered.insert(id) {
+                        problems.push(format!(
+                            "input item {i} answers tool call {id:?} a second time"
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        return problems;
+    }
     let Some(messages) = body.get("messages").and_then(Value::as_array) else {
         return problems;
     };
@@ -652,5 +682,141 @@ pub mod anthropic {
         out.push_str(&message_delta("tool_use", output_tokens));
         out.push_str(&message_stop());
         out
+    }
+}
+
+/// Builders for OpenAI Responses stream events, shaped as the API reference shows them
+/// (`event: <type>` then `data: <JSON with the same type and a sequence number>`): a
+/// response's output items added, their deltas, each item done, then the response
+/// completed with its usage.
+pub mod responses {
+    use serde_json::{Value, json};
+
+    /// Numbers the events of one response.
+    struct Events {
+        out: String,
+        next: u64,
+    }
+
+    impl Events {
+        fn push(&mut self, kind: &str, mut data: Value) {
+            data["type"] = json!(kind);
+            data["sequence_number"] = json!(self.next);
+            self.next += 1;
+            self.out.push_str(&format!(
+                "event: {kind}\ndata: {}\n\n",
+                serde_json::to_string(&data).unwrap()
+            ));
+        }
+    }
+
+    fn response(id: &str, status: &str, output: Vec<Value>, usage: Option<(u64, u64)>) -> Value {
+        json!({
+            "id": id,
+            "object": "response",
+            "created_at": 1_764_000_000,
+            "status": status,
+            "model": "gpt-test",
+            "output": output,
+            "usage": usage.map(|(input, output)| json!({
+                "input_tokens": input,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": output,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": input + output
+            })),
+        })
+    }
+
+    fn answer(items: Vec<(Value, Vec<Value>)>, usage: (u64, u64)) -> String {
+        let id = "resp_68af4030592c81938ec0a5fbab4a3e9f";
+        let mut events = Events {
+            out: String::new(),
+            next: 0,
+        };
+        events.push(
+            "response.created",
+            json!({"response": response(id, "in_progress", Vec::new(), None)}),
+        );
+        events.push(
+            "response.in_progress",
+            json!({"response": response(id, "in_progress", Vec::new(), None)}),
+        );
+        let mut done = Vec::new();
+        for (index, (item, deltas)) in items.into_iter().enumerate() {
+            let mut added = item.clone();
+            added["status"] = json!("in_progress");
+            if added["type"] == "message" {
+                added["content"] = json!([]);
+            } else {
+                added["arguments"] = json!("");
+            }
+            events.push(
+                "response.output_item.added",
+                json!({"output_index": index, "item": added}),
+            );
+            for delta in deltas {
+                let kind = if item["type"] == "message" {
+                    "response.output_text.delta"
+                } else {
+                    "response.function_call_arguments.delta"
+                };
+                let mut data =
+                    json!({"item_id": item["id"], "output_index": index, "delta": delta});
+                if item["type"] == "message" {
+                    data["content_index"] = json!(0);
+                }
+                events.push(kind, data);
+            }
+            events.push(
+                "response.output_item.done",
+                json!({"output_index": index, "item": item}),
+            );
+            done.push(item);
+        }
+        events.push(
+            "response.completed",
+            json!({"response": response(id, "completed", done, Some(usage))}),
+        );
+        events.out
+    }
+
+    /// A whole text answer in the given pieces.
+    pub fn text_answer(pieces: &[&str], usage: (u64, u64)) -> String {
+        let text: String = pieces.concat();
+        let item = json!({
+            "id": "msg_68af4033ac9c8193a0c8b4e8ba2b1c8b",
+            "type": "message",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]
+        });
+        answer(
+            vec![(item, pieces.iter().map(|p| json!(p)).collect())],
+            usage,
+        )
+    }
+
+    /// A whole tool-call answer: one `function_call` item per call, its arguments in two
+    /// pieces.
+    pub fn tool_answer(calls: &[(&str, &str, Value)], usage: (u64, u64)) -> String {
+        let items = calls
+            .iter()
+            .enumerate()
+            .map(|(i, (call_id, name, arguments))| {
+                let text = arguments.to_string();
+                let (head, tail) = text.split_at(text.len() / 2);
+                let item = json!({
+                    "id": format!("fc_68af40{i}"),
+                    "type": "function_call",
+                    "status": "completed",
+                    "name": name,
+                    "call_id": call_id,
+                    "arguments": text
+                });
+                (item, vec![json!(head), json!(tail)])
+            })
+            .collect();
+        answer(items, usage)
     }
 }

@@ -113,3 +113,8 @@ mod acp;
 // ACP agents as background sub-agents: the Python SDK agent (tests/acp/agent.py) as a
 // `kind: acp` child that reads a file, asks one permission, reports once, and is stopped.
 mod acp_child;
+
+// The real ACP agents (npm claude-agent-acp and codex-acp, pinned in tests/acp/agents/) as
+// `kind: acp` background children against the mock server's Messages and Responses
+// endpoints: a file read, one permission in the parent's window, one report, no network.
+mod acp_real;

@@ -35,10 +35,22 @@ pub enum Update {
         kind: String,
         input: Value,
     },
-    /// A tool call it finished (`tool_call_update` with `completed` or `failed`).
+    /// A later title or input of a tool call (`tool_call_update` carrying them: Claude
+    /// Code announces a call before its input is known).
+    ToolUpdated {
+        id: String,
+        title: Option<String>,
+        input: Option<Value>,
+    },
+    /// Output of a command a tool call runs, shown as a terminal (`_meta.terminal_output`
+    /// or `terminal_output_delta`, as codex-acp sends a command's output).
+    ToolOutput { id: String, text: String },
+    /// A tool call it finished (`tool_call_update` with `completed` or `failed`): its
+    /// content's text, and its `rawOutput` for a call whose output came no other way.
     ToolFinished {
         id: String,
         output: String,
+        raw_output: String,
         failed: bool,
     },
 }
@@ -309,7 +321,7 @@ fn handle(
 ) {
     match message {
         Incoming::Notification { method, params } if method == "session/update" => {
-            if let Some(update) = update_of(&params["update"]) {
+            for update in updates_of(&params["update"]) {
                 on_update(update);
             }
         }
@@ -327,41 +339,73 @@ fn handle(
     }
 }
 
-/// Maps a `session/update` to what the child's history keeps; others are dropped.
-pub fn update_of(update: &Value) -> Option<Update> {
+/// Maps a `session/update` to what the child's history keeps (none for the kinds it
+/// does not keep: plans, usage, commands, session info).
+pub fn updates_of(update: &Value) -> Vec<Update> {
     let text = |v: &Value| v.get("text").and_then(Value::as_str).map(str::to_string);
-    match update.get("sessionUpdate")?.as_str()? {
-        "agent_message_chunk" => text(&update["content"]).map(Update::Text),
-        "tool_call" => Some(Update::ToolStarted {
-            id: update.get("toolCallId")?.as_str()?.to_string(),
+    let id = || {
+        update
+            .get("toolCallId")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let mut out = Vec::new();
+    match update.get("sessionUpdate").and_then(Value::as_str) {
+        Some("agent_message_chunk") => out.extend(text(&update["content"]).map(Update::Text)),
+        Some("tool_call") => out.extend(id().map(|id| Update::ToolStarted {
+            id,
             title: update["title"].as_str().unwrap_or_default().to_string(),
             kind: update["kind"].as_str().unwrap_or("other").to_string(),
             input: update.get("rawInput").cloned().unwrap_or(Value::Null),
-        }),
-        "tool_call_update" => {
-            let status = update.get("status")?.as_str()?;
-            if status != "completed" && status != "failed" {
-                return None;
+        })),
+        Some("tool_call_update") => {
+            let Some(id) = id() else { return out };
+            let title = update["title"].as_str().map(str::to_string);
+            // An empty input says nothing new (Claude Code's first announcement has one).
+            let input = update
+                .get("rawInput")
+                .filter(|v| !v.is_null() && v.as_object().is_none_or(|o| !o.is_empty()))
+                .cloned();
+            if title.is_some() || input.is_some() {
+                out.push(Update::ToolUpdated {
+                    id: id.clone(),
+                    title,
+                    input,
+                });
             }
-            let mut output: Vec<String> = update["content"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|c| text(&c["content"]))
-                .collect();
-            if output.is_empty() {
-                if let Some(raw) = update.get("rawOutput") {
-                    output.push(raw.as_str().map(str::to_string).unwrap_or(raw.to_string()));
+            let meta = &update["_meta"];
+            for key in ["terminal_output", "terminal_output_delta"] {
+                if let Some(data) = meta[key]["data"].as_str() {
+                    out.push(Update::ToolOutput {
+                        id: id.clone(),
+                        text: data.to_string(),
+                    });
                 }
             }
-            Some(Update::ToolFinished {
-                id: update.get("toolCallId")?.as_str()?.to_string(),
-                output: output.join("\n"),
-                failed: status == "failed",
-            })
+            let status = update["status"].as_str().unwrap_or_default();
+            if status == "completed" || status == "failed" {
+                let output: Vec<String> = update["content"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| text(&c["content"]))
+                    .collect();
+                let raw_output = match update.get("rawOutput") {
+                    None | Some(Value::Null) => String::new(),
+                    Some(Value::String(raw)) => raw.clone(),
+                    Some(raw) => raw.to_string(),
+                };
+                out.push(Update::ToolFinished {
+                    id,
+                    output: output.join("\n"),
+                    raw_output,
+                    failed: status == "failed",
+                });
+            }
         }
-        _ => None,
+        _ => {}
     }
+    out
 }
 
 /// Serves one request of the agent with our own confined tools and approvals.
@@ -495,28 +539,72 @@ mod tests {
     #[test]
     fn updates_map_to_text_and_tool_calls() {
         assert_eq!(
-            update_of(&json!({"sessionUpdate": "agent_message_chunk",
+            updates_of(&json!({"sessionUpdate": "agent_message_chunk",
                 "content": {"type": "text", "text": "hi"}})),
-            Some(Update::Text("hi".into()))
+            [Update::Text("hi".into())]
         );
         assert_eq!(
-            update_of(
+            updates_of(
                 &json!({"sessionUpdate": "tool_call_update", "toolCallId": "t",
-                "status": "completed",
+                "status": "completed", "rawOutput": "1\tok",
                 "content": [{"type": "content", "content": {"type": "text", "text": "ok"}}]})
             ),
-            Some(Update::ToolFinished {
+            [Update::ToolFinished {
                 id: "t".into(),
                 output: "ok".into(),
+                raw_output: "1\tok".into(),
                 failed: false
-            })
+            }]
         );
         assert_eq!(
-            update_of(
+            updates_of(
                 &json!({"sessionUpdate": "tool_call_update", "toolCallId": "t",
                 "status": "in_progress"})
             ),
-            None
+            []
+        );
+    }
+
+    /// Claude Code names a call's input after announcing it; codex-acp sends a
+    /// command's output as terminal output in `_meta`.
+    #[test]
+    fn later_inputs_and_terminal_output_are_kept() {
+        assert_eq!(
+            updates_of(
+                &json!({"sessionUpdate": "tool_call_update", "toolCallId": "t",
+                "rawInput": {"file_path": "/w/notes.txt"}, "title": "Read notes.txt"})
+            ),
+            [Update::ToolUpdated {
+                id: "t".into(),
+                title: Some("Read notes.txt".into()),
+                input: Some(json!({"file_path": "/w/notes.txt"}))
+            }]
+        );
+        assert_eq!(
+            updates_of(
+                &json!({"sessionUpdate": "tool_call_update", "toolCallId": "t",
+                "rawInput": {}})
+            ),
+            []
+        );
+        assert_eq!(
+            updates_of(
+                &json!({"sessionUpdate": "tool_call_update", "toolCallId": "c",
+                "status": "completed", "rawOutput": {"exit_code": 0},
+                "_meta": {"terminal_output_delta": {"data": "line\n", "terminal_id": "c"}}})
+            ),
+            [
+                Update::ToolOutput {
+                    id: "c".into(),
+                    text: "line\n".into()
+                },
+                Update::ToolFinished {
+                    id: "c".into(),
+                    output: String::new(),
+                    raw_output: "{\"exit_code\":0}".into(),
+                    failed: false
+                }
+            ]
         );
     }
 }

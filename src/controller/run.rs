@@ -379,6 +379,8 @@ impl Run {
             let session_id = self.ctl.session_id().to_string();
             let mut text = String::new();
             let mut open: Vec<(ToolCall, Option<(String, bool)>)> = Vec::new();
+            // Terminal output by call, for a call whose result has no content of its own.
+            let mut terminal: std::collections::HashMap<String, String> = Default::default();
             let mut failed: Option<String> = None;
             let end = {
                 let mut on_update = |update: Update| match update {
@@ -406,7 +408,31 @@ impl Run {
                         });
                         open.push((call, None));
                     }
-                    Update::ToolFinished { id, output, failed } => {
+                    Update::ToolUpdated { id, title, input } => {
+                        if let Some((call, _)) = open.iter_mut().find(|(c, _)| c.id == id) {
+                            if let Some(title) = title {
+                                call.arguments["title"] = serde_json::Value::String(title);
+                            }
+                            if let Some(input) = input {
+                                call.arguments["input"] = input;
+                            }
+                        }
+                    }
+                    Update::ToolOutput { id, text } => {
+                        terminal.entry(id).or_default().push_str(&text);
+                    }
+                    Update::ToolFinished {
+                        id,
+                        output,
+                        raw_output,
+                        failed,
+                    } => {
+                        // Its content, else what its terminal showed, else its raw output.
+                        let output = match (output.is_empty(), terminal.remove(&id)) {
+                            (false, _) => output,
+                            (true, Some(shown)) if !shown.is_empty() => shown,
+                            _ => raw_output,
+                        };
                         if let Some(entry) = open.iter_mut().find(|(c, _)| c.id == id) {
                             entry.1 = Some((output, failed));
                         }
