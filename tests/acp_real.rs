@@ -474,9 +474,8 @@ async fn claude_agent_acp_reads_asks_once_and_reports_once() {
     assert_read_and_command(&child);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_acp_reads_asks_once_and_reports_once() {
-    let fx = Fixture::new().await;
+/// The `codex` profile: codex-acp with the local Responses server as its provider.
+fn codex_profile(fx: &Fixture) {
     let codex_home = fx.root.join("codex-home");
     std::fs::create_dir_all(&codex_home).unwrap();
     // The local Responses server as Codex's model provider; no analytics, and none of
@@ -519,6 +518,12 @@ apps = false
             ("INITIAL_AGENT_MODE", "read-only".into()),
         ],
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_acp_reads_asks_once_and_reports_once() {
+    let fx = Fixture::new().await;
+    codex_profile(&fx);
     let (report, child) = delegate_and_answer(&fx, "codex", true).await;
     assert!(
         report.contains("read notes.txt: first line of the notes; publish: done"),
@@ -536,4 +541,25 @@ apps = false
         "{results:?}"
     );
     assert_read_and_command(&child);
+}
+
+/// Codex ends its turn as `cancelled` when its permission request is rejected ("No, and
+/// tell Codex what to do differently"): that is the agent's end of turn, not the person's
+/// Stop, so the report says how it ended and the child is not shown as stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_acp_refused_ends_its_turn_and_reports_how() {
+    let fx = Fixture::new().await;
+    codex_profile(&fx);
+    let (report, child) = delegate_and_answer(&fx, "codex", false).await;
+    assert!(!fx.ws.join("published.txt").exists());
+    assert!(
+        report.contains("the agent ended its turn (stop reason: cancelled)"),
+        "{report}"
+    );
+    assert!(!report.to_lowercase().contains("stopped"), "{report}");
+    let results = tool_results(&child);
+    assert!(
+        results[0].contains("first line of the notes"),
+        "{results:?}"
+    );
 }

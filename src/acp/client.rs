@@ -58,8 +58,10 @@ pub enum Update {
 /// How a turn ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TurnEnd {
-    /// `session/prompt` answered: the agent's turn is over.
-    Done,
+    /// `session/prompt` answered: the agent's turn is over, with its `stopReason`
+    /// (`end_turn`, `max_tokens`, `refusal`, or `cancelled` when the agent ended it so
+    /// without our `session/cancel`, as Codex does when a permission is rejected).
+    Done(String),
     /// Stopped by the person (the agent was told with `session/cancel`).
     Cancelled,
     /// The agent could not start, answered with an error, or its process died.
@@ -274,8 +276,9 @@ pub async fn turn(
                         agents.forget(session_id);
                         TurnEnd::Cancelled
                     }
-                    Ok(answer) if answer.get("stopReason").and_then(Value::as_str) == Some("cancelled") => TurnEnd::Cancelled,
-                    Ok(_) => TurnEnd::Done,
+                    Ok(answer) => TurnEnd::Done(
+                        answer["stopReason"].as_str().unwrap_or("end_turn").to_string(),
+                    ),
                     Err(err) => TurnEnd::Failed(format!("the ACP agent failed: {err}")),
                 };
             }

@@ -469,8 +469,25 @@ impl Run {
                     messages.push(Message::tool(&call.id, &output));
                 }
             }
+            if let TurnEnd::Done(reason) = &end {
+                // A turn the agent ended otherwise than by finishing says so in its answer
+                // (and so in the report): it was not the person's Stop.
+                if reason != "end_turn" {
+                    let note = format!("(the agent ended its turn (stop reason: {reason}))");
+                    let note = if text.trim().is_empty() {
+                        note
+                    } else {
+                        format!("\n\n{note}")
+                    };
+                    self.ctl
+                        .emit_progress(Progress::ContentDelta { text: note.clone() });
+                    text.push_str(&note);
+                }
+            }
             match &end {
-                TurnEnd::Done => messages.push(Message::assistant(Some(text.clone()), Vec::new())),
+                TurnEnd::Done(_) => {
+                    messages.push(Message::assistant(Some(text.clone()), Vec::new()))
+                }
                 _ if !text.trim().is_empty() => {
                     let mut stopped = Message::assistant(Some(text.clone()), Vec::new());
                     stopped.stopped = true;
@@ -487,7 +504,7 @@ impl Run {
             match end {
                 TurnEnd::Cancelled => return Some(RunOutcome::Cancelled),
                 TurnEnd::Failed(message) => return Some(RunOutcome::Failed(message)),
-                TurnEnd::Done => {
+                TurnEnd::Done(_) => {
                     self.sync().await;
                     match self.ctl.finish_or_take_inbox(&text, &mut self.history) {
                         None => return None,
