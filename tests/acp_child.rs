@@ -342,3 +342,78 @@ async fn a_missing_agent_command_fails_the_child_saying_what_to_install() {
     );
     service.shutdown().await;
 }
+
+/// Delegates `task` to the Python agent, approves whatever it asks (each ask naming the
+/// child), and returns the one report's text with the approvals' tools.
+async fn report_of(fx: &Fixture, task: &str) -> (String, Vec<String>) {
+    let service = fx.service();
+    let info = service
+        .create_session(fx.ws.to_str().unwrap(), None)
+        .unwrap();
+    let parent = service.controller(&info.session_id).unwrap();
+    let (mut events, _) = parent.subscribe();
+    parent.submit(format!("delegate {task}"), None).unwrap();
+    let mut asked = Vec::new();
+    tokio::time::timeout(WAIT, async {
+        while !has_report(&service, &info.session_id) || parent.snapshot().running {
+            let event = serde_json::to_value(events.next_event().await.unwrap()).unwrap();
+            if event["type"] == "approval_request" {
+                assert_eq!(event["parent_session_id"], info.session_id.as_str());
+                asked.push(event["tool"].as_str().unwrap().to_string());
+                service
+                    .decide_approval(DecideApproval {
+                        session_id: event["session_id"].as_str().unwrap().into(),
+                        approval_id: event["approval_id"].as_str().unwrap().into(),
+                        approved: true,
+                        remember: false,
+                        reason: None,
+                    })
+                    .unwrap();
+            }
+        }
+    })
+    .await
+    .expect("no report reached the parent");
+    let report = reports(&service, &info.session_id);
+    assert_eq!(report.len(), 1);
+    service.shutdown().await;
+    (report[0].text().to_string(), asked)
+}
+
+/// The agent's `terminal/create` runs our `run_command` (its sandbox and approvals) in
+/// the workspace; wait_for_exit, output and release answer from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agents_terminal_runs_our_run_command() {
+    let fx = Fixture::new().await;
+    let (report, asked) = report_of(&fx, "run echo made-here > made.txt && cat made.txt").await;
+    assert!(
+        report.contains("ran echo made-here > made.txt && cat made.txt: exit 0: made-here"),
+        "{report}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.ws.join("made.txt")).unwrap(),
+        "made-here\n"
+    );
+    // Asked or not as run_command would be (that depends on the sandbox here), and never
+    // as anything else.
+    assert!(asked.iter().all(|tool| tool == "run_command"), "{asked:?}");
+}
+
+/// `tools.policy` applies to the agent's terminal as to our own calls: run_command
+/// switched off, the command does not run and the agent is told why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agents_terminal_obeys_the_run_command_policy() {
+    let fx = Fixture::new().await;
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&fx.config).unwrap()).unwrap();
+    config["tools"] = json!({"policy": {"run_command": "deny"}});
+    std::fs::write(&fx.config, config.to_string()).unwrap();
+    let (report, asked) = report_of(&fx, "run touch made.txt").await;
+    assert!(asked.is_empty(), "{asked:?}");
+    assert!(!fx.ws.join("made.txt").exists());
+    assert!(
+        report.contains("ran touch made.txt: exit None: denied")
+            && report.contains("disabled by configuration"),
+        "{report}"
+    );
+}

@@ -3,7 +3,8 @@
 //! The agent's `session/request_permission` requests go to the child's approval gate
 //! (shown in the parent's window, naming the child); its `fs/read_text_file` and
 //! `fs/write_text_file` requests are served under the workspace path rules
-//! (`tools::paths`), writes asking like `write_file`. `terminal/*` is not offered.
+//! (`tools::paths`), writes asking like `write_file`; its `terminal/*` requests run
+//! `run_command` (sandbox, approvals, limits: `super::terminal`).
 //! The agent lives as long as the child session's runs need it: a follow-up prompts the
 //! same ACP session; Stop sends `session/cancel` and then ends the process group.
 
@@ -76,10 +77,14 @@ struct Agent {
     /// Fired when the agent's stdout closes (its process ended).
     exited: CancellationToken,
     pgid: i32,
+    /// Its `terminal/create` commands (shared with the requests that wait on them; all
+    /// killed when the agent goes).
+    terminals: Arc<super::terminal::Terminals>,
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        self.terminals.kill_all();
         stop_group(self.pgid);
     }
 }
@@ -192,7 +197,7 @@ async fn start(
                     "protocolVersion": 1,
                     "clientCapabilities": {
                         "fs": {"readTextFile": true, "writeTextFile": true},
-                        "terminal": false
+                        "terminal": true
                     },
                     "clientInfo": {"name": "bumblehive", "version": env!("CARGO_PKG_VERSION")}
                 }),
@@ -229,6 +234,7 @@ async fn start(
         incoming: tokio::sync::Mutex::new(rx),
         exited,
         pgid,
+        terminals: Default::default(),
     });
     agents.map().insert(session_id.to_string(), agent.clone());
     Ok(agent)
@@ -331,9 +337,15 @@ fn handle(
         Incoming::Notification { .. } => {}
         Incoming::Request { id, method, params } => {
             let connection = agent.connection.clone();
+            let terminals = agent.terminals.clone();
             let ctx = ctx.clone();
             tokio::spawn(async move {
-                match serve(&ctx, &method, &params).await {
+                let answer = if method.starts_with("terminal/") {
+                    terminals.serve(&ctx, &method, &params).await
+                } else {
+                    serve(&ctx, &method, &params).await
+                };
+                match answer {
                     Ok(result) => connection.respond(id, result),
                     Err(err) => connection.respond_error(id, &err),
                 }

@@ -10,6 +10,7 @@
 pub mod client;
 mod rpc;
 pub mod schema;
+mod terminal;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -6,6 +6,9 @@ the other side of our client is the real library's.
 Every prompt writes its pid to agent.pid in the session's cwd. Prompts it understands:
   read <path>  reads the file through the client's fs/read_text_file, asks one permission
                (session/request_permission) and answers with what it read and was told;
+  run <cmd>    runs `sh -c <cmd>` in a terminal of the client's (terminal/create, then
+               wait_for_exit, output and release) and answers with its exit code and
+               output, or with the error the client gave;
   wait         says "waiting" and waits for
                session/cancel, then ends the turn as cancelled;
   anything else is echoed ("echo from <pid> <session>: <text>").
@@ -108,6 +111,22 @@ class Agent:
             first = read.content.splitlines()[0] if read.content else ""
             await self.say(session_id, f"read {path}: {first}; ")
             await self.say(session_id, "permission " + ("allowed" if allowed else "rejected"))
+            return PromptResponse(stop_reason="end_turn")
+        if text.startswith("run "):
+            command = text[len("run "):].strip()
+            try:
+                terminal = await self.conn.create_terminal(
+                    session_id=session_id, command="sh", args=["-c", command], output_byte_limit=4096
+                )
+                status = await self.conn.wait_for_terminal_exit(
+                    session_id=session_id, terminal_id=terminal.terminal_id
+                )
+                output = await self.conn.terminal_output(session_id=session_id, terminal_id=terminal.terminal_id)
+                await self.conn.release_terminal(session_id=session_id, terminal_id=terminal.terminal_id)
+            except Exception as err:  # the client's error, told as the answer
+                await self.say(session_id, f"terminal failed: {err}")
+                return PromptResponse(stop_reason="end_turn")
+            await self.say(session_id, f"ran {command}: exit {status.exit_code}: {output.output.strip()}")
             return PromptResponse(stop_reason="end_turn")
         if text.strip() == "wait":
             event = asyncio.Event()
