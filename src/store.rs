@@ -86,6 +86,10 @@ pub struct SessionMeta {
     /// An isolated child's git worktree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<crate::protocol::WorktreeInfo>,
+    /// A `kind: acp` child's session id in its external agent: a new process of the
+    /// agent continues it with `session/load` where the agent offers that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acp_session: Option<String>,
 }
 
 /// One line of a parent's report ledger: a recorded report, or the note that it reached
@@ -298,6 +302,7 @@ impl SessionStore {
             forked_from: None,
             forked_at: None,
             worktree: None,
+            acp_session: None,
         };
         let messages = dir.join(MESSAGES);
         private_file(&messages).map_err(|err| StoreError::io(&messages, err))?;

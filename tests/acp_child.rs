@@ -226,7 +226,7 @@ async fn an_acp_agent_reads_a_file_asks_once_reports_once_and_takes_a_follow_up(
     .expect("the follow-up was not answered");
     assert_eq!(
         echoed(&service).unwrap().text(),
-        format!("echo from {first_pid} py-1: hello")
+        format!("echo from {first_pid} py-{first_pid}-1: hello")
     );
     // Deleting the child ends its agent's process.
     tokio::time::timeout(WAIT, service.wait_idle())
@@ -416,4 +416,85 @@ async fn an_acp_agents_terminal_obeys_the_run_command_policy() {
             && report.contains("disabled by configuration"),
         "{report}"
     );
+}
+
+/// An agent whose process died mid-turn fails that run (its report says so); the next
+/// message to the child starts a new process that continues the same ACP session with
+/// `session/load` (the agent offers it), its replayed history not taken as an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_agents_child_continues_its_acp_session_with_session_load() {
+    let fx = Fixture::new().await;
+    let service = fx.service();
+    let info = service
+        .create_session(fx.ws.to_str().unwrap(), None)
+        .unwrap();
+    let parent = service.controller(&info.session_id).unwrap();
+    let (mut events, _) = parent.subscribe();
+    parent.submit("delegate die".into(), None).unwrap();
+    tokio::time::timeout(WAIT, async {
+        while !has_report(&service, &info.session_id) || parent.snapshot().running {
+            let _ = events.next_event().await;
+        }
+    })
+    .await
+    .expect("no report of the dead agent");
+    let report = reports(&service, &info.session_id);
+    assert!(
+        report[0]
+            .text()
+            .contains("the ACP agent's process ended during its turn"),
+        "{}",
+        report[0].text()
+    );
+    let first_pid: i32 = std::fs::read_to_string(fx.ws.join("agent.pid"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let child_id = service
+        .list_sessions(None)
+        .unwrap()
+        .into_iter()
+        .find(|s| s.parent_session_id.as_deref() == Some(info.session_id.as_str()))
+        .unwrap()
+        .session_id;
+    let child_ctl = service.controller(&child_id).unwrap();
+    let (mut child_events, _) = child_ctl.subscribe();
+    child_ctl.submit("hello".into(), None).unwrap();
+    let echoed = |service: &RuntimeService| {
+        service
+            .store()
+            .load(&child_id)
+            .unwrap()
+            .messages
+            .into_iter()
+            .find(|m| m.text().starts_with("echo from"))
+    };
+    tokio::time::timeout(WAIT, async {
+        while echoed(&service).is_none() {
+            let _ = child_events.next_event().await;
+        }
+    })
+    .await
+    .expect("the message after the death was not answered");
+    let text = echoed(&service).unwrap().text().to_string();
+    let second_pid: i32 = std::fs::read_to_string(fx.ws.join("agent.pid"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_ne!(second_pid, first_pid);
+    assert_eq!(
+        text,
+        format!("echo from {second_pid} py-{first_pid}-1: hello")
+    );
+    let child = service.store().load(&child_id).unwrap().messages;
+    assert!(
+        !child
+            .iter()
+            .any(|m| m.text().contains("(replayed history)")),
+        "{child:#?}"
+    );
+    tokio::time::timeout(WAIT, service.wait_idle())
+        .await
+        .unwrap();
+    service.shutdown().await;
 }

@@ -141,6 +141,7 @@ async fn start(
     session_id: &str,
     spec: &AcpAgent,
     ctx: &ToolContext,
+    previous: Option<&str>,
 ) -> Result<Arc<Agent>, String> {
     if let Some(agent) = agents
         .map()
@@ -190,7 +191,7 @@ async fn start(
         }
     });
     let talk = async {
-        connection
+        let init = connection
             .request(
                 "initialize",
                 json!({
@@ -203,6 +204,27 @@ async fn start(
                 }),
             )
             .await?;
+        // The session of the agent's earlier process, where it can load one: its
+        // conversation goes on. A load it refuses falls back to a new session.
+        if let Some(previous) =
+            previous.filter(|_| init["agentCapabilities"]["loadSession"].as_bool() == Some(true))
+        {
+            let load = connection
+                .request(
+                    "session/load",
+                    json!({"sessionId": previous, "cwd": ctx.workspace, "mcpServers": []}),
+                )
+                .await;
+            match load {
+                Ok(_) => return Ok(json!({"sessionId": previous})),
+                Err(err) => {
+                    tracing::info!(
+                        session = session_id,
+                        "the ACP agent did not load session {previous}: {err}"
+                    )
+                }
+            }
+        }
         connection
             .request(
                 "session/new",
@@ -228,6 +250,10 @@ async fn start(
         stop_group(pgid);
         return Err("the ACP agent answered session/new without a sessionId".into());
     };
+    // What a load replayed (the agent's account of the old conversation) is in the
+    // history already: it is not this turn's.
+    let mut rx = rx;
+    while rx.try_recv().is_ok() {}
     let agent = Arc::new(Agent {
         connection,
         acp_session: acp_session.to_string(),
@@ -243,22 +269,27 @@ async fn start(
 /// Runs one turn of the session's agent (started first when it is not running): sends
 /// `prompt` with `session/prompt` and hands every update to `on_update` until the
 /// prompt is answered, the person stops it (`ctx.cancel`) or the agent dies.
+///
+/// `acp_session` is the ACP session the child had (a new process of the agent loads it
+/// where it can) and, once the agent runs, the one it has now.
 pub async fn turn(
     agents: &Agents,
     session_id: &str,
     spec: &AcpAgent,
     ctx: &ToolContext,
     prompt: String,
+    acp_session: &mut Option<String>,
     on_update: &mut (dyn FnMut(Update) + Send),
 ) -> TurnEnd {
     let agent = tokio::select! {
         biased;
         _ = ctx.cancel.cancelled() => return TurnEnd::Cancelled,
-        agent = start(agents, session_id, spec, ctx) => match agent {
+        agent = start(agents, session_id, spec, ctx, acp_session.as_deref()) => match agent {
             Ok(agent) => agent,
             Err(message) => return TurnEnd::Failed(message),
         },
     };
+    *acp_session = Some(agent.acp_session.clone());
     let mut incoming = agent.incoming.lock().await;
     let prompting = agent.connection.request(
         "session/prompt",

@@ -1604,6 +1604,14 @@ impl SessionController {
         Ok(())
     }
 
+    /// Keeps the ACP session id of a `kind: acp` child's agent (for `session/load`).
+    pub(crate) fn remember_acp_session(&self, id: &str) {
+        let mut state = self.lock();
+        if state.meta.acp_session.as_deref() != Some(id) {
+            self.update_meta(&mut state, |meta| meta.acp_session = Some(id.to_string()));
+        }
+    }
+
     /// The stored meta as it is now (interrupted, reported, state …).
     pub fn current_meta(&self) -> SessionMeta {
         self.lock().meta.clone()

@@ -382,6 +382,7 @@ impl Run {
             // Terminal output by call, for a call whose result has no content of its own.
             let mut terminal: std::collections::HashMap<String, String> = Default::default();
             let mut failed: Option<String> = None;
+            let mut acp_session = self.ctl.current_meta().acp_session;
             let end = {
                 let mut on_update = |update: Update| match update {
                     Update::Text(chunk) => {
@@ -444,10 +445,14 @@ impl Run {
                     &agent,
                     &ctx,
                     prompt,
+                    &mut acp_session,
                     &mut on_update,
                 )
                 .await
             };
+            if let Some(id) = &acp_session {
+                self.ctl.remember_acp_session(id);
+            }
             // The agent's tool calls, each with its result (a call it never finished gets
             // the cancelled or interrupted text), then its answer.
             let mut messages = Vec::new();

@@ -3,12 +3,18 @@ tests/acp.rs as a Bumblehive sub-agent (a profile with kind: acp). The SDK's pac
 runnable example agent, so this one uses its Agent API and helpers directly: the protocol on
 the other side of our client is the real library's.
 
-Every prompt writes its pid to agent.pid in the session's cwd. Prompts it understands:
+Session ids name the process that made them (py-<pid>-<n>); session/load takes any id back
+(a new process continuing an old session) and replays a line of history, which the client
+must not take as a new answer. Every prompt writes its pid to agent.pid in the session's cwd.
+Prompts it understands:
   read <path>  reads the file through the client's fs/read_text_file, asks one permission
                (session/request_permission) and answers with what it read and was told;
   run <cmd>    runs `sh -c <cmd>` in a terminal of the client's (terminal/create, then
                wait_for_exit, output and release) and answers with its exit code and
                output, or with the error the client gave;
+  stamp        says "stamped" and writes the wall clock (ns) to end.ns in the cwd just
+               before it ends its turn (benches/runtime.rs: a report's latency);
+  die          says "dying" and ends its process mid-turn;
   wait         says "waiting" and waits for
                session/cancel, then ends the turn as cancelled;
   anything else is echoed ("echo from <pid> <session>: <text>").
@@ -18,6 +24,7 @@ The task of a Bumblehive child's first prompt (after its "Task:" line) is what c
 import asyncio
 import os
 import sys
+import time
 
 import acp
 from acp import (
@@ -32,6 +39,7 @@ from acp import (
 from acp.schema import (
     AgentCapabilities,
     InitializeResponse,
+    LoadSessionResponse,
     NewSessionResponse,
     PermissionOption,
     PromptResponse,
@@ -51,13 +59,18 @@ class Agent:
     async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kwargs):
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
-            agent_capabilities=AgentCapabilities(load_session=False),
+            agent_capabilities=AgentCapabilities(load_session=True),
         )
 
     async def new_session(self, cwd, mcp_servers=None, **kwargs):
-        session_id = f"py-{len(self.cwd) + 1}"
+        session_id = f"py-{os.getpid()}-{len(self.cwd) + 1}"
         self.cwd[session_id] = cwd
         return NewSessionResponse(session_id=session_id)
+
+    async def load_session(self, cwd, session_id, mcp_servers=None, **kwargs):
+        self.cwd[session_id] = cwd
+        await self.say(session_id, "(replayed history)")
+        return LoadSessionResponse()
 
     async def cancel(self, session_id, **kwargs):
         event = self.cancelled.get(session_id)
@@ -128,6 +141,14 @@ class Agent:
                 return PromptResponse(stop_reason="end_turn")
             await self.say(session_id, f"ran {command}: exit {status.exit_code}: {output.output.strip()}")
             return PromptResponse(stop_reason="end_turn")
+        if text.strip() == "stamp":
+            await self.say(session_id, "stamped")
+            with open(os.path.join(self.cwd[session_id], "end.ns"), "w") as f:
+                f.write(str(time.time_ns()))
+            return PromptResponse(stop_reason="end_turn")
+        if text.strip() == "die":
+            await self.say(session_id, "dying")
+            os._exit(3)
         if text.strip() == "wait":
             event = asyncio.Event()
             self.cancelled[session_id] = event
