@@ -403,6 +403,123 @@ async fn delegation_latency(
     }
 }
 
+/// The parent of an ACP child: delegates `stamp` to the `py` profile (the Python SDK
+/// agent, tests/acp/agent.py), then notes the wall clock when a request carries the report.
+#[derive(Default)]
+struct AcpParent {
+    report_at: std::sync::Mutex<Option<std::time::SystemTime>>,
+}
+
+#[async_trait]
+impl ModelProvider for AcpParent {
+    async fn generate(
+        &self,
+        request: ModelRequest,
+        _sink: ProviderSink<'_>,
+    ) -> Result<ModelResponse, ProviderError> {
+        let messages = &request.messages;
+        if messages
+            .iter()
+            .any(|m| m.role == Role::User && m.text().starts_with("[Background tool result]"))
+        {
+            self.report_at
+                .lock()
+                .unwrap()
+                .get_or_insert_with(std::time::SystemTime::now);
+            return Ok(ModelResponse::text("report read"));
+        }
+        if messages.iter().all(|m| m.role != Role::Assistant) {
+            return Ok(ModelResponse::tool_calls(vec![ToolCall {
+                id: "delegate-py".into(),
+                name: "sub_agent".into(),
+                arguments: json!({"title": "py", "task": "stamp", "agent": "py"}),
+            }]));
+        }
+        Ok(ModelResponse::text("waiting"))
+    }
+}
+
+/// An ACP child's report latency: from the external agent's end of turn (the Python SDK
+/// agent writes the wall clock just before it answers `session/prompt`) to the idle
+/// parent's next model request carrying the report. Needs the venv of
+/// `scripts/acp-test-clients.sh`; skipped without it.
+async fn acp_child(base: &Path, rounds: usize) {
+    let venv = std::env::var_os("BUMBLEHIVE_ACP_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/bumblehive-acp/venv")
+        });
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        println!(
+            "acp child: skipped (no {}: run ./scripts/acp-test-clients.sh)",
+            python.display()
+        );
+        return;
+    }
+    let agent = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/acp/agent.py");
+    let mut latency = Vec::new();
+    for round in 0..rounds {
+        let dir = scratch(base, &format!("acp-child-{round}"));
+        let workspace = dir.join("ws");
+        std::fs::create_dir_all(workspace.join(".bumblehive/agents")).expect("ws");
+        std::fs::write(
+            workspace.join(".bumblehive/agents/py.md"),
+            format!(
+                "---\nname: py\nkind: acp\ncommand: {}\nargs: [{}]\n---\n",
+                python.display(),
+                agent.display()
+            ),
+        )
+        .expect("profile");
+        let provider = Arc::new(AcpParent::default());
+        let service = RuntimeService::new(ServiceOptions {
+            data_dir: dir.join("data"),
+            config_path: None,
+            config: Some(Config::default()),
+            provider_factory: fixed_provider(provider.clone()),
+            tools: None,
+        })
+        .expect("service");
+        let info = service
+            .create_session(workspace.to_str().expect("utf8"), None)
+            .expect("session");
+        let ctl = service.controller(&info.session_id).expect("controller");
+        ctl.submit("delegate".into(), None).expect("submit");
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while provider.report_at.lock().unwrap().is_none() {
+                service.wait_idle().await;
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the ACP child's report never reached the parent");
+        service.wait_idle().await;
+        let ended: u128 = std::fs::read_to_string(workspace.join("end.ns"))
+            .expect("end.ns")
+            .trim()
+            .parse()
+            .expect("ns");
+        let reported = provider
+            .report_at
+            .lock()
+            .unwrap()
+            .expect("report")
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos();
+        latency.push(Duration::from_nanos(reported.saturating_sub(ended) as u64));
+        service.shutdown().await;
+    }
+    latency.sort();
+    println!(
+        "acp child: an external agent's end of turn to the idle parent's next model request carrying its report: median {:.2} ms, p95 {:.2} ms ({rounds} rounds)",
+        percentile(&latency, 0.5).as_secs_f64() * 1e3,
+        percentile(&latency, 0.95).as_secs_f64() * 1e3,
+    );
+}
+
 /// Session scale: open a long session, list many sessions, append throughput.
 async fn scale(base: &Path, label: &str, messages: usize, sessions: usize) {
     let dir = scratch(base, "scale");
@@ -1371,6 +1488,7 @@ fn main() {
             checkpoint(disk.path(), "disk", 200, 5).await;
             mcp(disk.path(), 1, 20).await;
             acp(disk.path(), 2, 100).await;
+            acp_child(disk.path(), 1).await;
             return;
         }
         if wanted("per-turn") {
@@ -1421,6 +1539,9 @@ fn main() {
         }
         if wanted("acp") {
             acp(disk.path(), 20, 100_000).await;
+        }
+        if wanted("acp-child") {
+            acp_child(disk.path(), 20).await;
         }
     });
 }

@@ -37,7 +37,7 @@ cargo clippy --all-targets -- -D warnings
 step "MCP test servers: server-everything (npm ci) and the Python mcp SDK (pinned, in a venv)"
 ./scripts/mcp-test-servers.sh
 
-step "ACP test clients: the official SDKs (npm @agentclientprotocol/sdk, PyPI agent-client-protocol; pinned)"
+step "ACP test clients and agents: the official SDKs (npm @agentclientprotocol/sdk, PyPI agent-client-protocol) and the real claude-agent-acp and codex-acp (npm); all pinned"
 ./scripts/acp-test-clients.sh
 
 step "Runtime tests (no GUI dependency): unit, seed scenarios, providers, tools, server, crash harness"
