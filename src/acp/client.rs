@@ -126,8 +126,8 @@ impl Agents {
 /// What to tell the person when the command is not there.
 fn missing(command: &str) -> String {
     let hint = match command {
-        "claude-agent-acp" => " (npm install -g @zed-industries/claude-agent-acp)",
-        "codex-acp" => " (npm install -g @zed-industries/codex-acp)",
+        "claude-agent-acp" => " (npm install -g @agentclientprotocol/claude-agent-acp)",
+        "codex-acp" => " (npm install -g @agentclientprotocol/codex-acp)",
         "npx" => " (install Node.js and npm)",
         _ => "",
     };
