@@ -426,9 +426,8 @@ fn tool_results(child: &[Message]) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_agent_acp_reads_asks_once_and_reports_once() {
-    let fx = Fixture::new().await;
+/// The `claude` profile: claude-agent-acp with the local Messages server as its API.
+fn claude_profile(fx: &Fixture) {
     let home = fx.root.join("claude-home");
     // Manual mode: Claude Code asks before running a command (its default, `auto`,
     // would ask a classifier model instead).
@@ -455,6 +454,12 @@ async fn claude_agent_acp_reads_asks_once_and_reports_once() {
             ("IS_SANDBOX", String::new()),
         ],
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_agent_acp_reads_asks_once_and_reports_once() {
+    let fx = Fixture::new().await;
+    claude_profile(&fx);
     let (report, child) = delegate_and_answer(&fx, "claude", true).await;
     assert!(
         report.contains("read notes.txt: first line of the notes; publish: done"),
@@ -562,4 +567,19 @@ async fn codex_acp_refused_ends_its_turn_and_reports_how() {
         results[0].contains("first line of the notes"),
         "{results:?}"
     );
+}
+
+/// Rejected, Claude Code's command does not run and its model is told so (the tool result
+/// an error); its turn goes on to an answer, the one report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_agent_acp_rejected_reports_the_refusal() {
+    let fx = Fixture::new().await;
+    claude_profile(&fx);
+    let (report, child) = delegate_and_answer(&fx, "claude", false).await;
+    assert!(!fx.ws.join("published.txt").exists());
+    assert!(
+        report.contains("read notes.txt: first line of the notes; publish: refused"),
+        "{report}"
+    );
+    assert_read_and_command(&child);
 }
