@@ -498,3 +498,15 @@ async fn a_dead_agents_child_continues_its_acp_session_with_session_load() {
         .unwrap();
     service.shutdown().await;
 }
+
+/// terminal/output shows what the command wrote while it still runs, and terminal/kill
+/// ends it (the command would sleep 30 s, longer than the test waits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agents_terminal_streams_output_and_is_killed() {
+    let fx = Fixture::new().await;
+    let (report, _) = report_of(&fx, "poll echo started; sleep 30").await;
+    assert!(
+        report.contains("polled started; killed: exit None"),
+        "{report}"
+    );
+}

@@ -1,17 +1,18 @@
 //! The client's `terminal/*` for an external ACP agent: each `terminal/create` is one `run_command` call (our sandbox, our approvals in the parent's window, our output cap, timeout and process-group kill) running in the background under its terminal id until the agent waits for it, reads it, kills it or releases it.
 //!
-//! `terminal/output` before the command has ended answers with no output yet: the
-//! output is `run_command`'s, which it gives when the command ends.
+//! `terminal/output` answers with what the command wrote so far (run_command's head and
+//! tail cut), then with its whole result once it has ended.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::rpc::{self, RpcError};
-use crate::tools::{RunCommand, Tool, ToolContext, ToolError};
+use crate::tools::command::{Output, run_command_into};
+use crate::tools::{ToolContext, ToolError};
 
 /// How a terminal's command ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,9 +24,18 @@ struct Ended {
 
 struct Terminal {
     ended: watch::Receiver<Option<Ended>>,
+    /// What the command wrote so far.
+    output: Arc<Mutex<Output>>,
     kill: CancellationToken,
     output_limit: Option<usize>,
 }
+
+/// A terminal's end, its output so far and its output limit.
+type Seen = (
+    watch::Receiver<Option<Ended>>,
+    Arc<Mutex<Output>>,
+    Option<usize>,
+);
 
 /// One agent's terminals, by id.
 #[derive(Default)]
@@ -133,14 +143,11 @@ impl Terminals {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn get(
-        &self,
-        params: &Value,
-    ) -> Result<(watch::Receiver<Option<Ended>>, Option<usize>), RpcError> {
+    fn get(&self, params: &Value) -> Result<Seen, RpcError> {
         let id = params["terminalId"].as_str().unwrap_or_default();
         self.lock()
             .get(id)
-            .map(|t| (t.ended.clone(), t.output_limit))
+            .map(|t| (t.ended.clone(), t.output.clone(), t.output_limit))
             .ok_or_else(|| RpcError::invalid_params(format!("no terminal {id:?}")))
     }
 
@@ -166,14 +173,19 @@ impl Terminals {
                 let (tx, rx) = watch::channel(None);
                 let mut run_ctx = ctx.clone();
                 run_ctx.cancel = kill.clone();
-                tokio::spawn(async move {
-                    let result = RunCommand.call(&run_ctx, arguments).await;
-                    tx.send_replace(Some(ended(result)));
+                let output = Arc::new(Mutex::new(Output::default()));
+                tokio::spawn({
+                    let output = output.clone();
+                    async move {
+                        let result = run_command_into(&run_ctx, arguments, output).await;
+                        tx.send_replace(Some(ended(result)));
+                    }
                 });
                 self.lock().insert(
                     id.clone(),
                     Terminal {
                         ended: rx,
+                        output,
                         kill,
                         output_limit: params["outputByteLimit"].as_u64().map(|l| l as usize),
                     },
@@ -181,18 +193,22 @@ impl Terminals {
                 Ok(json!({"terminalId": id}))
             }
             "terminal/output" => {
-                let (ended, limit) = self.get(params)?;
+                let (ended, so_far, limit) = self.get(params)?;
                 let ended = ended.borrow().clone();
                 Ok(match ended {
                     Some(ended) => {
                         let (output, truncated) = cut(&ended.output, limit);
                         json!({"output": output, "truncated": truncated, "exitStatus": status(&ended)})
                     }
-                    None => json!({"output": "", "truncated": false}),
+                    None => {
+                        let so_far = so_far.lock().unwrap_or_else(|p| p.into_inner()).so_far();
+                        let (output, truncated) = cut(&so_far, limit);
+                        json!({"output": output, "truncated": truncated})
+                    }
                 })
             }
             "terminal/wait_for_exit" => {
-                let (mut ended, _) = self.get(params)?;
+                let (mut ended, _, _) = self.get(params)?;
                 let ended = ended
                     .wait_for(Option::is_some)
                     .await

@@ -134,6 +134,26 @@ async fn call(
     ctx: &ToolContext,
     arguments: Value,
 ) -> Result<String, ToolError> {
+    call_into(settings, ctx, arguments, Default::default()).await
+}
+
+/// The standard `run_command` (the configured settings) with its output kept in `output`
+/// while the command runs: an ACP agent's terminal reads it before the command ends
+/// (`crate::acp` terminal/output).
+pub(crate) async fn run_command_into(
+    ctx: &ToolContext,
+    arguments: Value,
+    output: Arc<Mutex<Output>>,
+) -> Result<String, ToolError> {
+    call_into(&crate::sandbox::settings(), ctx, arguments, output).await
+}
+
+async fn call_into(
+    settings: &CommandSettings,
+    ctx: &ToolContext,
+    arguments: Value,
+    output: Arc<Mutex<Output>>,
+) -> Result<String, ToolError> {
     let args: CommandArgs = parse_args(arguments.clone())?;
     if args.command.trim().is_empty() {
         return Err(ToolError::InvalidArguments("the command is empty".into()));
@@ -256,7 +276,7 @@ async fn call(
         &ctx.secret_env,
     )
     .map_err(|err| ToolError::Failed(format!("cannot start the command: {err}")))?;
-    let result = run(ctx, shell, Duration::from_secs(timeout)).await;
+    let result = run(ctx, shell, Duration::from_secs(timeout), output).await;
     match (watch.report(), result) {
         (Some(notice), Ok(text)) => Ok(format!("{text}\n{notice}")),
         (Some(notice), Err(ToolError::Failed(text))) => {
@@ -289,7 +309,7 @@ fn wait_exited_unreaped(pid: libc::pid_t) {
 
 /// The first [`HEAD`] and last [`TAIL`] bytes of the output, and how many there were.
 #[derive(Default)]
-struct Output {
+pub(crate) struct Output {
     head: Vec<u8>,
     tail: VecDeque<u8>,
     total: usize,
@@ -307,6 +327,15 @@ impl Output {
         self.tail.extend(bytes);
         let excess = self.tail.len().saturating_sub(TAIL);
         self.tail.drain(..excess);
+    }
+
+    /// The output so far, as [`Self::text`] cuts it, empty while there is none.
+    pub(crate) fn so_far(&self) -> String {
+        if self.total == 0 {
+            String::new()
+        } else {
+            self.text()
+        }
     }
 
     fn text(&self) -> String {
@@ -352,12 +381,12 @@ async fn run(
     ctx: &ToolContext,
     mut shell: crate::sandbox::Shell,
     timeout: Duration,
+    output: Arc<Mutex<Output>>,
 ) -> Result<String, ToolError> {
     let Some(pid) = shell.pid() else {
         return Err(ToolError::Failed("the command exited at once".into()));
     };
     let exited = tokio::task::spawn_blocking(move || wait_exited_unreaped(pid));
-    let output = Arc::new(Mutex::new(Output::default()));
     let (stdout, stderr) = shell.take_pipes();
     let stdout = stdout.and_then(|p| tokio::process::ChildStdout::from_std(p).ok());
     let stderr = stderr.and_then(|p| tokio::process::ChildStderr::from_std(p).ok());

@@ -1,6 +1,6 @@
 //! The tool trait, the context a tool runs in, and the registry that offers tools to the model.
 
-mod command;
+pub(crate) mod command;
 mod edit;
 mod files;
 mod list;

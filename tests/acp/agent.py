@@ -12,6 +12,9 @@ Prompts it understands:
   run <cmd>    runs `sh -c <cmd>` in a terminal of the client's (terminal/create, then
                wait_for_exit, output and release) and answers with its exit code and
                output, or with the error the client gave;
+  poll <cmd>    runs `sh -c <cmd>` in a client terminal, reads terminal/output until the
+               command has written something (at most 10 s), kills it, waits for its exit
+               and answers with what it saw and how it ended;
   stamp        says "stamped" and writes the wall clock (ns) to end.ns in the cwd just
                before it ends its turn (benches/runtime.rs: a report's latency);
   die          says "dying" and ends its process mid-turn;
@@ -140,6 +143,22 @@ class Agent:
                 await self.say(session_id, f"terminal failed: {err}")
                 return PromptResponse(stop_reason="end_turn")
             await self.say(session_id, f"ran {command}: exit {status.exit_code}: {output.output.strip()}")
+            return PromptResponse(stop_reason="end_turn")
+        if text.startswith("poll "):
+            command = text[len("poll "):].strip()
+            terminal = await self.conn.create_terminal(session_id=session_id, command="sh", args=["-c", command])
+            tid = terminal.terminal_id
+            seen = ""
+            for _ in range(200):
+                out = await self.conn.terminal_output(session_id=session_id, terminal_id=tid)
+                if out.output.strip() or out.exit_status is not None:
+                    seen = out.output.strip()
+                    break
+                await asyncio.sleep(0.05)
+            await self.conn.kill_terminal(session_id=session_id, terminal_id=tid)
+            status = await self.conn.wait_for_terminal_exit(session_id=session_id, terminal_id=tid)
+            await self.conn.release_terminal(session_id=session_id, terminal_id=tid)
+            await self.say(session_id, f"polled {seen or 'nothing'}; killed: exit {status.exit_code}")
             return PromptResponse(stop_reason="end_turn")
         if text.strip() == "stamp":
             await self.say(session_id, "stamped")
