@@ -251,9 +251,20 @@ async fn start(
         return Err("the ACP agent answered session/new without a sessionId".into());
     };
     // What a load replayed (the agent's account of the old conversation) is in the
-    // history already: it is not this turn's.
+    // history already: it is not this turn's. A request this early (none is expected)
+    // is answered, so the agent does not wait on it.
     let mut rx = rx;
-    while rx.try_recv().is_ok() {}
+    while let Ok(message) = rx.try_recv() {
+        if let Incoming::Request { id, method, .. } = message {
+            connection.respond_error(
+                id,
+                &RpcError::new(
+                    rpc::INTERNAL_ERROR,
+                    format!("{method} before the session started"),
+                ),
+            );
+        }
+    }
     let agent = Arc::new(Agent {
         connection,
         acp_session: acp_session.to_string(),
