@@ -467,6 +467,12 @@ impl SessionStore {
         self.flusher.stats()
     }
 
+    /// For tests: holds every flush just before its `fdatasync` (`Flusher::hold`).
+    #[doc(hidden)]
+    pub fn hold_flushes(&self) -> crate::flush::FlushHold {
+        self.flusher.hold()
+    }
+
     fn writer(&self, id: &str) -> Result<Arc<Mutex<File>>, StoreError> {
         let mut writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, writer)) = writers.open.get(id) {
