@@ -13,7 +13,9 @@
 //!   `commondir`) is reported after the command ([`GitWatch`]);
 //! - `/run` and `/var/run` an empty tmpfs (no host Unix sockets), the runtime's data dir
 //!   and config hidden wherever they are ([`hide`]), no inherited descriptor;
-//! - no network unless allowed; a new pid namespace, so nothing outlives the command
+//! - no network unless allowed, and then no Unix socket either (a seccomp filter,
+//!   `linux::socket_filter`: host sockets anywhere in the filesystem stay out of reach;
+//!   socketpairs still work); a new pid namespace, so nothing outlives the command
 //!   (a `setsid` child included); process and memory limits;
 //! - an environment built from an allow-list ([`BASE_ENV`] plus the names the person
 //!   adds), never the runtime's own.
@@ -188,7 +190,7 @@ pub fn prompt_note(settings: &CommandSettings) -> Option<String> {
     let network = if settings.network {
         "the network is allowed"
     } else {
-        "there is no network unless the person allows it for a command"
+        "there is no network (nor Unix sockets) unless the person allows it for a command"
     };
     Some(format!(
         "bubblewrap, with the system read-only, the workspace writable, a private /tmp, the home folder hidden and {network}; where the sandbox cannot start, each command asks first"
@@ -365,21 +367,40 @@ fn spawn(
             Ok(())
         });
     }
-    if let Some(script) = &script {
+    // Descriptors handed on at fixed numbers: a spare's script at 3, the socket filter
+    // bubblewrap reads at `FILTER_FD` when the line names one (`linux::socket_filter`).
+    let mut passed: Vec<(std::os::fd::OwnedFd, libc::c_int)> = Vec::new();
+    if let Some(script) = script {
+        passed.push((script, 3));
+    }
+    if argv.iter().any(|arg| arg == "--seccomp") {
+        passed.push((platform::socket_filter_fd()?, platform::FILTER_FD));
+    }
+    if !passed.is_empty() {
         use std::os::fd::AsRawFd;
-        let fd = script.as_raw_fd();
-        // SAFETY: dup2 and fcntl are async-signal-safe and touch only descriptors.
+        let pairs: Vec<(libc::c_int, libc::c_int)> = passed
+            .iter()
+            .map(|(fd, to)| (fd.as_raw_fd(), *to))
+            .collect();
+        // SAFETY: fcntl, dup2 and close are async-signal-safe and touch only descriptors;
+        // `pairs` was allocated before the fork.
         unsafe {
             cmd.pre_exec(move || {
-                // fd 3 in the sandbox, without close-on-exec (dup2 onto itself would keep
-                // the flag, so that case clears it).
-                let done = if fd == 3 {
-                    libc::fcntl(fd, libc::F_SETFD, 0)
-                } else {
-                    libc::dup2(fd, 3)
-                };
-                if done < 0 {
-                    return Err(std::io::Error::last_os_error());
+                // First out of the way of every target (a source may sit on another's
+                // number), then each onto its number, which dup2 leaves without
+                // close-on-exec.
+                let mut moved = [-1 as libc::c_int; 2];
+                for (slot, (fd, _)) in moved.iter_mut().zip(&pairs) {
+                    *slot = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 16);
+                    if *slot < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                for (from, (_, to)) in moved.iter().zip(&pairs) {
+                    if libc::dup2(*from, *to) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(*from);
                 }
                 Ok(())
             });
