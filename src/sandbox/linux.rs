@@ -441,31 +441,50 @@ const MAX_GIT_DIRS: usize = 64;
 /// uses read-only: `config`, `hooks`, `info`, `commondir`, `config.worktree`, `gitdir`, and
 /// the same parts of its linked worktrees' and submodules' git dirs. Objects, refs, the
 /// index and HEAD stay writable, so git itself works in the sandbox. A part that does not
-/// exist yet (a `commondir`) cannot be bound; `GitWatch` reports one that appears.
+/// exist yet (a `commondir`) cannot be bound; `GitWatch` reports one that appears. The
+/// same for every nested repository [`super::nested_git`] finds.
 pub(super) fn git_binds(workspace: &Path) -> Vec<(&'static str, PathBuf)> {
     let mut binds = Vec::new();
     let workspace = workspace
         .canonicalize()
         .unwrap_or_else(|_| workspace.to_path_buf());
-    let dot_git = workspace.join(".git");
-    let Ok(meta) = std::fs::symlink_metadata(&dot_git) else {
-        return binds;
-    };
     let mut count = 0;
+    protect_dot_git(&workspace, &workspace.join(".git"), &mut binds, &mut count);
+    // Nested repositories (`vendor/lib/.git`, a package's own repository): the person's
+    // git would run their hooks and config as it would the workspace's.
+    for dot_git in super::nested_git(&workspace) {
+        protect_dot_git(&workspace, &dot_git, &mut binds, &mut count);
+    }
+    // A git dir reached twice (a submodule's checkout names one under `.git/modules`,
+    // already protected) is bound once.
+    let mut seen = std::collections::HashSet::new();
+    binds.retain(|(_, path)| seen.insert(path.clone()));
+    binds
+}
+
+/// The binds for one `.git` (the workspace's or a nested repository's): see [`git_binds`].
+fn protect_dot_git(
+    workspace: &Path,
+    dot_git: &Path,
+    binds: &mut Vec<(&'static str, PathBuf)>,
+    count: &mut usize,
+) {
+    let Ok(meta) = std::fs::symlink_metadata(dot_git) else {
+        return;
+    };
     if meta.is_dir() {
-        binds.push(("--bind", dot_git.clone()));
-        protect_git_dir(&workspace, &dot_git, &mut binds, &mut count, 0);
+        binds.push(("--bind", dot_git.to_path_buf()));
+        protect_git_dir(workspace, dot_git, binds, count, 0);
     } else if meta.is_file() {
-        binds.push(("--ro-bind", dot_git.clone()));
-        let named = crate::git::read_git_file(&dot_git).and_then(|p| p.canonicalize().ok());
-        if let Some(named) = named.filter(|n| n.starts_with(&workspace) && n.is_dir()) {
+        binds.push(("--ro-bind", dot_git.to_path_buf()));
+        let named = crate::git::read_git_file(dot_git).and_then(|p| p.canonicalize().ok());
+        if let Some(named) = named.filter(|n| n.starts_with(workspace) && n.is_dir()) {
             if named != workspace {
                 binds.push(("--bind", named.clone()));
             }
-            protect_git_dir(&workspace, &named, &mut binds, &mut count, 0);
+            protect_git_dir(workspace, &named, binds, count, 0);
         }
     }
-    binds
 }
 
 fn protect_git_dir(

@@ -9,8 +9,9 @@
 //!   `info`, `commondir`, `config.worktree` and `gitdir` read-only, also for a `.git` file
 //!   and the git dir it names: git itself works (objects, index, refs, commits), but a
 //!   command cannot plant a hook or a `core.fsmonitor`/`core.pager` line that git would
-//!   later run *outside* the sandbox; what cannot be bound (a new `.git`, a new
-//!   `commondir`) is reported after the command ([`GitWatch`]);
+//!   later run *outside* the sandbox; the same for nested repositories ([`nested_git`]);
+//!   what cannot be bound (a new `.git`, a new nested repository, a new `commondir`) is
+//!   reported after the command ([`GitWatch`]);
 //! - `/run` and `/var/run` an empty tmpfs (no host Unix sockets), the runtime's data dir
 //!   and config hidden wherever they are ([`hide`]), no inherited descriptor;
 //! - no network unless allowed, and then no Unix socket either (a seccomp filter,
@@ -474,6 +475,65 @@ pub fn harden_process() {
     platform::harden_process();
 }
 
+/// How deep below the workspace, and through how many folders, [`nested_git`] looks.
+const NESTED_DEPTH: usize = 4;
+const NESTED_FOLDERS: usize = 256;
+/// Folders [`nested_git`] does not enter: build output and installed packages, large
+/// and never a repository of the person's (package managers drop `.git`).
+const NESTED_SKIP: &[&str] = &[
+    ".git",
+    "node_modules",
+    "target",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".tox",
+    ".mypy_cache",
+    ".gradle",
+];
+
+/// The `.git` (folder or file) of each repository nested in `workspace` (`vendor/lib`,
+/// a package with a repository of its own), not the workspace's own: found by a walk
+/// breadth first, at most [`NESTED_DEPTH`] folders down and through [`NESTED_FOLDERS`]
+/// folders, never following a symlink, so that its cost per command stays small (about a
+/// millisecond at the limit; BENCHMARKS.md). A repository deeper, or past the limit, is
+/// not found: README says so.
+pub(crate) fn nested_git(workspace: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut queue = std::collections::VecDeque::from([(workspace.to_path_buf(), 0usize)]);
+    let mut read = 0;
+    while let Some((dir, depth)) = queue.pop_front() {
+        if read == NESTED_FOLDERS {
+            break;
+        }
+        read += 1;
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            // The type from the folder listing: no stat, and a symlink is never a folder.
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if name == ".git" {
+                if depth > 0 && (kind.is_dir() || kind.is_file()) {
+                    found.push(entry.path());
+                }
+                continue;
+            }
+            if kind.is_dir()
+                && depth + 1 < NESTED_DEPTH
+                && !NESTED_SKIP.iter().any(|skip| name == *skip)
+            {
+                queue.push_back((entry.path(), depth + 1));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
 /// What a command changed of the workspace's `.git` that the sandbox could not keep
 /// read-only (security review 2, finding 1): a `.git` that appeared (`git init`), was
 /// replaced or removed, and a `commondir`, `config.worktree`, `config`, hooks or the
@@ -492,6 +552,9 @@ struct GitMarks {
     /// The parts of the git dir it leads to that decide config and hooks: contents
     /// (small files) or names (the hooks folder).
     parts: Vec<(String, Option<Vec<u8>>)>,
+    /// Nested repositories' `.git` ([`nested_git`]): one that appears during a command
+    /// was not protected while it ran, so its config and hooks are the command's.
+    nested: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -543,13 +606,22 @@ impl GitWatch {
                 }
             }
         }
+        let mut check = vec![self.root.join(".git")];
+        for path in now.nested.iter().filter(|p| !self.marks.nested.contains(p)) {
+            what.push(format!(
+                "a new repository appeared at {} (its config and hooks are the command's)",
+                path.display()
+            ));
+            check.push(path.clone());
+        }
         if what.is_empty() {
             return None;
         }
+        let check: Vec<String> = check.iter().map(|p| p.display().to_string()).collect();
         Some(format!(
             "[notice: this command changed the workspace's git setup: {}. Git config and hooks can name programs: the runtime's own git runs none of them, but check {} before running git there yourself.]",
             what.join("; "),
-            self.root.join(".git").display()
+            check.join(" and ")
         ))
     }
 }
@@ -588,7 +660,11 @@ impl GitMarks {
             Some(names.join("\n").into_bytes())
         });
         parts.push(("hooks".to_string(), hooks));
-        GitMarks { dot_git, parts }
+        GitMarks {
+            dot_git,
+            parts,
+            nested: nested_git(workspace),
+        }
     }
 }
 
