@@ -498,7 +498,7 @@ const NESTED_SKIP: &[&str] = &[
 /// folders, never following a symlink, so that its cost per command stays small (about a
 /// millisecond at the limit; BENCHMARKS.md). A repository deeper, or past the limit, is
 /// not found: README says so.
-pub(crate) fn nested_git(workspace: &Path) -> Vec<PathBuf> {
+pub fn nested_git(workspace: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut queue = std::collections::VecDeque::from([(workspace.to_path_buf(), 0usize)]);
     let mut read = 0;
