@@ -557,6 +557,20 @@ async fn security_git_sandbox_protects_nested_repositories() {
         "{out}"
     );
     assert!(!out.contains("[notice:"), "{out}");
+    // A repository made under the name of one moved away is new too.
+    let out = sandboxed(
+        &ws,
+        "mv fresh/repo fresh/old && git init -q fresh/repo && echo again",
+    )
+    .await;
+    assert!(out.contains("again"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "a new repository appeared at {}",
+            ws.join("fresh/repo/.git").display()
+        )) && !out.contains("fresh/old/.git (its"),
+        "{out}"
+    );
     // The runtime's git in either (a session opened there) runs nothing planted.
     for repo in [nested.clone(), ws.join("fresh/repo")] {
         touch_changed(&nested.join("file.txt"));

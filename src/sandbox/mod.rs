@@ -552,9 +552,10 @@ struct GitMarks {
     /// The parts of the git dir it leads to that decide config and hooks: contents
     /// (small files) or names (the hooks folder).
     parts: Vec<(String, Option<Vec<u8>>)>,
-    /// Nested repositories' `.git` ([`nested_git`]): one that appears during a command
-    /// was not protected while it ran, so its config and hooks are the command's.
-    nested: Vec<PathBuf>,
+    /// Nested repositories' `.git` ([`nested_git`]) with their device and inode: one
+    /// that appears during a command (also under the name of one moved away) was not
+    /// protected while it ran, so its config and hooks are the command's.
+    nested: Vec<(PathBuf, Option<(u64, u64)>)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -607,7 +608,10 @@ impl GitWatch {
             }
         }
         let mut check = vec![self.root.join(".git")];
-        for path in now.nested.iter().filter(|p| !self.marks.nested.contains(p)) {
+        let known = |id: &Option<(u64, u64)>| {
+            id.is_some() && self.marks.nested.iter().any(|(_, before)| before == id)
+        };
+        for (path, _) in now.nested.iter().filter(|(_, id)| !known(id)) {
             what.push(format!(
                 "a new repository appeared at {} (its config and hooks are the command's)",
                 path.display()
@@ -663,7 +667,15 @@ impl GitMarks {
         GitMarks {
             dot_git,
             parts,
-            nested: nested_git(workspace),
+            nested: nested_git(workspace)
+                .into_iter()
+                .map(|path| {
+                    let id = std::fs::symlink_metadata(&path)
+                        .ok()
+                        .map(|meta| (meta.dev(), meta.ino()));
+                    (path, id)
+                })
+                .collect(),
         }
     }
 }
