@@ -830,4 +830,111 @@ mod tests {
             assert!(program.len() / 8 < 64, "{} instructions", program.len() / 8);
         }
     }
+
+    /// Runs the socket filter on one system call as the kernel would (the four opcodes it
+    /// uses): its verdict.
+    fn verdict(arch: u32, nr: u32, args: [u64; 2]) -> u32 {
+        let program = super::socket_filter().unwrap();
+        let mut data = Vec::new();
+        data.extend_from_slice(&nr.to_ne_bytes());
+        data.extend_from_slice(&arch.to_ne_bytes());
+        data.extend_from_slice(&0u64.to_ne_bytes());
+        for arg in args {
+            data.extend_from_slice(&arg.to_ne_bytes());
+        }
+        let (mut pc, mut a) = (0usize, 0u32);
+        loop {
+            let ins = &program[pc * 8..pc * 8 + 8];
+            let code = u16::from_ne_bytes([ins[0], ins[1]]);
+            let (jt, jf) = (ins[2] as usize, ins[3] as usize);
+            let k = u32::from_ne_bytes([ins[4], ins[5], ins[6], ins[7]]);
+            pc += 1;
+            match code {
+                0x20 => {
+                    let at = k as usize;
+                    a = u32::from_ne_bytes(data[at..at + 4].try_into().unwrap());
+                }
+                0x54 => a &= k,
+                0x15 => pc += if a == k { jt } else { jf },
+                0x06 => return k,
+                other => panic!("opcode {other:#x}"),
+            }
+        }
+    }
+
+    /// What the filter refuses and lets through, call by call, on x86_64: its own
+    /// numbers, the x32 ones and those of i386 programs (`socketcall` included).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_socket_filter_refuses_unix_sockets_only() {
+        const X86_64: u32 = 0xC000_003E;
+        const I386: u32 = 0x4000_0003;
+        const ALLOW: u32 = 0x7fff_0000;
+        const EPERM: u32 = 0x0005_0001;
+        const KILL: u32 = 0x8000_0000;
+        let unix = libc::AF_UNIX as u64;
+        let inet = libc::AF_INET as u64;
+        let stream = libc::SOCK_STREAM as u64;
+        let dgram = (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as u64;
+        let cases = [
+            ("socket(AF_UNIX)", X86_64, 41, [unix, stream], EPERM),
+            // The kernel reads an int: high bits set do not make it another family.
+            (
+                "socket(AF_UNIX | 1<<32)",
+                X86_64,
+                41,
+                [unix | 1 << 32, stream],
+                EPERM,
+            ),
+            ("socket(AF_INET)", X86_64, 41, [inet, stream], ALLOW),
+            (
+                "x32 socket(AF_UNIX)",
+                X86_64,
+                41 | 0x4000_0000,
+                [unix, stream],
+                EPERM,
+            ),
+            (
+                "socketpair(AF_UNIX, STREAM)",
+                X86_64,
+                53,
+                [unix, stream],
+                ALLOW,
+            ),
+            (
+                "socketpair(AF_UNIX, DGRAM)",
+                X86_64,
+                53,
+                [unix, dgram],
+                EPERM,
+            ),
+            ("io_uring_setup", X86_64, 425, [0, 0], EPERM),
+            ("connect", X86_64, 42, [3, 0], ALLOW),
+            ("read", X86_64, 0, [0, 0], ALLOW),
+            ("i386 socket(AF_UNIX)", I386, 359, [unix, stream], EPERM),
+            ("i386 socket(AF_INET)", I386, 359, [inet, stream], ALLOW),
+            (
+                "i386 socketpair(AF_UNIX, DGRAM)",
+                I386,
+                360,
+                [unix, dgram],
+                EPERM,
+            ),
+            ("i386 socketcall(SOCKET)", I386, 102, [1, 0], EPERM),
+            ("i386 socketcall(SOCKETPAIR)", I386, 102, [8, 0], EPERM),
+            ("i386 socketcall(CONNECT)", I386, 102, [3, 0], ALLOW),
+            ("i386 io_uring_enter", I386, 426, [0, 0], EPERM),
+            ("i386 read", I386, 3, [0, 0], ALLOW),
+            (
+                "another architecture",
+                0xC000_00B7,
+                198,
+                [unix, stream],
+                KILL,
+            ),
+        ];
+        for (what, arch, nr, args, expected) in cases {
+            assert_eq!(verdict(arch, nr, args), expected, "{what}");
+        }
+    }
 }
