@@ -1,4 +1,4 @@
-//! The weeks-of-use soak (issue #27): one service, 50 workspaces each with a stdio MCP server, thousands of turns that call it, write files and run commands, day after simulated day; prints the data folder's size, open fds, live processes, RSS, live controllers and undo history at checkpoints. `cargo bench --bench soak` (`-- --turns N`, default 20,000; `-- --quick` for 300).
+//! The weeks-of-use soak (issue #27): one service, 50 workspaces each with a stdio MCP server, thousands of turns that call it, write files and run commands, day after simulated day; prints the data folder's size, open fds, live processes, RSS, live controllers and undo history at checkpoints. `cargo bench --bench weeks` (`-- --turns N`, default 20,000; `-- --quick` for 300).
 // A benchmark that cannot set itself up should stop loudly, like a test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
