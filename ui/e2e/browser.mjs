@@ -11,11 +11,11 @@ import { createWriteStream, existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 import { flowSteps } from './flow.mjs';
-import { ROOT, UI_DIR, check, createRunner, firstLine, outputDir, run, scratch, start, stopAll } from './lib.mjs';
+import { TARGET_DIR, UI_DIR, check, createRunner, firstLine, outputDir, run, scratch, start, stopAll } from './lib.mjs';
 import { startMockModel } from './mock-model.mjs';
 
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const BINARY = join(ROOT, 'target', 'debug', 'bumblehive');
+const BINARY = join(TARGET_DIR, 'debug', 'bumblehive');
 
 const out = outputDir('e2e-browser');
 const runner = createRunner('browser e2e');

@@ -15,11 +15,11 @@ import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileS
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { flowSteps } from './flow.mjs';
-import { ROOT, UI_DIR, WebDriver, check, createRunner, freePort, outputDir, run, scratch, start, startXvfb, stopAll, until, which } from './lib.mjs';
+import { TARGET_DIR, UI_DIR, WebDriver, check, createRunner, freePort, outputDir, run, scratch, start, startXvfb, stopAll, until, which } from './lib.mjs';
 import { startMockModel } from './mock-model.mjs';
 
 // scripts/e2e.sh may hand over a build it already has (E2E_DESKTOP_APP, e.g. the release one).
-const APP = process.env.E2E_DESKTOP_APP || join(ROOT, 'target', 'debug', 'bumblehive-desktop');
+const APP = process.env.E2E_DESKTOP_APP || join(TARGET_DIR, 'debug', 'bumblehive-desktop');
 const TITLE = 'Bumblehive';
 
 const out = outputDir('e2e-desktop');

@@ -10,6 +10,8 @@ import { fileURLToPath } from 'node:url';
 
 export const UI_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const ROOT = resolve(UI_DIR, '..');
+/** Where cargo puts its builds: CARGO_TARGET_DIR when set (as cargo reads it), else target/. */
+export const TARGET_DIR = process.env.CARGO_TARGET_DIR ? resolve(ROOT, process.env.CARGO_TARGET_DIR) : join(ROOT, 'target');
 
 // ---------------------------------------------------------------------------------------
 // Steps: run in order; after the first failure the rest are skipped (they build on it).
