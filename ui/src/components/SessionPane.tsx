@@ -502,7 +502,8 @@ export function SessionPane(props: {
       if (order.length < 2) return;
       const at = Math.max(0, order.indexOf(tabNow.current));
       let next: string | undefined;
-      if (e.key === 'Tab') next = order[(at + (e.shiftKey ? order.length - 1 : 1)) % order.length];
+      // The code too: WebKitGTK names Shift+Tab's key (ISO_Left_Tab) "Unidentified".
+      if (e.key === 'Tab' || e.code === 'Tab') next = order[(at + (e.shiftKey ? order.length - 1 : 1)) % order.length];
       else if (/^[1-9]$/.test(e.key) && !e.shiftKey) next = e.key === '9' ? order[order.length - 1] : order[Number(e.key) - 1];
       else return;
       e.preventDefault();
