@@ -58,8 +58,8 @@ pub fn built_in() -> Vec<Profile> {
 /// profile's agent is missing, in the list and when a child fails to start it.
 pub fn acp_install_hint(command: &str) -> &'static str {
     match command {
-        "claude-agent-acp" => " (npm install -g @zed-industries/claude-agent-acp)",
-        "codex-acp" => " (npm install -g @zed-industries/codex-acp)",
+        "claude-agent-acp" => " (npm install -g @agentclientprotocol/claude-agent-acp)",
+        "codex-acp" => " (npm install -g @agentclientprotocol/codex-acp)",
         "npx" | "npm" | "node" => " (install Node.js and npm)",
         "uvx" | "uv" => " (install uv: pip install uv)",
         _ => "",

@@ -30,7 +30,7 @@ const PROFILES: Profiles = {
     profile({
       name: 'codex', description: '', source: '/ws/.bumblehive/agents/codex.md',
       acp: { command: 'codex-acp', args: ['--quiet'], env: {} },
-      notices: ['`codex-acp` is not installed or not on PATH: install it (npm install -g @zed-industries/codex-acp), or fix the profile\'s `command`'],
+      notices: ['`codex-acp` is not installed or not on PATH: install it (npm install -g @agentclientprotocol/codex-acp), or fix the profile\'s `command`'],
     }),
   ],
   errors: ['/ws/.bumblehive/agents/broken.md:3: expected `key: value`'],
@@ -56,7 +56,7 @@ describe('agent profiles', () => {
     ]);
     expect($$(entries[2], 'agent-notice')).toHaveLength(0);
     const missing = $(entries[3], 'agent-notice')!;
-    expect(missing.textContent).toContain('npm install -g @zed-industries/codex-acp');
+    expect(missing.textContent).toContain('npm install -g @agentclientprotocol/codex-acp');
     expect(missing.className).toContain('error-text');
     expect($(section, 'agents-errors')!.textContent).toContain('broken.md:3:');
   });
