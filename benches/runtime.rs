@@ -520,6 +520,106 @@ async fn acp_child(base: &Path, rounds: usize) {
     );
 }
 
+/// A model whose parent delegates `children` sub-agents at once and whose children stream
+/// a few deltas and then hold their call open until released: every child is running.
+struct Holding {
+    children: usize,
+    running: AtomicUsize,
+    release: tokio::sync::watch::Receiver<bool>,
+}
+
+#[async_trait]
+impl ModelProvider for Holding {
+    async fn generate(
+        &self,
+        request: ModelRequest,
+        sink: ProviderSink<'_>,
+    ) -> Result<ModelResponse, ProviderError> {
+        let first = request
+            .messages
+            .iter()
+            .find(|m| m.role == Role::User)
+            .map(|m| m.text().to_string())
+            .unwrap_or_default();
+        if !first.contains("\nTask:\n") {
+            if request.messages.iter().any(|m| m.role == Role::Assistant) {
+                return Ok(ModelResponse::text("parent done"));
+            }
+            let calls = (0..self.children)
+                .map(|i| ToolCall {
+                    id: format!("delegate-{i}"),
+                    name: "sub_agent".into(),
+                    arguments: json!({"title": format!("child {i}"), "task": "think slowly"}),
+                })
+                .collect();
+            return Ok(ModelResponse::tool_calls(calls));
+        }
+        for n in 0..5 {
+            sink(bumblehive::provider::ProviderEvent::ContentDelta(format!(
+                "thinking {n} "
+            )));
+        }
+        self.running.fetch_add(1, Ordering::SeqCst);
+        let mut release = self.release.clone();
+        let _ = release.wait_for(|go| *go).await;
+        Ok(ModelResponse::text("child done"))
+    }
+}
+
+/// A live child's memory (issue #31): RSS with `children` sub-agents running at once
+/// (each streaming, its call held open) minus RSS before the delegation, per child.
+async fn child_memory(base: &Path, label: &str, children: usize) {
+    let dir = scratch(base, "child-memory");
+    let workspace = dir.join("ws");
+    std::fs::create_dir_all(&workspace).expect("ws");
+    let (go, release) = tokio::sync::watch::channel(false);
+    let provider = Arc::new(Holding {
+        children,
+        running: AtomicUsize::new(0),
+        release,
+    });
+    let mut config = Config::default();
+    config.subagents.max_concurrent = children;
+    config.provider.context_window = Some(100_000_000);
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.join("data"),
+        config_path: None,
+        config: Some(config),
+        provider_factory: fixed_provider(provider.clone()),
+        tools: None,
+    })
+    .expect("service");
+    // A warm-up session first, so what one-time set-up costs is not counted per child.
+    let warm = service
+        .create_session(workspace.to_str().expect("utf8"), None)
+        .expect("session");
+    drop(warm);
+    let before = rss_kib("VmRSS:");
+    let info = service
+        .create_session(workspace.to_str().expect("utf8"), None)
+        .expect("session");
+    let ctl = service.controller(&info.session_id).expect("controller");
+    ctl.submit("delegate".into(), None).expect("submit");
+    let waited = Instant::now();
+    while provider.running.load(Ordering::SeqCst) < children {
+        assert!(
+            waited.elapsed() < Duration::from_secs(120),
+            "only {} of {children} children started",
+            provider.running.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let during = rss_kib("VmRSS:");
+    go.send(true).expect("release");
+    service.wait_idle().await;
+    let after = rss_kib("VmRSS:");
+    println!(
+        "child memory [{label}]: {children} children running at once: RSS {before} KiB before, {during} KiB while they run ({:.0} KiB per running child), {after} KiB after they reported",
+        (during.saturating_sub(before)) as f64 / children as f64
+    );
+    service.shutdown().await;
+}
+
 /// Session scale: open a long session, list many sessions, append throughput.
 async fn scale(base: &Path, label: &str, messages: usize, sessions: usize) {
     let dir = scratch(base, "scale");
@@ -1489,6 +1589,7 @@ fn main() {
             mcp(disk.path(), 1, 20).await;
             acp(disk.path(), 2, 100).await;
             acp_child(disk.path(), 1).await;
+            child_memory(disk.path(), "disk", 10).await;
             return;
         }
         if wanted("per-turn") {
@@ -1536,6 +1637,9 @@ fn main() {
         }
         if wanted("mcp") {
             mcp(disk.path(), 5, 2_000).await;
+        }
+        if wanted("child-memory") {
+            child_memory(disk.path(), "disk", 100).await;
         }
         if wanted("acp") {
             acp(disk.path(), 20, 100_000).await;

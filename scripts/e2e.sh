@@ -33,6 +33,9 @@ if ! command -v tauri-driver >/dev/null 2>&1; then
   cargo install tauri-driver --locked
 fi
 
+step "MCP test servers (the MCP step runs the Python SDK's small server)"
+./scripts/mcp-test-servers.sh
+
 step "UI dependencies and build"
 # npm ci only when node_modules does not match the lock file.
 if [ ! -f ui/node_modules/.package-lock.json ] || [ ui/package-lock.json -nt ui/node_modules/.package-lock.json ]; then

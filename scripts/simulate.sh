@@ -9,9 +9,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUMBLEHIVE_SIM_SEEDS="${1:-1..200}"
 export BUMBLEHIVE_SIM_STEPS="${2:-150}"
-if [ -n "${KILL_SEEDS:-}" ]; then
-  export BUMBLEHIVE_SIM_KILL_SEEDS="$KILL_SEEDS"
-  # Process mode is ignored in the default run while its open defect is (tests/SIMULATION.md).
-  exec cargo test --release --test tests simulation:: -- --nocapture --include-ignored
-fi
+[ -n "${KILL_SEEDS:-}" ] && export BUMBLEHIVE_SIM_KILL_SEEDS="$KILL_SEEDS"
 exec cargo test --release --test tests simulation:: -- --nocapture

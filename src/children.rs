@@ -158,7 +158,11 @@ pub(crate) async fn delete(registry: &Registry, session_id: &str) -> Result<(), 
             tracing::warn!(session = %session_id, "cannot remove the sub-agent's worktree: {removed:?}");
         }
     }
-    shared.store.delete(session_id)?;
+    let store = shared.store.clone();
+    let id = session_id.to_string();
+    tokio::task::spawn_blocking(move || store.delete(&id))
+        .await
+        .map_err(|err| RuntimeError::Unavailable(err.to_string()))??;
     shared.checkpoints.forget_session(session_id);
     registry.remove(session_id);
     Ok(())

@@ -158,8 +158,12 @@ pub async fn execute(
             let status = service.controller(&a.session_id)?.steer(&a.message_id)?;
             CommandOutput::Steer(Steered { status })
         }
+        // A report's discard waits for the ledger's flush: off the async threads (R12).
         Command::Discard(a) => {
-            service.controller(&a.session_id)?.discard(&a.message_id)?;
+            blocking(service, move |s| {
+                s.controller(&a.session_id)?.discard(&a.message_id)
+            })
+            .await?;
             CommandOutput::Discard(done())
         }
         Command::DecideApproval(a) => {

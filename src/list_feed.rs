@@ -202,19 +202,64 @@ struct ListFeed {
 }
 
 impl ListFeed {
-    fn listed(&mut self) -> SessionListEvent {
+    /// The whole list. Reads the index (every meta, when it cannot be trusted): off the
+    /// async threads (runtime review R12).
+    async fn listed(&mut self) -> SessionListEvent {
         self.listed = true;
-        let sessions = list(&self.registry, self.workspace.as_deref()).unwrap_or_else(|err| {
-            tracing::warn!("cannot list sessions for a feed: {err}");
-            Vec::new()
-        });
+        let registry = self.registry.clone();
+        let workspace = self.workspace.clone();
+        let sessions = tokio::task::spawn_blocking(move || list(&registry, workspace.as_deref()))
+            .await
+            .map_err(|err| RuntimeError::Unavailable(err.to_string()))
+            .and_then(|listed| listed)
+            .unwrap_or_else(|err| {
+                tracing::warn!("cannot list sessions for a feed: {err}");
+                Vec::new()
+            });
         SessionListEvent::Listed { sessions }
+    }
+
+    /// What became of sessions that changed: each one's meta read again (off the async
+    /// threads, as the whole list is).
+    async fn changed(&self, ids: Vec<SessionId>) -> Vec<SessionListEvent> {
+        let registry = self.registry.clone();
+        let workspace = self.workspace.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let store = &registry.shared.store;
+            let mut events = Vec::new();
+            for id in ids {
+                match store.meta(&id) {
+                    Ok(meta) => {
+                        if workspace.as_deref().is_none_or(|w| {
+                            crate::store::same_workspace(w, &store.listed_under(&meta))
+                        }) {
+                            if let Some(session) = infos(&registry, vec![meta]).pop() {
+                                events.push(SessionListEvent::Changed {
+                                    session: Box::new(session),
+                                });
+                            }
+                        }
+                    }
+                    Err(_) if !store.exists(&id) => {
+                        events.push(SessionListEvent::Removed { session_id: id })
+                    }
+                    Err(err) => {
+                        tracing::warn!(session = %id, "cannot read a changed session: {err}")
+                    }
+                }
+            }
+            events
+        });
+        read.await.unwrap_or_else(|err| {
+            tracing::warn!("cannot read changed sessions: {err}");
+            Vec::new()
+        })
     }
 
     async fn next(&mut self) -> Option<SessionListEvent> {
         use tokio::sync::broadcast::error::{RecvError, TryRecvError};
         if !self.listed {
-            return Some(self.listed());
+            return Some(self.listed().await);
         }
         loop {
             if let Some(event) = self.queued.pop_front() {
@@ -226,7 +271,7 @@ impl ListFeed {
             };
             let mut ids = match first {
                 Ok(id) => vec![id],
-                Err(RecvError::Lagged(_)) => return Some(self.listed()),
+                Err(RecvError::Lagged(_)) => return Some(self.listed().await),
                 Err(RecvError::Closed) => return None,
             };
             // Whatever else is waiting now: a session that changed five times is sent once.
@@ -237,33 +282,12 @@ impl ListFeed {
                             ids.push(id);
                         }
                     }
-                    Err(TryRecvError::Lagged(_)) => return Some(self.listed()),
+                    Err(TryRecvError::Lagged(_)) => return Some(self.listed().await),
                     Err(TryRecvError::Empty | TryRecvError::Closed) => break,
                 }
             }
-            for id in ids {
-                let store = &self.registry.shared.store;
-                match store.meta(&id) {
-                    Ok(meta) => {
-                        if self.workspace.as_deref().is_none_or(|w| {
-                            crate::store::same_workspace(w, &store.listed_under(&meta))
-                        }) {
-                            let mut infos = infos(&self.registry, vec![meta]);
-                            if let Some(session) = infos.pop() {
-                                self.queued.push_back(SessionListEvent::Changed {
-                                    session: Box::new(session),
-                                });
-                            }
-                        }
-                    }
-                    Err(_) if !store.exists(&id) => self
-                        .queued
-                        .push_back(SessionListEvent::Removed { session_id: id }),
-                    Err(err) => {
-                        tracing::warn!(session = %id, "cannot read a changed session: {err}")
-                    }
-                }
-            }
+            let events = self.changed(ids).await;
+            self.queued.extend(events);
         }
     }
 }

@@ -54,6 +54,53 @@ pub fn built_in() -> Vec<Profile> {
 /// The profiles for a workspace: `<workspace>/.bumblehive/agents/*.md`, then
 /// `.claude/agents/*.md` and `.codex/agents/*.toml` of the workspace, then the user's
 /// `<user_dir>/agents/*.md`, then the built-ins. A name found earlier wins.
+/// What to install for a known ACP agent's command (empty for any other): said when a
+/// profile's agent is missing, in the list and when a child fails to start it.
+pub fn acp_install_hint(command: &str) -> &'static str {
+    match command {
+        "claude-agent-acp" => " (npm install -g @agentclientprotocol/claude-agent-acp)",
+        "codex-acp" => " (npm install -g @agentclientprotocol/codex-acp)",
+        "npx" | "npm" | "node" => " (install Node.js and npm)",
+        "uvx" | "uv" => " (install uv: pip install uv)",
+        _ => "",
+    }
+}
+
+/// Whether `command` would start: a path naming an executable file, or a name found in
+/// one of `path`'s folders (the profile's own `PATH`, else ours).
+fn runnable(command: &str, path: Option<&str>) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if command.contains('/') {
+        return executable(Path::new(command));
+    }
+    let path = path
+        .map(str::to_string)
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| executable(&dir.join(command)))
+}
+
+/// Notes on each `kind: acp` profile whose agent is not installed, so the person reads
+/// what to install in the list (issue #29) before a child fails on it.
+pub fn note_missing_agents(mut profiles: Profiles) -> Profiles {
+    for profile in &mut profiles.profiles {
+        let Some(agent) = &profile.acp else {
+            continue;
+        };
+        if !runnable(&agent.command, agent.env.get("PATH").map(String::as_str)) {
+            profile.notices.push(format!(
+                "`{}` is not installed or not on PATH: install it{}, or fix the profile's `command`",
+                agent.command,
+                acp_install_hint(&agent.command)
+            ));
+        }
+    }
+    profiles
+}
+
 pub fn load(workspace: &Path, user_dir: Option<&Path>) -> Profiles {
     let mut found = Profiles::default();
     // The workspace's profile files must stay inside it: a link out (to a key file) would

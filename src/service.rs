@@ -221,7 +221,7 @@ impl RuntimeService {
     /// The agent profiles of a workspace (built-in, the person's, the workspace's, and
     /// Claude Code's and Codex's files), with the files that could not be read.
     pub fn list_agents(&self, workspace: &str) -> crate::protocol::Profiles {
-        self.shared().profiles(Path::new(workspace))
+        crate::profiles::note_missing_agents(self.shared().profiles(Path::new(workspace)))
     }
 
     /// The MCP servers of the config and of `workspace`'s `.mcp.json`, with their state.

@@ -216,6 +216,8 @@ const MAX_OPEN_WRITERS: usize = 256;
 /// Sessions on disk. Appenders stay open per running session so an append costs one write.
 pub struct SessionStore {
     root: PathBuf,
+    /// Where a deleted session's folder goes before it is removed (`delete`).
+    trash: PathBuf,
     writers: Mutex<Writers>,
     /// Group commit of every flush (`flush`).
     flusher: Flusher,
@@ -249,7 +251,11 @@ impl SessionStore {
         let root = data_dir.join("sessions");
         private_dir(data_dir).map_err(|err| StoreError::io(data_dir, err))?;
         private_dir(&root).map_err(|err| StoreError::io(&root, err))?;
+        let trash = data_dir.join(TRASH);
+        private_dir(&trash).map_err(|err| StoreError::io(&trash, err))?;
+        empty_trash(&trash);
         Ok(SessionStore {
+            trash,
             flusher: Flusher::new(&root),
             index: SessionIndex::new(data_dir, &root),
             // Small: only list feeds read it, and one that falls behind lists again.
@@ -464,6 +470,12 @@ impl SessionStore {
     /// What the flusher has done so far.
     pub fn flush_stats(&self) -> FlushStats {
         self.flusher.stats()
+    }
+
+    /// For tests: holds every flush just before its `fdatasync` (`Flusher::hold`).
+    #[doc(hidden)]
+    pub fn hold_flushes(&self) -> crate::flush::FlushHold {
+        self.flusher.hold()
     }
 
     fn writer(&self, id: &str) -> Result<Arc<Mutex<File>>, StoreError> {
@@ -718,17 +730,55 @@ impl SessionStore {
         if dir.join(META).exists() {
             self.index.remove(id);
         }
-        match fs::remove_dir_all(&dir) {
-            Ok(()) => {
-                self.touch(id);
-                Ok(())
-            }
+        // One rename takes the folder away whole. Removing it in place, a process killed
+        // half way left a folder with part of its files, which came back as the session
+        // with its history gone (the SIGKILL simulation). The name is unique, so a
+        // leftover of a killed delete never meets a later one.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let aside = self.trash.join(format!("{id}.{nanos:x}"));
+        match fs::rename(&dir, &aside) {
+            Ok(()) => {}
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                Err(StoreError::NotFound(id.to_string()))
+                return Err(StoreError::NotFound(id.to_string()));
             }
-            Err(err) => Err(StoreError::io(&dir, err)),
+            Err(err) => return Err(StoreError::io(&dir, err)),
         }
+        self.touch(id);
+        // The session is gone; what is left is disk space, which the next start frees
+        // if this fails or is cut short.
+        if let Err(err) = fs::remove_dir_all(&aside) {
+            tracing::warn!("cannot remove {}: {err}", aside.display());
+        }
+        Ok(())
     }
+}
+
+/// The data folder's trash, beside `sessions/` (same file system, so a delete is one
+/// rename).
+const TRASH: &str = "trash";
+
+/// Removes what deletes cut short by a crash left in the trash, on a thread of its own:
+/// a start does not wait for it, and a delete made meanwhile has a name not listed here.
+fn empty_trash(trash: &Path) {
+    let Ok(entries) = fs::read_dir(trash) else {
+        return;
+    };
+    let left: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    if left.is_empty() {
+        return;
+    }
+    std::thread::spawn(move || {
+        for path in left {
+            if let Err(err) = fs::remove_dir_all(&path) {
+                if err.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!("cannot empty the trash {}: {err}", path.display());
+                }
+            }
+        }
+    });
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -351,3 +351,76 @@ async fn crash_after_a_discard_and_a_cancelled_waiting_child() {
         .await;
     assert_eq!(status, 400);
 }
+
+/// A delete killed half way (SIGKILL while the session's folder is being removed) leaves
+/// the session whole or gone after the restart, never a folder with part of its files
+/// that comes back as a session with a lost history. Found by the SIGKILL simulation
+/// (seed 4: a parent deleted in the step the kill landed in came back with an empty
+/// history). The folder is padded with files so that removing it takes long enough for
+/// the kill to land inside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_a_delete_killed_half_way_leaves_the_session_whole_or_gone() {
+    const FILES: usize = 20_000;
+    let mut server = Server::start().await;
+    let workspace = server.dir.path().join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let info = server
+        .ok(
+            "create_session",
+            json!({"workspace": workspace.display().to_string()}),
+        )
+        .await;
+    let id = info["session_id"].as_str().unwrap().to_string();
+    let folder = server.dir.path().join("data/sessions").join(&id);
+    for i in 0..FILES {
+        std::fs::write(folder.join(format!("pad-{i}")), b"x").unwrap();
+    }
+    let entries = |folder: &std::path::Path| std::fs::read_dir(folder).map(|d| d.count()).ok();
+    let whole = entries(&folder).unwrap();
+    let http = server.http.clone();
+    let (url, token) = (server.url.clone(), server.token.clone());
+    let delete_id = id.clone();
+    // Its answer may never come: the process is killed under it.
+    let _delete = tokio::spawn(async move {
+        let _ = http
+            .post(format!("{url}/api/delete_session"))
+            .bearer_auth(token)
+            .json(&json!({"session_id": delete_id}))
+            .send()
+            .await;
+    });
+    // The kill lands as soon as the delete has visibly begun (a file or the folder gone).
+    let watched = folder.clone();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        tokio::task::spawn_blocking(move || while entries(&watched) == Some(whole) {}),
+    )
+    .await
+    .expect("the delete never began")
+    .unwrap();
+    server.kill().await;
+    let server = server.restart().await;
+    let listed = server.ok("list_sessions", json!({})).await;
+    let listed = listed
+        .as_array()
+        .or_else(|| listed["sessions"].as_array())
+        .unwrap()
+        .iter()
+        .any(|s| s["session_id"] == id.as_str());
+    let left = entries(&folder);
+    assert!(
+        (listed && left == Some(whole)) || (!listed && left.is_none()),
+        "after a delete killed half way the session is listed: {listed}, with {left:?} of its {whole} files on disk"
+    );
+    if !listed {
+        // What the killed process had moved aside is removed by the next one.
+        let trash = server.dir.path().join("data/trash");
+        tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            while std::fs::read_dir(&trash).is_ok_and(|mut d| d.next().is_some()) {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the trash of a killed delete was never emptied");
+    }
+}

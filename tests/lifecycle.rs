@@ -1155,3 +1155,79 @@ async fn r10_a_report_that_wakes_an_idle_parent_is_noted_after_the_flush() {
     // The report wakes the idle parent; its run's first model call holds.
     noted_only_after_the_flush(service, &parent, &model, &hold).await;
 }
+
+/// R12: a run's next append does not wait out a flush of its history in progress. The
+/// flusher synced the file under the lock every append takes, so on a busy disk a run
+/// that went on past a flush blocked an async worker until the flush ended.
+#[test]
+fn r12_an_append_does_not_wait_for_a_flush_in_progress() {
+    use bumblehive::store::{NewSession, SessionStore};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SessionStore::new(&dir.path().join("data")).unwrap());
+    let id = store
+        .create(NewSession {
+            workspace: dir.path().display().to_string(),
+            ..NewSession::default()
+        })
+        .unwrap()
+        .session_id;
+    store.append(&id, &[Message::user("u1", "first")]).unwrap();
+    let hold = store.hold_flushes();
+    let flushing = {
+        let (store, id) = (store.clone(), id.clone());
+        std::thread::spawn(move || store.sync(&id))
+    };
+    hold.wait_for(1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let (store, id) = (store.clone(), id.clone());
+        std::thread::spawn(move || {
+            let answer = Message::assistant(Some("second".into()), Vec::new());
+            let _ = tx.send(store.append(&id, &[answer]));
+        });
+    }
+    let appended = rx.recv_timeout(WAIT);
+    drop(hold);
+    flushing.join().unwrap().unwrap();
+    assert!(
+        matches!(appended, Ok(Ok(()))),
+        "the append waited for the flush in progress: {appended:?}"
+    );
+}
+
+/// R12: a discard's ledger mark waits for a flush, but not under the session's lock:
+/// before, a snapshot (or a run's safe point) of that session waited out the disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r12_a_discard_holds_no_lock_while_its_ledger_flushes() {
+    let fx = crate::support::Delegation::new();
+    let begun = crate::review::paused_with_a_queued_report(&fx, "r12").await;
+    let pending = begun.controller.pending();
+    assert_eq!(pending.len(), 1);
+    let hold = fx.service.store().hold_flushes();
+    let discarding = {
+        let (ctl, id) = (begun.controller.clone(), pending[0].message_id.clone());
+        std::thread::spawn(move || ctl.discard(&id))
+    };
+    let hold = tokio::task::spawn_blocking(move || {
+        hold.wait_for(1);
+        hold
+    })
+    .await
+    .unwrap();
+    let ctl = begun.controller.clone();
+    let looked = tokio::time::timeout(
+        WAIT,
+        tokio::task::spawn_blocking(move || ctl.snapshot().pending.len()),
+    )
+    .await;
+    drop(hold);
+    discarding.join().unwrap().unwrap();
+    let left = looked
+        .expect("a snapshot waited for the discard's flush")
+        .unwrap();
+    assert_eq!(
+        left, 0,
+        "the discarded report is out of the queue while it is marked"
+    );
+    assert!(begun.controller.pending().is_empty());
+}

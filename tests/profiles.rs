@@ -118,6 +118,14 @@ async fn profiles_load_from_every_folder_and_report_broken_files() {
         "---\nname: broken\nthis line is wrong\n---\n",
     );
     write(&ws.join(".codex/agents/bad.toml"), "name = \n");
+    write(
+        &ws.join(".bumblehive/agents/codex.md"),
+        "---\nname: codex\nkind: acp\ncommand: codex-acp-not-here\n---\n",
+    );
+    write(
+        &ws.join(".bumblehive/agents/py.md"),
+        "---\nname: py-agent\nkind: acp\ncommand: python3\nargs: [agent.py]\n---\n",
+    );
     // The person's own profiles live beside the config file.
     write(
         &dir.path().join("agents/mine.md"),
@@ -171,6 +179,17 @@ async fn profiles_load_from_every_folder_and_report_broken_files() {
     for built_in in ["general", "explore", "review"] {
         assert_eq!(by_name(built_in)["source"], "built-in");
     }
+    // ACP agents are listed with the others; one whose command is not installed says
+    // what to install, one that is (python3, as the test agent runs) says nothing.
+    let codex = by_name("codex");
+    assert_eq!(codex["acp"]["command"], "codex-acp-not-here");
+    let notices = codex["notices"].to_string();
+    assert!(
+        notices.contains("`codex-acp-not-here` is not installed or not on PATH"),
+        "{notices}"
+    );
+    let python = by_name("py-agent");
+    assert_eq!(python["notices"], json!([]), "{python}");
     let errors = listed["errors"].to_string();
     assert!(errors.contains("broken.md:3:"), "{errors}");
     assert!(errors.contains("bad.toml:1:"), "{errors}");

@@ -116,7 +116,10 @@ async fn approval_asked_and_child_started(events: &mut Subscription, parent: &st
 
 /// A parent stopped while its write waited for approval, whose one child then reported:
 /// the report waits in the pending queue.
-async fn paused_with_a_queued_report(fx: &Delegation, root: &str) -> crate::support::Begun {
+pub(crate) async fn paused_with_a_queued_report(
+    fx: &Delegation,
+    root: &str,
+) -> crate::support::Begun {
     let mut begun = fx.begin(root, 1, true, None).await;
     let parent = begun.session_id.clone();
     approval_asked_and_child_started(&mut begun.events, &parent).await;

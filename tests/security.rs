@@ -1288,6 +1288,14 @@ async fn security_model_calls_do_not_follow_redirects_to_other_origins() {
     };
     let (result, _) = generate(&provider, request).await;
     assert!(result.is_err(), "{result:?}");
+    // The call was really made (and answered with the redirect): the test is not passed
+    // by a request that never went out.
+    let asked = first.requests();
+    assert!(
+        !asked.is_empty(),
+        "the model call never reached the first server"
+    );
+    assert_eq!(asked[0].header("x-api-key"), Some(TEST_KEY));
     let leaked = elsewhere
         .requests()
         .iter()
@@ -1537,6 +1545,17 @@ async fn security_run_prompt_shows_control_characters_escaped() {
     );
     assert!(err.contains("\\u{001b}[2K"), "shown escaped: {err}");
     assert!(!ws.join("x.txt").exists(), "denied, not written");
+    // The scripted tool call was the one the prompt showed and the person denied: the
+    // model got its denial back (no other request took the scripted turn).
+    let bodies = mock.bodies();
+    let denied = bodies.iter().any(|body| {
+        body["messages"].as_array().is_some_and(|messages| {
+            messages
+                .iter()
+                .any(|m| m["role"] == "tool" && m["tool_call_id"] == "w")
+        })
+    });
+    assert!(denied, "the write_file call was never answered: {bodies:?}");
 }
 
 /// UX review E11: a workspace in the home folder, whose home is hidden behind a tmpfs in

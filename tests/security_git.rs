@@ -500,3 +500,82 @@ async fn security_git_environment_refuses_a_config_that_includes_a_workspace_fil
     );
     assert_eq!(markers.left(), Vec::<String>::new());
 }
+
+/// Finding 1, variant 4, nested repositories: a repository inside the workspace
+/// (`vendor/lib/.git`) is protected as the workspace's `.git` is (its config, hooks and
+/// info cannot be changed, it cannot be renamed away), git still works in it, and one
+/// a command makes (`git init fresh/repo`, whose config is the command's) is named in
+/// the result. The runtime's own git then runs nothing of either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_git_sandbox_protects_nested_repositories() {
+    let markers = Markers::new();
+    let (_dir, root) = tmp();
+    let ws = root.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    git(&ws, &["init", "-q"]);
+    let nested = ws.join("vendor/lib");
+    repo_with_commit(&nested);
+    let config = std::fs::read(nested.join(".git/config")).unwrap();
+    let before = inode(&nested.join(".git"));
+    let command = format!(
+        "cd vendor/lib && printf '[core]\\n\\tfsmonitor = \"{fs} #\"\\n' >> .git/config; \
+         printf '#!/bin/sh\\n{hook}\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
+         rm -rf .git/info; mv .git .git.orig; \
+         git -c user.name=a -c user.email=a@a commit -qam in-sandbox && echo committed; \
+         cd ../.. && git init -q fresh/repo && \
+         printf '[core]\\n\\tfsmonitor = \"{fresh} #\"\\n' >> fresh/repo/.git/config && echo initialised",
+        fs = markers.program("nested-fsmonitor"),
+        hook = markers.program("nested-hook"),
+        fresh = markers.program("fresh-fsmonitor"),
+    );
+    let out = sandboxed(&ws, &command).await;
+    assert_eq!(
+        std::fs::read(nested.join(".git/config")).unwrap(),
+        config,
+        "{out}"
+    );
+    assert!(!nested.join(".git/hooks/pre-commit").exists(), "{out}");
+    assert!(nested.join(".git/info").exists(), "{out}");
+    assert!(!nested.join(".git.orig").exists(), "{out}");
+    assert_eq!(inode(&nested.join(".git")), before, "{out}");
+    // Git itself still works in the nested repository.
+    assert!(out.contains("committed"), "{out}");
+    assert!(out.contains("initialised"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "a new repository appeared at {}",
+            ws.join("fresh/repo/.git").display()
+        )),
+        "{out}"
+    );
+    // The next command protects the new one too.
+    let fresh_config = std::fs::read(ws.join("fresh/repo/.git/config")).unwrap();
+    let out = sandboxed(&ws, "echo x >> fresh/repo/.git/config; echo done").await;
+    assert_eq!(
+        std::fs::read(ws.join("fresh/repo/.git/config")).unwrap(),
+        fresh_config,
+        "{out}"
+    );
+    assert!(!out.contains("[notice:"), "{out}");
+    // A repository made under the name of one moved away is new too.
+    let out = sandboxed(
+        &ws,
+        "mv fresh/repo fresh/old && git init -q fresh/repo && echo again",
+    )
+    .await;
+    assert!(out.contains("again"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "a new repository appeared at {}",
+            ws.join("fresh/repo/.git").display()
+        )) && !out.contains("fresh/old/.git (its"),
+        "{out}"
+    );
+    // The runtime's git in either (a session opened there) runs nothing planted.
+    for repo in [nested.clone(), ws.join("fresh/repo")] {
+        touch_changed(&nested.join("file.txt"));
+        let env = Environment::detect(&repo).await;
+        assert_repository(&env.git);
+    }
+    assert_eq!(markers.left(), Vec::<String>::new());
+}

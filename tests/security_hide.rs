@@ -7,16 +7,19 @@ use serde_json::json;
 use crate::tools::{RecordingGate, context, yes};
 
 /// Runs `command` with `run_command` in `settings`' sandbox, in `ws`; its result text.
+/// When the settings allow the network, the command asks for it (`network: true`), as a
+/// model's would: the settings alone give no command the network.
 async fn sandboxed(
     ws: &Path,
     settings: bumblehive::sandbox::CommandSettings,
     command: &str,
 ) -> String {
     let ctx = context(ws, RecordingGate::new(|_| yes()));
+    let arguments = json!({ "command": command, "network": settings.network });
     let tools = crate::tools::with_command(settings);
     let result = tokio::time::timeout(
         crate::support::WAIT * 4,
-        tools.call(&ctx, "run_command", json!({ "command": command })),
+        tools.call(&ctx, "run_command", arguments),
     )
     .await
     .expect("run_command did not return");
@@ -53,14 +56,16 @@ impl Drop for Listener {
 fn connect_each(paths: &[&Path]) -> String {
     let list: Vec<String> = paths.iter().map(|p| format!("'{}'", p.display())).collect();
     format!(
-        "/usr/bin/python3 -c \"\nimport socket\nfor p in [{}]:\n  s = socket.socket(socket.AF_UNIX)\n  try:\n    s.connect(p); print('connected', p)\n  except OSError as e:\n    print('refused', p, e)\n\"",
+        "/usr/bin/python3 -c \"\nimport socket\nfor p in [{}]:\n  try:\n    s = socket.socket(socket.AF_UNIX); s.connect(p); print('connected', p)\n  except OSError as e:\n    print('refused', p, e)\n\"",
         list.join(", ")
     )
 }
 
 /// Finding 5: a socket in /run (where docker.sock and the system bus live), reached as
 /// /run/... and /var/run/..., is out of reach of a command without network, and of one
-/// with network too; a socket the workspace holds still works.
+/// with network too (/run is a tmpfs; without network no Unix socket can be made at all,
+/// `security_hide_host_unix_sockets_need_the_network`); with the network, a socket the
+/// workspace holds works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn security_hide_host_sockets_under_run_are_unreachable() {
     // SAFETY: getuid has no preconditions.
@@ -84,10 +89,6 @@ async fn security_hide_host_sockets_under_run_are_unreachable() {
         out.contains(&format!("refused {}", var_run.display())),
         "{out}"
     );
-    assert!(
-        out.contains(&format!("connected {}", inside.path.display())),
-        "{out}"
-    );
     let networked = bumblehive::sandbox::CommandSettings {
         network: true,
         ..settings
@@ -106,6 +107,118 @@ async fn security_hide_host_sockets_under_run_are_unreachable() {
         out.contains("dns-config"),
         "name resolution's config is still there: {out}"
     );
+    // With the network a command may make Unix sockets again: the workspace's works.
+    assert!(
+        out.contains(&format!("connected {}", inside.path.display())),
+        "{out}"
+    );
+}
+
+/// The command for `host_unix_sockets_need_the_network`: connects to each path socket,
+/// the abstract socket `abstract_name`, and tries a stream and a datagram socketpair and
+/// io_uring; one line of `connected`/`refused` (or `pair`) each.
+fn socket_probe(paths: &[&Path], abstract_name: &str) -> String {
+    let list: Vec<String> = paths.iter().map(|p| format!("'{}'", p.display())).collect();
+    format!(
+        "/usr/bin/python3 -c \"\nimport socket, ctypes\nfor p in [{}, '\\0{abstract_name}']:\n  try:\n    s = socket.socket(socket.AF_UNIX); s.connect(p); print('connected', p.replace(chr(0), '@'))\n  except OSError as e:\n    print('refused', p.replace(chr(0), '@'), e)\nfor kind, name in [(socket.SOCK_STREAM, 'stream'), (socket.SOCK_DGRAM, 'dgram')]:\n  try:\n    a, b = socket.socketpair(socket.AF_UNIX, kind); a.send(b'x'); print('pair', name, b.recv(1))\n  except OSError as e:\n    print('pair', name, 'refused', e)\nlibc = ctypes.CDLL(None, use_errno=True)\nparams = ctypes.create_string_buffer(120)\nfd = libc.syscall(425, 4, params)\nprint('uring', 'made' if fd >= 0 else 'errno %d' % ctypes.get_errno())\n\"",
+        list.join(", ")
+    )
+}
+
+/// Finding 5, the rest of it: without network a command reaches no host Unix socket,
+/// wherever it is: not one in a folder beside the workspace (here under /var/tmp, which
+/// no tmpfs hides), not an abstract one, not one in the workspace either (no Unix socket
+/// can be made; a seccomp filter, `sandbox::linux::socket_filter`); socketpairs of
+/// stream sockets still work, datagram pairs (which can be connected again, to any path)
+/// and io_uring do not. With the network allowed, and unsandboxed, the same sockets are
+/// reached, as the config says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_hide_host_unix_sockets_need_the_network() {
+    let host = tempfile::tempdir_in("/var/tmp").unwrap();
+    let outside = Listener::at(host.path().canonicalize().unwrap().join("host.sock"));
+    let name = format!("bh-test-abstract-{}", uuid::Uuid::new_v4().simple());
+    let address =
+        <std::os::unix::net::SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(
+            name.as_bytes(),
+        )
+        .unwrap();
+    let _abstract = std::os::unix::net::UnixListener::bind_addr(&address).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let inside = Listener::at(ws.join("in.sock"));
+    let probe = socket_probe(&[&outside.path, &inside.path], &name);
+    let at = format!("@{name}");
+    let reached = |out: &str| {
+        for target in [
+            outside.path.display().to_string(),
+            inside.path.display().to_string(),
+            at.clone(),
+        ] {
+            assert!(
+                out.contains(&format!("connected {target}")),
+                "{target}: {out}"
+            );
+        }
+        assert!(out.contains("pair stream b'x'"), "{out}");
+        assert!(out.contains("pair dgram b'x'"), "{out}");
+    };
+
+    let unsandboxed = sandboxed(
+        &ws,
+        bumblehive::sandbox::CommandSettings {
+            policy: bumblehive::sandbox::CommandPolicy::Off,
+            ..Default::default()
+        },
+        &probe,
+    )
+    .await;
+    reached(&unsandboxed);
+    let networked = sandboxed(
+        &ws,
+        bumblehive::sandbox::CommandSettings {
+            network: true,
+            ..Default::default()
+        },
+        &probe,
+    )
+    .await;
+    reached(&networked);
+
+    // A fresh sandbox, then the spare it left for the next command: both filtered.
+    for round in ["fresh", "spare"] {
+        let used = bumblehive::sandbox::spare_stats().used;
+        let out = sandboxed(&ws, Default::default(), &probe).await;
+        if round == "spare" {
+            assert!(
+                bumblehive::sandbox::spare_stats().used > used,
+                "the spare was not used"
+            );
+        }
+        for target in [
+            outside.path.display().to_string(),
+            inside.path.display().to_string(),
+            at.clone(),
+        ] {
+            assert!(
+                out.contains(&format!("refused {target}")),
+                "{round}: {target}: {out}"
+            );
+        }
+        assert!(
+            out.contains("pair stream b'x'"),
+            "{round}: socketpairs still work: {out}"
+        );
+        assert!(out.contains("pair dgram refused"), "{round}: {out}");
+        // io_uring makes and connects sockets out of the filter's sight: refused, where
+        // the host has it at all.
+        if unsandboxed.contains("uring made") {
+            assert!(out.contains("uring errno 1"), "{round}: {out}");
+        }
+        assert!(
+            bumblehive::sandbox::wait_for_spare(&ws, crate::support::WAIT),
+            "no spare was made"
+        );
+    }
 }
 
 /// Finding 10: the runtime's data dir and config file are hidden from sandboxed commands

@@ -1399,7 +1399,9 @@ async fn undo_writes_nothing_through_a_planted_symlink() {
 }
 
 /// Security review 2, finding 13: a command that turns a recorded folder into a symlink
-/// does not stop later checkpoints: the next turn's write is recorded and undone.
+/// does not stop later checkpoints: the next turn's write is recorded and undone. What
+/// the checkpoint left out is said to the person: the Changes view of the turn and the
+/// undo preview name the symlinked folder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_survives_a_symlinked_folder() {
     let fx = Fx::new().await;
@@ -1426,6 +1428,41 @@ async fn undo_survives_a_symlinked_folder() {
     )
     .await;
     assert_eq!(fx.get("notes.txt").as_deref(), Some("notes\n"));
+    let first = fx
+        .history(&session)
+        .iter()
+        .position(|m| m.role == bumblehive::protocol::Role::User)
+        .unwrap();
+    let note = "conf/ (a symlink now: nothing behind it is recorded)";
+    let changes = fx.ok("turn_changes", json!({"session_id": session})).await;
+    let turn = changes["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["message_index"] == first)
+        .unwrap_or_else(|| panic!("no change recorded for the first turn: {changes}"));
+    assert!(
+        turn["skipped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s == note),
+        "{changes}"
+    );
+    let preview = fx
+        .ok(
+            "undo_turn",
+            json!({"session_id": session, "message_index": first, "preview": true}),
+        )
+        .await;
+    assert!(
+        preview["skipped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s == note),
+        "{preview}"
+    );
     let second = fx
         .history(&session)
         .iter()

@@ -125,12 +125,7 @@ impl Agents {
 
 /// What to tell the person when the command is not there.
 fn missing(command: &str) -> String {
-    let hint = match command {
-        "claude-agent-acp" => " (npm install -g @agentclientprotocol/claude-agent-acp)",
-        "codex-acp" => " (npm install -g @agentclientprotocol/codex-acp)",
-        "npx" => " (install Node.js and npm)",
-        _ => "",
-    };
+    let hint = crate::profiles::acp_install_hint(command);
     format!(
         "cannot start the ACP agent: `{command}` is not installed or not on PATH; install it{hint}, or fix the profile's `command`"
     )

@@ -865,25 +865,40 @@ impl SessionController {
     /// Drops a pending message. A report's discard is recorded in the ledger first, so
     /// recovery never brings it back (runtime review C1).
     pub fn discard(&self, message_id: &str) -> Result<(), RuntimeError> {
-        let mut state = self.lock();
-        let index = self.pending_index(&state, message_id)?;
+        // Taken out of the queue first and marked in the ledger after, with no lock held:
+        // the mark waits for a flush, and a run's safe point or a snapshot must not wait
+        // out the disk (runtime review R12). Out of the queue, nothing can deliver it
+        // meanwhile; a failed mark puts it back where it was.
+        let (index, removed, at) = {
+            let mut state = self.lock();
+            let index = self.pending_index(&state, message_id)?;
+            let at = state.history.as_ref().map(Vec::len);
+            // Known from here on: a second delivery of it meanwhile is a duplicate.
+            state.message_ids.insert(message_id.to_string());
+            (index, state.pending.remove(index), at)
+        };
         if let Some(task_id) = report_task_id(message_id) {
             // Where the chat shows the mark: the end of the history as it is now.
-            let at = match &state.history {
-                Some(history) => history.len(),
-                None => self
-                    .shared
+            let at = at.unwrap_or_else(|| {
+                self.shared
                     .store
                     .load(&self.meta.session_id)
                     .map(|loaded| loaded.messages.len())
-                    .unwrap_or(0),
-            };
-            self.shared
-                .store
-                .mark_discarded(&self.meta.session_id, task_id, Some(at as u32))?;
+                    .unwrap_or(0)
+            });
+            if let Err(err) =
+                self.shared
+                    .store
+                    .mark_discarded(&self.meta.session_id, task_id, Some(at as u32))
+            {
+                let mut state = self.lock();
+                state.message_ids.remove(message_id);
+                let index = index.min(state.pending.len());
+                state.pending.insert(index, removed);
+                return Err(err.into());
+            }
         }
-        state.pending.remove(index);
-        state.message_ids.insert(message_id.to_string());
+        let state = self.lock();
         self.save_pending(&state);
         drop(state);
         self.emit_progress(Progress::MessageDiscarded {

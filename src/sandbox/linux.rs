@@ -83,6 +83,12 @@ pub(super) fn sandbox_argv(
     ]);
     if !grant.network {
         add(&[os("--unshare-net")]);
+        // Host Unix sockets anywhere in the filesystem (security review 2, finding 5): the
+        // network namespace covers abstract ones, the tmpfs on /run those there, and this
+        // filter the rest (`socket_filter`); `super::spawn` hands it to bwrap at this fd.
+        if socket_filter().is_some() {
+            add(&[os("--seccomp"), os(FILTER_FD_ARG)]);
+        }
     }
     add(&[
         os("--ro-bind"),
@@ -223,6 +229,206 @@ fn run_keep(network: bool) -> Vec<(&'static str, PathBuf, PathBuf)> {
     keep
 }
 
+/// The descriptor a command's socket filter reaches bubblewrap at (`--seccomp`), in the
+/// command line as text.
+pub(super) const FILTER_FD: libc::c_int = 4;
+const FILTER_FD_ARG: &str = "4";
+
+/// The seccomp program (classic BPF, as bubblewrap's `--seccomp` reads it) that keeps a
+/// command without network away from every Unix socket of the host, wherever its path is
+/// (`/var/lib/…`, `/srv`, a folder beside the workspace; security review 2, finding 5).
+/// A filter cannot read the address a `connect` names, so it refuses what every such
+/// connection needs: a Unix socket of its own. Refused with EPERM: `socket(AF_UNIX, …)`,
+/// `socketpair(AF_UNIX, SOCK_DGRAM)` (a datagram socket may be connected again, to any
+/// path), and io_uring, whose requests make sockets and connect without a system call
+/// the filter sees. Kept: `socketpair(AF_UNIX)` of stream and seqpacket sockets (already
+/// connected to each other for good; shells, Node, Python's asyncio and cargo use them),
+/// and every other family (TCP on the sandbox's own loopback works). On x86_64 the x32
+/// numbers and i386's (`socketcall` included) are covered too; a process of any other
+/// architecture is killed. `None` on an architecture this does not know: the command
+/// then has no filter (README says so).
+pub(super) fn socket_filter() -> Option<&'static [u8]> {
+    static PROGRAM: std::sync::OnceLock<Option<Vec<u8>>> = std::sync::OnceLock::new();
+    PROGRAM.get_or_init(build_socket_filter).as_deref()
+}
+
+/// One instruction of the program being assembled; jumps name labels, resolved after.
+enum Op {
+    /// Load the 32-bit word at this offset of `struct seccomp_data`.
+    Load(u32),
+    /// A &= k.
+    And(u32),
+    /// Jump to the first label if A == k, else to the second.
+    JumpIf(u32, &'static str, &'static str),
+    Return(u32),
+    Label(&'static str),
+}
+
+fn assemble(ops: &[Op]) -> Option<Vec<u8>> {
+    const LD_W_ABS: u16 = 0x20;
+    const ALU_AND_K: u16 = 0x54;
+    const JMP_JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    let mut labels = std::collections::HashMap::new();
+    let mut at = 0usize;
+    for op in ops {
+        match op {
+            Op::Label(name) => {
+                labels.insert(*name, at);
+            }
+            _ => at += 1,
+        }
+    }
+    let mut bytes = Vec::with_capacity(at * 8);
+    let mut at = 0usize;
+    for op in ops {
+        let (code, jt, jf, k) = match op {
+            Op::Label(_) => continue,
+            Op::Load(offset) => (LD_W_ABS, 0, 0, *offset),
+            Op::And(mask) => (ALU_AND_K, 0, 0, *mask),
+            Op::Return(value) => (RET_K, 0, 0, *value),
+            Op::JumpIf(value, yes, no) => {
+                // Jumps are relative to the next instruction and go forward only.
+                let offset = |label: &str| -> Option<u8> {
+                    let to = *labels.get(label)?;
+                    u8::try_from(to.checked_sub(at + 1)?).ok()
+                };
+                (JMP_JEQ_K, offset(yes)?, offset(no)?, *value)
+            }
+        };
+        bytes.extend_from_slice(&code.to_ne_bytes());
+        bytes.push(jt);
+        bytes.push(jf);
+        bytes.extend_from_slice(&k.to_ne_bytes());
+        at += 1;
+    }
+    Some(bytes)
+}
+
+fn build_socket_filter() -> Option<Vec<u8>> {
+    // `struct seccomp_data`: nr at 0, arch at 4, then six 64-bit arguments from 16; the
+    // kernel reads `int` arguments from their low half, which comes first (little-endian).
+    const NR: u32 = 0;
+    const ARCH: u32 = 4;
+    const ARG0: u32 = 16;
+    const ARG1: u32 = 24;
+    const ALLOW: u32 = 0x7fff_0000;
+    const KILL_PROCESS: u32 = 0x8000_0000;
+    const DENY: u32 = 0x0005_0000 | libc::EPERM as u32;
+    const SOCK_TYPE_MASK: u32 = 0xf;
+    const IO_URING: [u32; 3] = [425, 426, 427];
+    let (native_arch, x32_bit): (u32, Option<u32>) = if cfg!(target_arch = "x86_64") {
+        (0xC000_003E, Some(0x4000_0000))
+    } else if cfg!(target_arch = "aarch64") {
+        (0xC000_00B7, None)
+    } else if cfg!(target_arch = "riscv64") {
+        (0xC000_00F3, None)
+    } else {
+        return None;
+    };
+    if !cfg!(target_endian = "little") {
+        return None;
+    }
+    let unix = libc::AF_UNIX as u32;
+    let dgram = libc::SOCK_DGRAM as u32;
+    let mut ops = vec![
+        Op::Load(ARCH),
+        Op::JumpIf(native_arch, "native", "foreign"),
+        Op::Label("native"),
+        Op::Load(NR),
+    ];
+    if let Some(bit) = x32_bit {
+        // x32 calls are the x86_64 numbers with this bit set.
+        ops.push(Op::And(!bit));
+    }
+    ops.extend([
+        Op::JumpIf(libc::SYS_socket as u32, "socket", "native-pair"),
+        Op::Label("native-pair"),
+        Op::JumpIf(libc::SYS_socketpair as u32, "pair", "native-uring0"),
+        Op::Label("native-uring0"),
+        Op::JumpIf(IO_URING[0], "deny", "native-uring1"),
+        Op::Label("native-uring1"),
+        Op::JumpIf(IO_URING[1], "deny", "native-uring2"),
+        Op::Label("native-uring2"),
+        Op::JumpIf(IO_URING[2], "deny", "allow"),
+        Op::Label("foreign"),
+    ]);
+    if cfg!(target_arch = "x86_64") {
+        // i386 programs on x86_64: socket 359, socketpair 360, and `socketcall` (102),
+        // whose arguments lie in memory the filter cannot read: its socket (1) and
+        // socketpair (8) are refused whatever the family.
+        ops.extend([
+            Op::JumpIf(0x4000_0003, "i386", "kill"),
+            Op::Label("i386"),
+            Op::Load(NR),
+            Op::JumpIf(359, "socket", "i386-pair"),
+            Op::Label("i386-pair"),
+            Op::JumpIf(360, "pair", "i386-call"),
+            Op::Label("i386-call"),
+            Op::JumpIf(102, "socketcall", "i386-uring0"),
+            Op::Label("i386-uring0"),
+            Op::JumpIf(IO_URING[0], "deny", "i386-uring1"),
+            Op::Label("i386-uring1"),
+            Op::JumpIf(IO_URING[1], "deny", "i386-uring2"),
+            Op::Label("i386-uring2"),
+            Op::JumpIf(IO_URING[2], "deny", "allow"),
+            Op::Label("socketcall"),
+            Op::Load(ARG0),
+            Op::JumpIf(1, "deny", "socketcall-pair"),
+            Op::Label("socketcall-pair"),
+            Op::JumpIf(8, "deny", "allow"),
+        ]);
+    }
+    // Shared by both architectures' numbers; after them, as jumps only go forward.
+    ops.extend([
+        Op::Label("socket"),
+        Op::Load(ARG0),
+        Op::JumpIf(unix, "deny", "allow"),
+        Op::Label("pair"),
+        Op::Load(ARG0),
+        Op::JumpIf(unix, "pair-type", "allow"),
+        Op::Label("pair-type"),
+        Op::Load(ARG1),
+        Op::And(SOCK_TYPE_MASK),
+        Op::JumpIf(dgram, "deny", "allow"),
+        Op::Label("kill"),
+        Op::Return(KILL_PROCESS),
+        Op::Label("allow"),
+        Op::Return(ALLOW),
+        Op::Label("deny"),
+        Op::Return(DENY),
+    ]);
+    assemble(&ops)
+}
+
+/// A pipe holding the socket filter, its read end to be put at [`FILTER_FD`] for
+/// bubblewrap (which reads it to the end and closes it before the command starts).
+pub(super) fn socket_filter_fd() -> Result<std::os::fd::OwnedFd, String> {
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    let program = socket_filter().ok_or("no socket filter for this architecture")?;
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the array given.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!(
+            "cannot make a pipe for the socket filter: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: both descriptors were just made by the kernel and are owned by nothing else.
+    let (read, mut write) = unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    };
+    // A few hundred bytes: far below a pipe's buffer, so this never blocks.
+    write
+        .write_all(program)
+        .map_err(|err| format!("cannot write the socket filter: {err}"))?;
+    Ok(read)
+}
+
 /// The most git dirs (worktrees, submodules) of one workspace protected one by one: past
 /// it, the command line would grow without bound; the rest stay as they are (and the
 /// runtime's git is hardened regardless, `crate::git`).
@@ -235,31 +441,50 @@ const MAX_GIT_DIRS: usize = 64;
 /// uses read-only: `config`, `hooks`, `info`, `commondir`, `config.worktree`, `gitdir`, and
 /// the same parts of its linked worktrees' and submodules' git dirs. Objects, refs, the
 /// index and HEAD stay writable, so git itself works in the sandbox. A part that does not
-/// exist yet (a `commondir`) cannot be bound; `GitWatch` reports one that appears.
+/// exist yet (a `commondir`) cannot be bound; `GitWatch` reports one that appears. The
+/// same for every nested repository [`super::nested_git`] finds.
 pub(super) fn git_binds(workspace: &Path) -> Vec<(&'static str, PathBuf)> {
     let mut binds = Vec::new();
     let workspace = workspace
         .canonicalize()
         .unwrap_or_else(|_| workspace.to_path_buf());
-    let dot_git = workspace.join(".git");
-    let Ok(meta) = std::fs::symlink_metadata(&dot_git) else {
-        return binds;
-    };
     let mut count = 0;
+    protect_dot_git(&workspace, &workspace.join(".git"), &mut binds, &mut count);
+    // Nested repositories (`vendor/lib/.git`, a package's own repository): the person's
+    // git would run their hooks and config as it would the workspace's.
+    for dot_git in super::nested_git(&workspace) {
+        protect_dot_git(&workspace, &dot_git, &mut binds, &mut count);
+    }
+    // A git dir reached twice (a submodule's checkout names one under `.git/modules`,
+    // already protected) is bound once.
+    let mut seen = std::collections::HashSet::new();
+    binds.retain(|(_, path)| seen.insert(path.clone()));
+    binds
+}
+
+/// The binds for one `.git` (the workspace's or a nested repository's): see [`git_binds`].
+fn protect_dot_git(
+    workspace: &Path,
+    dot_git: &Path,
+    binds: &mut Vec<(&'static str, PathBuf)>,
+    count: &mut usize,
+) {
+    let Ok(meta) = std::fs::symlink_metadata(dot_git) else {
+        return;
+    };
     if meta.is_dir() {
-        binds.push(("--bind", dot_git.clone()));
-        protect_git_dir(&workspace, &dot_git, &mut binds, &mut count, 0);
+        binds.push(("--bind", dot_git.to_path_buf()));
+        protect_git_dir(workspace, dot_git, binds, count, 0);
     } else if meta.is_file() {
-        binds.push(("--ro-bind", dot_git.clone()));
-        let named = crate::git::read_git_file(&dot_git).and_then(|p| p.canonicalize().ok());
-        if let Some(named) = named.filter(|n| n.starts_with(&workspace) && n.is_dir()) {
+        binds.push(("--ro-bind", dot_git.to_path_buf()));
+        let named = crate::git::read_git_file(dot_git).and_then(|p| p.canonicalize().ok());
+        if let Some(named) = named.filter(|n| n.starts_with(workspace) && n.is_dir()) {
             if named != workspace {
                 binds.push(("--bind", named.clone()));
             }
-            protect_git_dir(&workspace, &named, &mut binds, &mut count, 0);
+            protect_git_dir(workspace, &named, binds, count, 0);
         }
     }
-    binds
 }
 
 fn protect_git_dir(
@@ -593,5 +818,123 @@ mod tests {
         super::harden_process();
         // SAFETY: as above.
         assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) }, 0);
+    }
+
+    /// The socket filter assembles (every jump forward and in range) where it is meant
+    /// to exist: a program that failed to build would leave commands without it.
+    #[test]
+    fn the_socket_filter_assembles() {
+        if cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+            let program = super::socket_filter().expect("no socket filter");
+            assert_eq!(program.len() % 8, 0);
+            assert!(program.len() / 8 < 64, "{} instructions", program.len() / 8);
+        }
+    }
+
+    /// Runs the socket filter on one system call as the kernel would (the four opcodes it
+    /// uses): its verdict.
+    fn verdict(arch: u32, nr: u32, args: [u64; 2]) -> u32 {
+        let program = super::socket_filter().unwrap();
+        let mut data = Vec::new();
+        data.extend_from_slice(&nr.to_ne_bytes());
+        data.extend_from_slice(&arch.to_ne_bytes());
+        data.extend_from_slice(&0u64.to_ne_bytes());
+        for arg in args {
+            data.extend_from_slice(&arg.to_ne_bytes());
+        }
+        let (mut pc, mut a) = (0usize, 0u32);
+        loop {
+            let ins = &program[pc * 8..pc * 8 + 8];
+            let code = u16::from_ne_bytes([ins[0], ins[1]]);
+            let (jt, jf) = (ins[2] as usize, ins[3] as usize);
+            let k = u32::from_ne_bytes([ins[4], ins[5], ins[6], ins[7]]);
+            pc += 1;
+            match code {
+                0x20 => {
+                    let at = k as usize;
+                    a = u32::from_ne_bytes(data[at..at + 4].try_into().unwrap());
+                }
+                0x54 => a &= k,
+                0x15 => pc += if a == k { jt } else { jf },
+                0x06 => return k,
+                other => panic!("opcode {other:#x}"),
+            }
+        }
+    }
+
+    /// What the filter refuses and lets through, call by call, on x86_64: its own
+    /// numbers, the x32 ones and those of i386 programs (`socketcall` included).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_socket_filter_refuses_unix_sockets_only() {
+        const X86_64: u32 = 0xC000_003E;
+        const I386: u32 = 0x4000_0003;
+        const ALLOW: u32 = 0x7fff_0000;
+        const EPERM: u32 = 0x0005_0001;
+        const KILL: u32 = 0x8000_0000;
+        let unix = libc::AF_UNIX as u64;
+        let inet = libc::AF_INET as u64;
+        let stream = libc::SOCK_STREAM as u64;
+        let dgram = (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as u64;
+        let cases = [
+            ("socket(AF_UNIX)", X86_64, 41, [unix, stream], EPERM),
+            // The kernel reads an int: high bits set do not make it another family.
+            (
+                "socket(AF_UNIX | 1<<32)",
+                X86_64,
+                41,
+                [unix | 1 << 32, stream],
+                EPERM,
+            ),
+            ("socket(AF_INET)", X86_64, 41, [inet, stream], ALLOW),
+            (
+                "x32 socket(AF_UNIX)",
+                X86_64,
+                41 | 0x4000_0000,
+                [unix, stream],
+                EPERM,
+            ),
+            (
+                "socketpair(AF_UNIX, STREAM)",
+                X86_64,
+                53,
+                [unix, stream],
+                ALLOW,
+            ),
+            (
+                "socketpair(AF_UNIX, DGRAM)",
+                X86_64,
+                53,
+                [unix, dgram],
+                EPERM,
+            ),
+            ("io_uring_setup", X86_64, 425, [0, 0], EPERM),
+            ("connect", X86_64, 42, [3, 0], ALLOW),
+            ("read", X86_64, 0, [0, 0], ALLOW),
+            ("i386 socket(AF_UNIX)", I386, 359, [unix, stream], EPERM),
+            ("i386 socket(AF_INET)", I386, 359, [inet, stream], ALLOW),
+            (
+                "i386 socketpair(AF_UNIX, DGRAM)",
+                I386,
+                360,
+                [unix, dgram],
+                EPERM,
+            ),
+            ("i386 socketcall(SOCKET)", I386, 102, [1, 0], EPERM),
+            ("i386 socketcall(SOCKETPAIR)", I386, 102, [8, 0], EPERM),
+            ("i386 socketcall(CONNECT)", I386, 102, [3, 0], ALLOW),
+            ("i386 io_uring_enter", I386, 426, [0, 0], EPERM),
+            ("i386 read", I386, 3, [0, 0], ALLOW),
+            (
+                "another architecture",
+                0xC000_00B7,
+                198,
+                [unix, stream],
+                KILL,
+            ),
+        ];
+        for (what, arch, nr, args, expected) in cases {
+            assert_eq!(verdict(arch, nr, args), expected, "{what}");
+        }
     }
 }

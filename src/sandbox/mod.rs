@@ -9,11 +9,14 @@
 //!   `info`, `commondir`, `config.worktree` and `gitdir` read-only, also for a `.git` file
 //!   and the git dir it names: git itself works (objects, index, refs, commits), but a
 //!   command cannot plant a hook or a `core.fsmonitor`/`core.pager` line that git would
-//!   later run *outside* the sandbox; what cannot be bound (a new `.git`, a new
-//!   `commondir`) is reported after the command ([`GitWatch`]);
+//!   later run *outside* the sandbox; the same for nested repositories ([`nested_git`]);
+//!   what cannot be bound (a new `.git`, a new nested repository, a new `commondir`) is
+//!   reported after the command ([`GitWatch`]);
 //! - `/run` and `/var/run` an empty tmpfs (no host Unix sockets), the runtime's data dir
 //!   and config hidden wherever they are ([`hide`]), no inherited descriptor;
-//! - no network unless allowed; a new pid namespace, so nothing outlives the command
+//! - no network unless allowed, and then no Unix socket either (a seccomp filter,
+//!   `linux::socket_filter`: host sockets anywhere in the filesystem stay out of reach;
+//!   socketpairs still work); a new pid namespace, so nothing outlives the command
 //!   (a `setsid` child included); process and memory limits;
 //! - an environment built from an allow-list ([`BASE_ENV`] plus the names the person
 //!   adds), never the runtime's own.
@@ -188,7 +191,7 @@ pub fn prompt_note(settings: &CommandSettings) -> Option<String> {
     let network = if settings.network {
         "the network is allowed"
     } else {
-        "there is no network unless the person allows it for a command"
+        "there is no network (nor Unix sockets) unless the person allows it for a command"
     };
     Some(format!(
         "bubblewrap, with the system read-only, the workspace writable, a private /tmp, the home folder hidden and {network}; where the sandbox cannot start, each command asks first"
@@ -365,21 +368,40 @@ fn spawn(
             Ok(())
         });
     }
-    if let Some(script) = &script {
+    // Descriptors handed on at fixed numbers: a spare's script at 3, the socket filter
+    // bubblewrap reads at `FILTER_FD` when the line names one (`linux::socket_filter`).
+    let mut passed: Vec<(std::os::fd::OwnedFd, libc::c_int)> = Vec::new();
+    if let Some(script) = script {
+        passed.push((script, 3));
+    }
+    if argv.iter().any(|arg| arg == "--seccomp") {
+        passed.push((platform::socket_filter_fd()?, platform::FILTER_FD));
+    }
+    if !passed.is_empty() {
         use std::os::fd::AsRawFd;
-        let fd = script.as_raw_fd();
-        // SAFETY: dup2 and fcntl are async-signal-safe and touch only descriptors.
+        let pairs: Vec<(libc::c_int, libc::c_int)> = passed
+            .iter()
+            .map(|(fd, to)| (fd.as_raw_fd(), *to))
+            .collect();
+        // SAFETY: fcntl, dup2 and close are async-signal-safe and touch only descriptors;
+        // `pairs` was allocated before the fork.
         unsafe {
             cmd.pre_exec(move || {
-                // fd 3 in the sandbox, without close-on-exec (dup2 onto itself would keep
-                // the flag, so that case clears it).
-                let done = if fd == 3 {
-                    libc::fcntl(fd, libc::F_SETFD, 0)
-                } else {
-                    libc::dup2(fd, 3)
-                };
-                if done < 0 {
-                    return Err(std::io::Error::last_os_error());
+                // First out of the way of every target (a source may sit on another's
+                // number), then each onto its number, which dup2 leaves without
+                // close-on-exec.
+                let mut moved = [-1 as libc::c_int; 2];
+                for (slot, (fd, _)) in moved.iter_mut().zip(&pairs) {
+                    *slot = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 16);
+                    if *slot < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                for (from, (_, to)) in moved.iter().zip(&pairs) {
+                    if libc::dup2(*from, *to) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(*from);
                 }
                 Ok(())
             });
@@ -453,6 +475,65 @@ pub fn harden_process() {
     platform::harden_process();
 }
 
+/// How deep below the workspace, and through how many folders, [`nested_git`] looks.
+const NESTED_DEPTH: usize = 4;
+const NESTED_FOLDERS: usize = 256;
+/// Folders [`nested_git`] does not enter: build output and installed packages, large
+/// and never a repository of the person's (package managers drop `.git`).
+const NESTED_SKIP: &[&str] = &[
+    ".git",
+    "node_modules",
+    "target",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".tox",
+    ".mypy_cache",
+    ".gradle",
+];
+
+/// The `.git` (folder or file) of each repository nested in `workspace` (`vendor/lib`,
+/// a package with a repository of its own), not the workspace's own: found by a walk
+/// breadth first, at most [`NESTED_DEPTH`] folders down and through [`NESTED_FOLDERS`]
+/// folders, never following a symlink, so that its cost per command stays small (about a
+/// millisecond at the limit; BENCHMARKS.md). A repository deeper, or past the limit, is
+/// not found: README says so.
+pub fn nested_git(workspace: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut queue = std::collections::VecDeque::from([(workspace.to_path_buf(), 0usize)]);
+    let mut read = 0;
+    while let Some((dir, depth)) = queue.pop_front() {
+        if read == NESTED_FOLDERS {
+            break;
+        }
+        read += 1;
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            // The type from the folder listing: no stat, and a symlink is never a folder.
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if name == ".git" {
+                if depth > 0 && (kind.is_dir() || kind.is_file()) {
+                    found.push(entry.path());
+                }
+                continue;
+            }
+            if kind.is_dir()
+                && depth + 1 < NESTED_DEPTH
+                && !NESTED_SKIP.iter().any(|skip| name == *skip)
+            {
+                queue.push_back((entry.path(), depth + 1));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
 /// What a command changed of the workspace's `.git` that the sandbox could not keep
 /// read-only (security review 2, finding 1): a `.git` that appeared (`git init`), was
 /// replaced or removed, and a `commondir`, `config.worktree`, `config`, hooks or the
@@ -471,6 +552,10 @@ struct GitMarks {
     /// The parts of the git dir it leads to that decide config and hooks: contents
     /// (small files) or names (the hooks folder).
     parts: Vec<(String, Option<Vec<u8>>)>,
+    /// Nested repositories' `.git` ([`nested_git`]) with their device and inode: one
+    /// that appears during a command (also under the name of one moved away) was not
+    /// protected while it ran, so its config and hooks are the command's.
+    nested: Vec<(PathBuf, Option<(u64, u64)>)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -522,13 +607,25 @@ impl GitWatch {
                 }
             }
         }
+        let mut check = vec![self.root.join(".git")];
+        let known = |id: &Option<(u64, u64)>| {
+            id.is_some() && self.marks.nested.iter().any(|(_, before)| before == id)
+        };
+        for (path, _) in now.nested.iter().filter(|(_, id)| !known(id)) {
+            what.push(format!(
+                "a new repository appeared at {} (its config and hooks are the command's)",
+                path.display()
+            ));
+            check.push(path.clone());
+        }
         if what.is_empty() {
             return None;
         }
+        let check: Vec<String> = check.iter().map(|p| p.display().to_string()).collect();
         Some(format!(
             "[notice: this command changed the workspace's git setup: {}. Git config and hooks can name programs: the runtime's own git runs none of them, but check {} before running git there yourself.]",
             what.join("; "),
-            self.root.join(".git").display()
+            check.join(" and ")
         ))
     }
 }
@@ -567,7 +664,19 @@ impl GitMarks {
             Some(names.join("\n").into_bytes())
         });
         parts.push(("hooks".to_string(), hooks));
-        GitMarks { dot_git, parts }
+        GitMarks {
+            dot_git,
+            parts,
+            nested: nested_git(workspace)
+                .into_iter()
+                .map(|path| {
+                    let id = std::fs::symlink_metadata(&path)
+                        .ok()
+                        .map(|meta| (meta.dev(), meta.ino()));
+                    (path, id)
+                })
+                .collect(),
+        }
     }
 }
 

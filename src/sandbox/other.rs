@@ -79,3 +79,10 @@ pub(super) fn cloexec_from(first: libc::c_int, max: libc::c_int) {
 pub(super) fn harden_process() {
     cloexec_from(3, open_max());
 }
+
+/// No socket filter here: no sandbox line names one.
+pub(super) const FILTER_FD: libc::c_int = 4;
+
+pub(super) fn socket_filter_fd() -> Result<std::os::fd::OwnedFd, String> {
+    Err("no socket filter on this system".into())
+}

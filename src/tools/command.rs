@@ -51,7 +51,8 @@ struct CommandArgs {
 const DESCRIPTION: &str = "Run a shell command (sh -c) in the workspace, or in `cwd` relative to it. \
 It runs in a sandbox where the workspace is writable, the rest of the system read-only, the home \
 folder and /tmp private, and there is no network unless you set network: true (which may ask the \
-person). Depending on the settings the person is asked first. stdin is empty; stdout and stderr \
+person); without it a Unix socket cannot be made either (socketpair works), so a program that \
+listens on one (Python's multiprocessing, a test server on a socket) needs network: true. Depending on the settings the person is asked first. stdin is empty; stdout and stderr \
 are returned together with the exit code, cut in the middle when longer than 32 KB. The command \
 and everything it started are killed after timeout_secs (default 120) or when the run is stopped; \
 background processes do not outlive it. Only a short list of environment variables (PATH, HOME, \

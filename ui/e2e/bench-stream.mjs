@@ -29,7 +29,7 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { createWriteStream } from 'node:fs';
-import { ROOT, UI_DIR, WebDriver, firstLine, freePort, outputDir, scratch, sleep, start, startXvfb, stopAll, until, which } from './lib.mjs';
+import { TARGET_DIR, UI_DIR, WebDriver, firstLine, freePort, outputDir, scratch, sleep, start, startXvfb, stopAll, until, which } from './lib.mjs';
 import { startMockModel } from './mock-model.mjs';
 
 const args = process.argv.slice(2);
@@ -44,8 +44,8 @@ const CHILDREN = Number(option('--children', smoke ? 2 : 8));
 const RATE = Number(option('--rate', 100));
 const SECONDS = Number(option('--seconds', smoke ? 1 : 6));
 const MESSAGES = Number(option('--messages', smoke ? 200 : 2000));
-const APP = option('--app', process.env.E2E_DESKTOP_APP || join(ROOT, 'target', 'debug', 'bumblehive-desktop'));
-const BIN = option('--bin', join(ROOT, 'target', 'debug', 'bumblehive'));
+const APP = option('--app', process.env.E2E_DESKTOP_APP || join(TARGET_DIR, 'debug', 'bumblehive-desktop'));
+const BIN = option('--bin', join(TARGET_DIR, 'debug', 'bumblehive'));
 const DIST = option('--ui', join(UI_DIR, 'dist'));
 const LABEL = option('--label', 'current');
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';

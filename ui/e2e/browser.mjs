@@ -11,11 +11,11 @@ import { createWriteStream, existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 import { flowSteps } from './flow.mjs';
-import { ROOT, UI_DIR, check, createRunner, firstLine, outputDir, run, scratch, start, stopAll } from './lib.mjs';
+import { TARGET_DIR, UI_DIR, check, createRunner, firstLine, outputDir, run, scratch, start, stopAll } from './lib.mjs';
 import { startMockModel } from './mock-model.mjs';
 
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const BINARY = join(ROOT, 'target', 'debug', 'bumblehive');
+const BINARY = join(TARGET_DIR, 'debug', 'bumblehive');
 
 const out = outputDir('e2e-browser');
 const runner = createRunner('browser e2e');
@@ -53,6 +53,14 @@ function driverFor(p) {
     resize: (width, height) => p.setViewportSize({ width, height }),
     reload: () => p.reload(),
     clipboard: () => p.evaluate('navigator.clipboard.readText()'),
+    keys: (chord) => p.keyboard.press(chord),
+    typeKeys: (text) => p.keyboard.type(text),
+    // The "+ Image" button opens the page's file chooser; Playwright answers it with the file.
+    async attach(file) {
+      const [chooser] = await Promise.all([p.waitForEvent('filechooser', { timeout: 10000 }), p.click('[data-testid=attach-button]', { timeout: 10000 })]);
+      await chooser.setFiles(file);
+      return 'the file chooser the + Image button opened';
+    },
   };
 }
 
@@ -141,6 +149,7 @@ try {
   const notifications = () => page.evaluate('window.__e2eNotifications ?? []');
   const ctx = {
     workspace: space?.workspace ?? '',
+    data: space?.data ?? '',
     scratch: space?.dir ?? '',
     mock: mock ?? { requests: [] },
     opened: () => opened,

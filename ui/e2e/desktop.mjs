@@ -15,11 +15,11 @@ import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileS
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { flowSteps } from './flow.mjs';
-import { ROOT, UI_DIR, WebDriver, check, createRunner, freePort, outputDir, run, scratch, start, startXvfb, stopAll, until, which } from './lib.mjs';
+import { TARGET_DIR, UI_DIR, WebDriver, check, createRunner, freePort, outputDir, run, scratch, start, startXvfb, stopAll, until, which } from './lib.mjs';
 import { startMockModel } from './mock-model.mjs';
 
 // scripts/e2e.sh may hand over a build it already has (E2E_DESKTOP_APP, e.g. the release one).
-const APP = process.env.E2E_DESKTOP_APP || join(ROOT, 'target', 'debug', 'bumblehive-desktop');
+const APP = process.env.E2E_DESKTOP_APP || join(TARGET_DIR, 'debug', 'bumblehive-desktop');
 const TITLE = 'Bumblehive';
 
 const out = outputDir('e2e-desktop');
@@ -97,6 +97,16 @@ try {
     click: (css) => wd.click(css),
     type: (css, text) => wd.type(css, text),
     reload: () => wd.call('POST', '/session/:session/refresh', {}),
+    keys: (chord) => wd.keys(chord),
+    typeKeys: (text) => wd.typeKeys(text),
+    // The "+ Image" button's file input, given the file as WebDriver uploads one (Element Send
+    // Keys on an <input type=file>): a click on the button would open GTK's chooser, which
+    // WebDriver cannot answer.
+    async attach(file) {
+      const id = await wd.element('[data-testid=attach-input]');
+      await wd.call('POST', `/session/:session/element/${id}/value`, { text: file });
+      return "WebDriver's file upload into the + Image button's input";
+    },
     // What the clipboard holds, as a person would see it: Ctrl+V into the (emptied) composer
     // goes through GTK's clipboard; the composer is emptied again afterwards.
     async clipboard() {
@@ -130,7 +140,7 @@ try {
       .filter((l) => l.includes('notification requested'));
   };
   const opened = () => (existsSync(OPENED) ? readFileSync(OPENED, 'utf8').split('\n').filter(Boolean) : []);
-  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', mock: mock ?? { requests: [] }, timeout: 30000, opened, windowTitle, notifications })) {
+  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', data: space?.data ?? '', mock: mock ?? { requests: [] }, timeout: 30000, opened, windowTitle, notifications })) {
     await runner.step(title, fn);
   }
 

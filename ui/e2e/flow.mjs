@@ -4,10 +4,18 @@
 // A driver has: query(body) → runs a JS function body in the page, returns its value;
 // click(css); type(css, text); shot(name) → saves a screenshot.
 
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { check, until } from './lib.mjs';
-import { LINK_URL, NOTES_CONTENT, textOf } from './mock-model.mjs';
+import { ROOT, check, until } from './lib.mjs';
+import { LINK_URL, NOTES_CONTENT, contentOf, textOf } from './mock-model.mjs';
+
+/** A small real MCP server (the Python SDK's, as tests/mcp.rs runs it; scripts/mcp-test-servers.sh installs it). */
+const MCP_PYTHON = join(process.env.BUMBLEHIVE_MCP_VENV ?? join(homedir(), '.cache', 'bumblehive-mcp', 'venv'), 'bin', 'python');
+const MCP_SERVER = join(ROOT, 'tests', 'mcp-servers', 'bumblehive_test_server.py');
+/** A 1×1 PNG. */
+const DOT_PNG = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==';
 
 export const PROMPT_1 = 'Please have a sub-agent write the notes.';
 export const PROMPT_2 = 'Second round: a quick check, and write parent.txt yourself.';
@@ -78,6 +86,15 @@ return {
   messageImages: chat ? all('[data-testid=message-image]', chat).length : 0,
   retry: !!document.querySelector('[data-testid=child-retry]'),
   tokenBanner: !!document.querySelector('[data-testid=token-input]'),
+  // The keyboard steps: what has focus, the open tab, the session switcher, Settings.
+  focus: document.activeElement?.getAttribute('data-testid') ?? document.activeElement?.tagName ?? null,
+  activeTab: (() => { const t = document.querySelector('.tabs [aria-selected=true]'); return t ? (t.getAttribute('data-title') ?? t.getAttribute('data-testid')) : null; })(),
+  switcher: document.querySelector('[data-testid=quick-switcher]') ? all('[data-testid=switcher-item]').map((e) => e.getAttribute('data-session-id')) : null,
+  settings: !!document.querySelector('[data-testid=settings-dialog]'),
+  mcp: all('[data-testid=mcp-server]').map((e) => ({ name: e.getAttribute('data-name'), state: e.getAttribute('data-state'), text: text(e.querySelector('[data-testid=mcp-state]')) })),
+  mcpTrust: all('[data-testid=mcp-trust-server]').map((e) => ({ name: e.getAttribute('data-name'), command: text(e.querySelector('[data-testid=mcp-trust-command]')) })),
+  mcpResult: text(document.querySelector('[data-testid=mcp-trust-result]')),
+  notes: chat ? all('[data-testid=chat-note]', chat).map(text) : [],
 };`;
 
 /** The first screen and the web UI's folder dialog (step 25, in a fresh browser). */
@@ -420,13 +437,11 @@ export function flowSteps(driver, ctx) {
         await driver.click('[data-testid=inbox-approval]');
         await waitFor('the approval in its session', (x) => x.session === second && x.approvals.length > 0);
         await driver.click('[data-testid=approval-approve]');
-        // The inbox opened the child's tab; its report lands in Main. In this one state
-        // (after an approval decided from the inbox) WebKitWebDriver finds the Main tab
-        // "not interactable": its hit test at the tab's centre meets the tab strip itself
-        // (elementFromPoint says so too), although the same tab takes WebDriver clicks in
-        // the steps before. Not understood yet (see the session note); clicked through the
-        // DOM here so the rest of the flow is checked.
-        await driver.query("document.querySelector('[data-testid=tab-main]').click(); return true;");
+        // The inbox opened the child's tab; its report lands in Main. A real click: it once
+        // met WebKitGTK's overlay scrollbar of the tab strip, which lay over the tabs' lower
+        // half while a long "All tabs" entry ("Writer — running") widened the strip by 16 px
+        // (the menu is `contain: paint` now: styles.css, layout.test.tsx).
+        await driver.click('[data-testid=tab-main]');
         await waitFor('the report and the title back to plain', (x) => says(x, 'report', 'Wrote notes.txt') && PLAIN_TITLE.test(x.title) && !x.inbox);
         await driver.shot('17-approved-from-inbox');
       },
@@ -502,31 +517,19 @@ export function flowSteps(driver, ctx) {
     [
       'an image pasted into the composer shows as an attachment and goes to the model',
       async () => {
-        // A 1×1 PNG built in the page, pasted as a person's clipboard would; where an engine
-        // cannot build the event with its files, dropped instead (the composer takes both).
+        // A 1×1 PNG built in the page, pasted as a person's clipboard would: a synthetic
+        // ClipboardEvent whose clipboardData is a DataTransfer holding the file (both engines
+        // build one; no drop fallback, so an engine that could not would fail here).
         const how = await driver.query(String.raw`
-          const bytes = Uint8Array.from(atob('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=='), (c) => c.charCodeAt(0));
+          const bytes = Uint8Array.from(atob('${DOT_PNG}'), (c) => c.charCodeAt(0));
           const file = new File([bytes], 'dot.png', { type: 'image/png' });
           const data = new DataTransfer();
           data.items.add(file);
-          const input = document.querySelector('[data-testid=prompt-input]');
-          try {
-            const paste = new ClipboardEvent('paste', { clipboardData: data, bubbles: true, cancelable: true });
-            if (paste.clipboardData && paste.clipboardData.files.length === 1) {
-              input.dispatchEvent(paste);
-              return 'paste';
-            }
-          } catch (err) { /* no ClipboardEvent with data here: drop it */ }
-          const target = document.querySelector('[data-testid=composer]');
-          let drop;
-          try { drop = new DragEvent('drop', { dataTransfer: data, bubbles: true, cancelable: true }); } catch (err) { drop = null; }
-          if (!drop || !drop.dataTransfer) {
-            drop = new Event('drop', { bubbles: true, cancelable: true });
-            Object.defineProperty(drop, 'dataTransfer', { value: data });
-          }
-          target.dispatchEvent(drop);
-          return 'drop';`);
-        console.log(`    (the image came in by ${how})`);
+          const paste = new ClipboardEvent('paste', { clipboardData: data, bubbles: true, cancelable: true });
+          if (!paste.clipboardData || paste.clipboardData.files.length !== 1) return 'no ClipboardEvent with a file in this engine';
+          document.querySelector('[data-testid=prompt-input]').dispatchEvent(paste);
+          return paste.defaultPrevented ? 'paste' : 'paste not taken by the composer';`);
+        check(how === 'paste', how);
         await waitFor('the attachment chip', (s) => s.attachments.length === 1 && s.attachments[0] === 'dot.png');
         await driver.shot('23-image-attached');
         await driver.type('[data-testid=prompt-input]', 'Image check');
@@ -543,6 +546,7 @@ export function flowSteps(driver, ctx) {
       'a session renamed from the sidebar keeps its title across a reload',
       async () => {
         const id = (await state()).session;
+        ctx.renamed = id;
         await driver.query(`document.querySelector('[data-testid=session-item][data-session-id="${id}"] .session-open').focus(); return true;`);
         await driver.click(`[data-testid=session-item][data-session-id="${id}"] [data-testid=session-rename]`);
         await waitFor('the title field', (s) => s.renameInput);
@@ -630,6 +634,204 @@ export function flowSteps(driver, ctx) {
         await driver.shot('28-copy-tool-result');
         check(await open(), 'the Copy click folded the card');
         await until('the result on the clipboard', () => driver.clipboard(), (t) => t === result, { timeout: 10000 });
+      },
+    ],
+    [
+      'the keyboard (E17): Ctrl+N, Ctrl+K to a session by its title, Ctrl+Tab and Ctrl+1…9 round the tabs, Ctrl+, and Esc',
+      async () => {
+        check(ctx.renamed, 'no session was renamed (step 24)');
+        await driver.click('[data-testid=prompt-input]');
+        await driver.keys('Control+n');
+        await waitFor('a new conversation, its composer focused', (s) => s.newConversation && s.session == null && s.focus === 'prompt-input');
+        await driver.keys('Control+k');
+        await waitFor('the session switcher, its field focused', (s) => s.switcher && s.focus === 'switcher-input');
+        await driver.typeKeys('kept across');
+        // The renamed session and its fork ("… (fork)", step 27) match; the arrows choose.
+        const found = await waitFor('the renamed session and its fork in the switcher', (s) => s.switcher?.length === 2 && s.switcher.includes(ctx.renamed));
+        await driver.shot('29-ctrl-k-switcher');
+        for (let i = 0; i < found.switcher.indexOf(ctx.renamed); i++) await driver.keys('ArrowDown');
+        await driver.keys('Enter');
+        const s = await waitFor('the renamed session open, the composer focused', (x) => x.switcher == null && x.session === ctx.renamed && x.focus === 'prompt-input');
+        const children = s.tabs.map((t) => t.title);
+        check(children.length >= 3, `the renamed session has ${children.length} tabs: ${children.join(', ')}`);
+        await driver.keys('Control+Tab');
+        await waitFor('Ctrl+Tab: the Changes tab', (x) => x.activeTab === 'tab-changes');
+        await driver.keys('Control+Tab');
+        await waitFor(`Ctrl+Tab again: the first sub-agent's tab (${children[0]})`, (x) => x.activeTab === children[0]);
+        // WebKitGTK gives Shift+Tab as key "Unidentified" (code "Tab"), from WebDriver and from
+        // the X keyboard alike (xdotool): SessionPane reads the code.
+        await driver.keys('Control+Shift+Tab');
+        await waitFor('Ctrl+Shift+Tab: back to Changes', (x) => x.activeTab === 'tab-changes');
+        await driver.keys('Control+4');
+        await waitFor(`Ctrl+4: the second sub-agent's tab (${children[1]})`, (x) => x.activeTab === children[1]);
+        await driver.keys('Control+9');
+        await waitFor(`Ctrl+9: the last tab (${children.at(-1)})`, (x) => x.activeTab === children.at(-1));
+        await driver.shot('30-ctrl-9-last-tab');
+        await driver.keys('Control+1');
+        await waitFor('Ctrl+1: Main, its composer focused', (x) => x.activeTab === 'tab-main' && x.focus === 'prompt-input');
+        await driver.keys('Control+,');
+        // Settings takes the focus once it is open (its effects have run): then Esc.
+        await waitFor('Ctrl+,: Settings, focused', (x) => x.settings && x.focus === 'settings-dialog');
+        await driver.keys('Escape');
+        await waitFor('Esc: Settings closed, focus back in the composer', (x) => !x.settings && x.focus === 'prompt-input');
+      },
+    ],
+    [
+      'MCP from the app (E13): a server added in the Settings form starts with the next turn and says ready; a workspace .mcp.json server starts on "Trust and start"',
+      async () => {
+        check(existsSync(MCP_PYTHON) && existsSync(MCP_SERVER), `${MCP_PYTHON} or ${MCP_SERVER} is missing: run ./scripts/mcp-test-servers.sh`);
+        await driver.keys('Control+,');
+        await waitFor('Settings, focused', (x) => x.settings && x.focus === 'settings-dialog');
+        await driver.click('[data-testid=mcp-add]');
+        await driver.type('[data-testid=mcp-name]', 'e2etools');
+        await driver.type('[data-testid=mcp-command]', MCP_PYTHON);
+        await driver.type('[data-testid=mcp-args]', MCP_SERVER);
+        await driver.shot('31-mcp-add-form');
+        await driver.click('[data-testid=mcp-save]');
+        await waitFor('the added server, not started yet', (x) => x.mcp.some((m) => m.name === 'e2etools' && m.state === 'not_started'));
+        await driver.keys('Escape');
+        await waitFor('Settings closed', (x) => !x.settings && x.focus === 'prompt-input');
+        // The next turn starts it: its tools are offered to the model.
+        const seen = ctx.mock.requests.length;
+        await driver.type('[data-testid=prompt-input]', 'MCP check');
+        await driver.click('[data-testid=send-button]');
+        await waitFor('the answer of the MCP turn', (x) => says(x, 'assistant', 'MCP check answered.') && x.running === 'false');
+        const body = ctx.mock.requests.slice(seen).find((b) => textOf(b.messages?.at(-1)?.content).includes('MCP check'));
+        const tools = (body?.tools ?? []).map((t) => t.function?.name ?? t.name);
+        check(tools.some((t) => t.startsWith('mcp__e2etools__')), `the MCP turn offered no tool of the server: ${tools.join(', ')}`);
+        await driver.keys('Control+,');
+        await driver.click('[data-testid=mcp-refresh]');
+        await waitFor('the added server ready', (x) => x.mcp.some((m) => m.name === 'e2etools' && m.state === 'ready' && /^ready, \d+ tools?$/.test(m.text)));
+        await driver.shot('32-mcp-added-ready');
+        // A workspace's .mcp.json: the trust question shows the command line; "Trust and start" starts it.
+        writeFileSync(join(ctx.workspace, '.mcp.json'), JSON.stringify({ mcpServers: { wstools: { command: MCP_PYTHON, args: [MCP_SERVER] } } }, null, 2));
+        await driver.click('[data-testid=mcp-refresh]');
+        const asked = await waitFor('the trust question for wstools', (x) => x.mcpTrust.some((t) => t.name === 'wstools'));
+        const command = asked.mcpTrust.find((t) => t.name === 'wstools').command;
+        check(command === `${MCP_PYTHON} ${MCP_SERVER}`, `the trust question shows ${command}`);
+        await driver.shot('33-mcp-trust-question');
+        await driver.click('[data-testid=mcp-trust-allow]');
+        const done = await waitFor('"Trust and start" to say the server is ready', (x) => /^wstools: ready, \d+ tools?$/.test(x.mcpResult ?? ''));
+        check(done.mcp.some((m) => m.name === 'wstools' && m.state === 'ready'), `the list says ${JSON.stringify(done.mcp)}`);
+        await driver.shot('34-mcp-trusted-ready');
+        await driver.keys('Escape');
+        await waitFor('Settings closed', (x) => !x.settings);
+      },
+    ],
+    [
+      "undo (E6, E7, E16): the parent's Changes view shows its sub-agent's file; undoing the turn removes it and leaves a note the model reads",
+      async () => {
+        await driver.type('[data-testid=prompt-input]', 'Undo check please');
+        await driver.click('[data-testid=send-button]');
+        const asked = await waitFor('the approval of the Undoable child', (x) => x.approvals.length > 0 && tab(x, 'Undoable'));
+        check(asked.approvals[0].text.includes('undo.txt'), `the approval: ${asked.approvals[0].text}`);
+        await driver.click('[data-testid=approval-approve]');
+        // E16: after Approve the keys typed next go to the composer.
+        await waitFor('the composer focused after Approve', (x) => x.approvals.length === 0 && x.focus === 'prompt-input');
+        await driver.typeKeys('typed after Approve');
+        await waitFor('the typed keys in the composer', (x) => x.promptText === 'typed after Approve');
+        await waitFor('the report of the Undoable child, answered', (x) => says(x, 'report', 'Wrote undo.txt') && says(x, 'assistant', 'Report received: Wrote undo.txt') && x.running === 'false');
+        const file = join(ctx.workspace, 'undo.txt');
+        check(readFileSync(file, 'utf8') === contentOf('undo.txt'), 'undo.txt was not written');
+        const child = await driver.query("return document.querySelector('[data-testid=child-tab][data-title=Undoable]').getAttribute('data-session-id');");
+        await driver.click('[data-testid=tab-changes]');
+        // E6: the parent's own Changes view lists what its sub-agent changed, under the turn.
+        const marked = await until(
+          "the Undoable child's undo.txt in the parent's Changes",
+          () =>
+            driver.query(String.raw`
+              const part = document.querySelector('[data-testid=changes-child][data-session-id="${child}"]');
+              if (!part || !part.querySelector('[data-testid=change-file][data-path="undo.txt"]')) return false;
+              part.closest('[data-testid=changes-turn]').querySelector('[data-testid=turn-undo]').setAttribute('data-e2e', 'undo-turn');
+              return true;`),
+          Boolean,
+          { timeout: 10000 },
+        );
+        check(marked, 'no turn to undo');
+        await driver.shot('35-parent-changes-with-child');
+        await driver.click('[data-e2e=undo-turn]');
+        const preview = () =>
+          driver.query(String.raw`
+            const box = document.querySelector('[data-testid=undo-include-children-box]');
+            return { include: box ? box.checked : null, files: Array.from(document.querySelectorAll('[data-testid=undo-preview] [data-testid=change-file]')).map((e) => e.getAttribute('data-path')) };`);
+        await until('the preview: undo.txt, with its sub-agent included', preview, (p) => p.include === true && p.files.includes('undo.txt'), { timeout: 10000 });
+        await driver.shot('36-undo-preview-children');
+        await driver.click('[data-testid=undo-confirm]');
+        await until('the undo to finish', () => driver.query("return document.querySelector('[data-testid=changes-done]')?.textContent ?? '';"), (t) => t.includes('restored'), { timeout: 10000 });
+        check(!existsSync(file), 'undo.txt is still in the workspace after the undo');
+        // E7: a note in the chat, and the model reads it with the next message.
+        await driver.click('[data-testid=tab-main]');
+        await waitFor('the undo note in the chat', (x) => x.notes.some((n) => n.startsWith('You undid') && n.includes('undo.txt')));
+        await driver.shot('37-undo-note');
+        const seen = ctx.mock.requests.length;
+        await driver.type('[data-testid=prompt-input]', 'MCP check after the undo');
+        await driver.click('[data-testid=send-button]');
+        await waitFor('the answer after the undo', (x) => x.running === 'false' && x.messages.filter((m) => m.role === 'assistant' && m.text.includes('MCP check answered.')).length >= 2);
+        const body = ctx.mock.requests.slice(seen).find((b) => textOf(b.messages?.at(-1)?.content).includes('MCP check after the undo'));
+        check(body?.messages.some((m) => m.role === 'user' && textOf(m.content).startsWith('Note: the person undid') && textOf(m.content).includes('undo.txt')), 'the model was not told of the undo');
+      },
+    ],
+    [
+      'attach button (E14): an image chosen with "+ Image" is attached and goes to the model',
+      async () => {
+        const png = join(ctx.workspace, '..', 'chosen.png');
+        writeFileSync(png, Buffer.from(DOT_PNG, 'base64'));
+        const how = await driver.attach(png);
+        console.log(`    (the file came through ${how})`);
+        await waitFor('the chosen image as an attachment', (x) => x.attachments.length === 1 && x.attachments[0] === 'chosen.png');
+        await driver.shot('38-image-chosen');
+        await driver.type('[data-testid=prompt-input]', 'Image check (chosen)');
+        await driver.click('[data-testid=send-button]');
+        await waitFor('the model to see the chosen image', (x) => x.running === 'false' && x.attachments.length === 0 && x.messages.filter((m) => m.text.includes('Image seen: yes')).length >= 2);
+      },
+    ],
+    [
+      'a worktree sub-agent (E2) stays listed and tabbed under its parent, after a reload too; Apply from its tab, Discard from the parent\'s Changes',
+      async () => {
+        // The workspace becomes a git repository with a commit: isolation "worktree" needs one.
+        const git = (...args) => execFileSync('git', ['-c', 'user.name=e2e', '-c', 'user.email=e2e@example.com', ...args], { cwd: ctx.workspace, stdio: 'pipe' });
+        git('init', '-q');
+        git('add', '-A');
+        git('commit', '-q', '-m', 'e2e base');
+        // A new conversation: its one child tab fits the strip (see the report: with more tabs
+        // than fit, WebKitGTK's scrollbar of the strip lies over the tabs' lower half).
+        await driver.keys('Control+n');
+        await waitFor('a new conversation', (x) => x.newConversation && x.session == null);
+        await driver.type('[data-testid=prompt-input]', 'Worktree child please');
+        await driver.click('[data-testid=send-button]');
+        const asked = await waitFor('the approval of the Isolated child', (x) => x.approvals.length > 0 && tab(x, 'Isolated'));
+        const parent = asked.session;
+        check(/worktree/i.test(asked.approvals[0].text), `the approval does not say the write goes to a worktree: ${asked.approvals[0].text}`);
+        await driver.click('[data-testid=approval-approve]');
+        await waitFor('the Isolated report, answered', (x) => says(x, 'report', 'Wrote isolated.txt') && says(x, 'assistant', 'Report received: Wrote isolated.txt') && x.running === 'false' && tab(x, 'Isolated')?.state === 'done');
+        const child = await driver.query("return document.querySelector('[data-testid=child-tab][data-title=Isolated]').getAttribute('data-session-id');");
+        const worktree = join(ctx.data, 'worktrees', child);
+        check(existsSync(join(worktree, 'isolated.txt')) && !existsSync(join(ctx.workspace, 'isolated.txt')), 'the write did not go to the worktree only');
+        const listed = (x) => x.session === parent && tab(x, 'Isolated') && x.sidebar.some((i) => i.id === child && i.parent === parent);
+        await waitFor('the child listed under its parent in the sidebar', listed);
+        await driver.shot('39-worktree-child-listed');
+        // After a reload the list comes again from the runtime (the bug: it filtered the child out).
+        await driver.query('window.__e2eBeforeReload = true; return true;');
+        if (driver.reload) await driver.reload();
+        else await driver.query('setTimeout(() => location.reload(), 0); return true;');
+        await until('the page to reload', () => driver.query('return window.__e2eBeforeReload === true;'), (v) => v === false, { timeout: 30000 });
+        await waitFor('the list after the reload', (x) => x.prompt && x.sidebar.length > 1, 30000);
+        if ((await state()).session !== parent) await driver.click(`[data-testid=session-item][data-session-id="${parent}"] .session-open`);
+        await waitFor('after the reload: the child still tabbed and listed under its parent', listed, 30000);
+        await driver.click('[data-testid=child-tab][data-title=Isolated]');
+        await driver.click('[data-testid=child-changes]');
+        await driver.shot('40-worktree-tab-apply');
+        await driver.click(`[data-testid=worktree-actions][data-session-id="${child}"] [data-testid=worktree-apply]`);
+        await until('isolated.txt applied to the workspace', () => existsSync(join(ctx.workspace, 'isolated.txt')) && readFileSync(join(ctx.workspace, 'isolated.txt'), 'utf8'), (t) => t === contentOf('isolated.txt'), { timeout: 10000 });
+        await driver.click('[data-testid=tab-changes]');
+        const applied = () => driver.query(`return document.querySelector('[data-testid=worktree-actions][data-session-id="${child}"]')?.textContent ?? null;`);
+        await until("the parent's Changes: the child's worktree, applied", applied, (t) => (t ?? '').includes('Applied.'), { timeout: 10000 });
+        await driver.shot('41-parent-changes-worktree');
+        await driver.click(`[data-testid=worktree-actions][data-session-id="${child}"] [data-testid=worktree-discard]`);
+        await until('the worktree removed', () => !existsSync(worktree), Boolean, { timeout: 10000 });
+        await until('"Discarded" in the Changes view', () => driver.query("return document.querySelector('[data-testid=changes-done]')?.textContent ?? '';"), (t) => t.startsWith('Discarded'), { timeout: 10000 });
+        check(existsSync(join(ctx.workspace, 'isolated.txt')), 'the discard took the applied file away');
+        await driver.shot('42-worktree-discarded');
       },
     ],
   );

@@ -10,6 +10,8 @@ import { fileURLToPath } from 'node:url';
 
 export const UI_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const ROOT = resolve(UI_DIR, '..');
+/** Where cargo puts its builds: CARGO_TARGET_DIR when set (as cargo reads it), else target/. */
+export const TARGET_DIR = process.env.CARGO_TARGET_DIR ? resolve(ROOT, process.env.CARGO_TARGET_DIR) : join(ROOT, 'target');
 
 // ---------------------------------------------------------------------------------------
 // Steps: run in order; after the first failure the rest are skipped (they build on it).
@@ -236,6 +238,8 @@ export function scratch(name, baseUrl) {
 // The real window's tools (desktop.mjs, bench-stream.mjs).
 
 const ELEMENT = 'element-6066-11e4-a52e-4f735466cecf';
+/** WebDriver's codes of the named keys the flow presses. */
+const KEYS = { Control: '\uE009', Shift: '\uE008', Alt: '\uE00A', Tab: '\uE004', Enter: '\uE007', Escape: '\uE00C', ArrowDown: '\uE015', ArrowUp: '\uE013' };
 
 export function which(name, extra = []) {
   for (const dir of [...(process.env.PATH ?? '').split(':'), ...extra]) {
@@ -319,6 +323,20 @@ export class WebDriver {
     const id = await until(`the element ${css}`, () => this.element(css), Boolean, { timeout: 10000 });
     await this.call('POST', `/session/:session/element/${id}/clear`, {});
     await this.call('POST', `/session/:session/element/${id}/value`, { text });
+  }
+  /**
+   * Keys pressed as a person would, to whatever has focus (W3C actions): `chord` is
+   * Playwright's spelling ("Control+Shift+Tab", "Enter", "a"); `text` types each character.
+   */
+  async keys(chord) {
+    const codes = chord.split('+').map((k) => KEYS[k] ?? k);
+    const actions = [...codes.map((value) => ({ type: 'keyDown', value })), ...codes.reverse().map((value) => ({ type: 'keyUp', value }))];
+    await this.call('POST', '/session/:session/actions', { actions: [{ type: 'key', id: 'keyboard', actions }] });
+    await this.call('DELETE', '/session/:session/actions');
+  }
+  async typeKeys(text) {
+    const actions = [...text].flatMap((value) => [{ type: 'keyDown', value }, { type: 'keyUp', value }]);
+    await this.call('POST', '/session/:session/actions', { actions: [{ type: 'key', id: 'keyboard', actions }] });
   }
   /** Resolves after the page has painted twice (WebKit paints lazily under Xvfb). */
   painted() {

@@ -8,7 +8,8 @@
 // answers depends only on the request's messages, like the seed's scripted provider:
 //
 // child (first user message contains "\nTask:\n"), by its task text:
-//   WRITE  → write_file {path: "notes.txt"}; after the tool result: "Wrote notes.txt"
+//   WRITE  → write_file {path: "notes.txt"} (`WRITE <name>.txt`: that file); after the tool
+//            result: "Wrote notes.txt" (the file's name)
 //   QUICK  → answers at once: "Quick check done: all good."
 //   FLAKY  → its first request ever is refused (400, once per server); then "Flaky task done."
 //   HELD   → like WRITE, but its first answer waits until the test calls `release('HELD')`
@@ -30,6 +31,10 @@
 //   user containing "Held writer"      → sub_agent {title: "Writer", task: "WRITE notes HELD"}
 //   user containing "Profile check"    → a short text answer (the test reads the request's tools)
 //   user containing "Restart check"    → "Restart check answered." (after `serve` restarted)
+//   user containing "MCP check"        → "MCP check answered." (the test reads the request's tools)
+//   user containing "Undo check"       → sub_agent {title: "Undoable", task: "WRITE undo.txt"}
+//   user containing "Worktree child"   → sub_agent {title: "Isolated", task: "WRITE isolated.txt",
+//                                        isolation: "worktree"}
 //   any other user message             → sub_agent {title: "Writer", task: "WRITE notes"}
 //   tool results                       → a short text answer
 // Every request body is appended to the log file as one JSON line ({at, path, body}).
@@ -40,6 +45,8 @@ import { createServer } from 'node:http';
 import { pathToFileURL } from 'node:url';
 
 export const NOTES_CONTENT = 'Notes written by the Writer sub-agent.\n';
+/** What a child's `WRITE <file>` task writes into `file`. */
+export const contentOf = (file) => (file === 'notes.txt' ? NOTES_CONTENT : `Written by a sub-agent into ${file}.\n`);
 export const PARENT_CONTENT = 'Written by the parent in the second round.\n';
 
 const TASK_MARK = '\nTask:\n';
@@ -67,16 +74,18 @@ export function decide(messages) {
 
   if (first.includes(TASK_MARK)) {
     const task = first.slice(first.indexOf(TASK_MARK) + TASK_MARK.length);
+    // `WRITE <name>.txt` writes that file; any other WRITE task writes notes.txt.
+    const file = /WRITE (\S+\.txt)/.exec(task)?.[1] ?? 'notes.txt';
     if (last.role === 'tool') {
-      if (/denied|cancel|error/i.test(lastText)) return { text: `Could not write notes.txt: ${lastText}` };
-      return { text: 'Wrote notes.txt' };
+      if (/denied|cancel|error/i.test(lastText)) return { text: `Could not write ${file}: ${lastText}` };
+      return { text: `Wrote ${file}` };
     }
     if (task.includes('FLAKY')) return { text: 'Flaky task done.', failOnce: 'FLAKY' };
     if (task.includes('WRITE')) {
       return {
         hold: task.includes('HELD') ? 'HELD' : undefined,
         text: 'Writing the notes now.',
-        calls: [{ name: 'write_file', arguments: { path: 'notes.txt', content: NOTES_CONTENT } }],
+        calls: [{ name: 'write_file', arguments: { path: file, content: contentOf(file) } }],
       };
     }
     if (task.includes('QUICK')) return { text: 'Quick check done: all good.' };
@@ -110,6 +119,16 @@ export function decide(messages) {
     return { text: `Image seen: ${image ? 'yes' : 'no'}.` };
   }
   if (last.role === 'user' && lastText.includes('Profile check')) return { text: 'Profile check answered.' };
+  if (last.role === 'user' && lastText.includes('MCP check')) return { text: 'MCP check answered.' };
+  if (last.role === 'user' && lastText.includes('Undo check')) {
+    return { text: 'A sub-agent writes undo.txt.', calls: [{ name: 'sub_agent', arguments: { title: 'Undoable', task: 'WRITE undo.txt' } }] };
+  }
+  if (last.role === 'user' && lastText.includes('Worktree child')) {
+    return {
+      text: 'An isolated sub-agent writes isolated.txt in its own worktree.',
+      calls: [{ name: 'sub_agent', arguments: { title: 'Isolated', task: 'WRITE isolated.txt', isolation: 'worktree' } }],
+    };
+  }
   if (last.role === 'user' && lastText.includes('Restart check')) return { text: 'Restart check answered.' };
   if (last.role === 'user' && lastText.includes('Flaky child')) {
     return { text: 'A flaky sub-agent starts.', calls: [{ name: 'sub_agent', arguments: { title: 'Flaky', task: 'FLAKY' } }] };

@@ -32,6 +32,7 @@ import type { ExpandedCommand } from '../bindings/ExpandedCommand';
 import type { RuntimeSettings } from '../bindings/RuntimeSettings';
 import type { ImagePart } from '../bindings/ImagePart';
 import type { Profiles } from '../bindings/Profiles';
+import type { Profile } from '../bindings/Profile';
 import type { ListAgents } from '../bindings/ListAgents';
 import type { SetAgent } from '../bindings/SetAgent';
 
@@ -88,9 +89,20 @@ function turnChoice(expanded: ExpandedCommand): Partial<RuntimeSettings> | undef
   return Object.keys(runtime).length ? runtime : undefined;
 }
 
+/** A profile's line in the /agent menu: its description, and an external ACP agent named
+ * (with "not installed" when its command is missing, #29). */
+export function profileHint(p: Profile): string {
+  if (!p.acp) return p.description;
+  const missing = p.notices.some((n) => n.includes('not installed')) ? ' (not installed)' : '';
+  return [p.description, `ACP agent ${p.acp.command}${missing}`].filter(Boolean).join(' · ');
+}
+
 /** What `/agent` alone answers: the profiles, and the one this session runs as. */
 export function describeProfiles(profiles: Profiles, current: string | null): string {
-  const lines = profiles.profiles.map((p) => `${p.name}${p.name === current ? ' (current)' : ''}${p.description ? ` — ${p.description}` : ''}`);
+  const lines = profiles.profiles.map((p) => {
+    const hint = profileHint(p);
+    return `${p.name}${p.name === current ? ' (current)' : ''}${hint ? ` — ${hint}` : ''}`;
+  });
   const head = profiles.profiles.length ? 'Profiles (/agent NAME runs this session as one from its next turn; /agent none clears):' : 'No profiles are defined.';
   const errors = profiles.errors.length ? ['', 'Could not be read:', ...profiles.errors] : [];
   return [head, ...lines, '', `This session runs as ${current ? `“${current}”` : 'no profile'}.`, ...errors].join('\n');
@@ -490,7 +502,8 @@ export function SessionPane(props: {
       if (order.length < 2) return;
       const at = Math.max(0, order.indexOf(tabNow.current));
       let next: string | undefined;
-      if (e.key === 'Tab') next = order[(at + (e.shiftKey ? order.length - 1 : 1)) % order.length];
+      // The code too: WebKitGTK names Shift+Tab's key (ISO_Left_Tab) "Unidentified".
+      if (e.key === 'Tab' || e.code === 'Tab') next = order[(at + (e.shiftKey ? order.length - 1 : 1)) % order.length];
       else if (/^[1-9]$/.test(e.key) && !e.shiftKey) next = e.key === '9' ? order[order.length - 1] : order[Number(e.key) - 1];
       else return;
       e.preventDefault();
@@ -588,7 +601,7 @@ export function SessionPane(props: {
       c.name === 'model'
         ? { ...c, available: canPick, reason: canPick ? undefined : 'one model server is configured; name more under "providers" in the config' }
         : c.name === 'agent'
-          ? { ...c, choices: [...(profiles?.profiles ?? []).map((p) => ({ value: p.name, hint: p.description })), { value: 'none', hint: 'run as no profile' }] }
+          ? { ...c, choices: [...(profiles?.profiles ?? []).map((p) => ({ value: p.name, hint: profileHint(p) })), { value: 'none', hint: 'run as no profile' }] }
           : c,
     ), ...custom],
     onCommand: (name: string, arg: string) => {

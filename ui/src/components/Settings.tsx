@@ -6,6 +6,7 @@ import { ErrorBox } from './ErrorBox';
 import { DEFAULT_PROVIDER, ModelServers } from './ModelServers';
 import { McpServers } from './McpServers';
 import { SkillsList } from './SkillsList';
+import { AgentsList } from './AgentsList';
 import { UndoHistory } from './UndoHistory';
 
 export interface ProviderForm {
@@ -337,6 +338,7 @@ export function Settings(props: {
           />
         )}
         {!props.welcome && <SkillsList platform={platform} workspace={props.workspace ?? null} />}
+        {!props.welcome && <AgentsList platform={platform} workspace={props.workspace ?? null} />}
         {!props.welcome && <UndoHistory platform={platform} workspace={props.workspace ?? null} />}
         {form && (
           <form

@@ -106,6 +106,19 @@ describe('window keys (E17)', () => {
     expect(activeTab(root).dataset.sessionId).toBe('c2');
   });
 
+  it('Ctrl+Shift+Tab goes back in WebKitGTK too, where Shift+Tab comes as key "Unidentified" (code "Tab")', async () => {
+    // Seen in the desktop window (e2e keyboard step), from WebDriver and from the X keyboard
+    // (xdotool) alike: WebKitGTK 2.50 names the key of Shift+Tab (ISO_Left_Tab) "Unidentified".
+    const { fake, root } = await open();
+    await inAct(() => fake.emit(P, snapshot(P, { subagents: [child(1), child(2)] as any })));
+    const n = ctrl('Unidentified', { shiftKey: true, code: 'Tab' });
+    await inAct(() => undefined);
+    expect(n.defaultPrevented).toBe(true);
+    expect(activeTab(root).dataset.sessionId).toBe('c2');
+    await inAct(() => ctrl('Unidentified', { shiftKey: true, code: 'Tab' }));
+    expect(activeTab(root).dataset.sessionId).toBe('c1');
+  });
+
   it('in the /agent menu, Enter chooses the highlighted profile', async () => {
     const { fake } = await open();
     fake.handlers.list_agents = () => ({

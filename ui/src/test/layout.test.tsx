@@ -83,6 +83,15 @@ describe('layout at usual widths (E15)', () => {
     expect($(root, 'child-view')!.dataset.sessionId).toBe('c3');
     expect(menu.value).toBe('c3');
   });
+
+  it('the All tabs menu does not widen the strip: its text is contained (paint)', async () => {
+    // Seen in the desktop window (WebKitGTK, e2e step 17): a long entry in the menu ("Writer —
+    // running") made the strip 16 px wider than its box although every tab fitted; the strip's
+    // scrollbar then lay over the lower half of the tabs, where a click reached the scrollbar,
+    // not the tab (WebDriver: "element not interactable").
+    const { root } = await open();
+    expect(getComputedStyle($(root, 'tab-menu')!).getPropertyValue('contain')).toBe('paint');
+  });
 });
 
 describe('the approval dock (E20)', () => {
