@@ -25,9 +25,9 @@ printf 'AI\002' | dd of="$work/runtime" bs=1 seek=8 conv=notrunc status=none
 app=$work/Bumblehive.AppDir
 mkdir -p "$app/usr/bin" "$app/usr/share/applications"
 install -m 755 scripts/appimage/AppRun "$app/AppRun"
-for bin in bumblehive bumblehive-desktop; do
-  install -m 755 "target/release/$bin" "$app/usr/bin/$bin"
-  strip "$app/usr/bin/$bin"
+for bin in dist/bumblehive release/bumblehive-desktop; do
+  install -m 755 "target/$bin" "$app/usr/bin/${bin#*/}"
+  strip "$app/usr/bin/${bin#*/}"
 done
 sed "s/^Version=.*/&\nX-AppImage-Version=$version/" icons/bumblehive.desktop >"$app/bumblehive.desktop"
 cp "$app/bumblehive.desktop" "$app/usr/share/applications/"

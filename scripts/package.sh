@@ -24,12 +24,12 @@ if [ "${PKG_NO_BUILD:-}" != 1 ]; then
     (cd ui && npm ci --no-audit --no-fund)
   fi
   (cd ui && npm run build)
-  step "Release build: bumblehive and bumblehive-desktop"
-  cargo build --release -p bumblehive --bin bumblehive
+  step "Release builds: bumblehive (profile dist: LTO) and bumblehive-desktop"
+  cargo build --profile dist -p bumblehive --bin bumblehive
   cargo build --release -p bumblehive-desktop --features custom-protocol
 fi
-for bin in bumblehive bumblehive-desktop; do
-  [ -x "target/release/$bin" ] || { echo "target/release/$bin is missing: run without PKG_NO_BUILD=1" >&2; exit 1; }
+for bin in dist/bumblehive release/bumblehive-desktop; do
+  [ -x "target/$bin" ] || { echo "target/$bin is missing: run without PKG_NO_BUILD=1" >&2; exit 1; }
 done
 
 if ! cargo deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
