@@ -176,8 +176,11 @@ export function ChangesView(props: {
   /** Apply and Discard of one isolated sub-agent's worktree. */
   const worktreeActions = (id: string, worktree: WorktreeInfo, who: string) => (
     <div class="notice worktree" data-testid="worktree-actions" data-session-id={id} key={id}>
-      {who} works in its own worktree (branch <code>{worktree.branch}</code>); its changes reach the workspace only when applied.
-      {worktree.applied && <strong> Applied.</strong>}
+      {/* One text: in the notice's flex row, loose text and the branch would each be a column. */}
+      <span class="worktree-text">
+        {who} works in its own worktree (branch <code>{worktree.branch}</code>); its changes reach the workspace only when applied.
+        {worktree.applied && <strong> Applied.</strong>}
+      </span>
       <button type="button" class="primary" disabled={busy || worktree.applied} data-testid="worktree-apply" onClick={() => void apply(id)}>
         Apply to workspace
       </button>
@@ -263,7 +266,14 @@ export function ChangesView(props: {
           Undo this sub-agent's changes
         </button>
       )}
-      {changes && turns.length === 0 && <div class="empty" data-testid="changes-empty">The agent has changed no file in this session.</div>}
+      {changes && turns.length === 0 && (
+        <div class="empty" data-testid="changes-empty">
+          {/* A worktree sub-agent's files are in its worktree, above, not among this session's. */}
+          {props.worktrees?.length
+            ? 'Nothing else changed: the sub-agents above worked in their own worktrees.'
+            : 'The agent has changed no file in this session.'}
+        </div>
+      )}
       {turns.map((turn: TurnChange, position: number) => (
         <section key={turn.message_index} class={`changes-turn ${turn.undone ? 'undone' : ''}`} data-testid="changes-turn" data-index={turn.message_index}>
           <header>

@@ -191,6 +191,12 @@ describe('changes view', () => {
     expect(actions.map((a) => a.dataset.sessionId)).toEqual(['c1', 'g1']);
     expect(actions[0].textContent).toContain('Sub-agent “iso”');
     expect(actions[0].textContent).toContain('bumblehive/c1');
+    // The sentence is one item of the notice's row, its branch inside it (it was three
+    // columns), and the empty view does not say nothing changed beside them.
+    const sentence = actions[0].querySelector('.worktree-text')!;
+    expect(sentence.textContent).toContain('works in its own worktree (branch bumblehive/c1); its changes reach');
+    expect(sentence.querySelector('code')!.textContent).toBe('bumblehive/c1');
+    expect($(mounted.root, 'changes-empty')!.textContent).toBe('Nothing else changed: the sub-agents above worked in their own worktrees.');
     await inAct(() => $(actions[0], 'worktree-apply')!.click());
     await settle();
     expect(fake.callsOf('apply_worktree')).toEqual([{ session_id: 'c1' }]);
