@@ -214,7 +214,7 @@ async fn soak(turns: usize) {
         "procs",
         "rss_MiB",
         "controllers",
-        "max_undo_MiB"
+        "max_store_MiB"
     );
     let report_at: Vec<usize> = [1, 10, 100, 1_000, 5_000, 10_000, 15_000, 20_000, turns]
         .into_iter()
@@ -286,7 +286,8 @@ async fn soak(turns: usize) {
         }
         let done = turn + 1;
         if report_at.contains(&done) {
-            // Each workspace's shadow store is a folder under `<data>/checkpoints`.
+            // Each workspace's shadow store is a folder under `<data>/checkpoints`; the
+            // sessions' call records are its `sessions/` (they go with their session).
             let mut undo = 0;
             let mut max_undo = 0;
             for entry in std::fs::read_dir(data.join("checkpoints"))
@@ -296,7 +297,9 @@ async fn soak(turns: usize) {
             {
                 let bytes = du(&entry.path());
                 undo += bytes;
-                max_undo = max_undo.max(bytes);
+                if entry.file_name() != "sessions" {
+                    max_undo = max_undo.max(bytes);
+                }
             }
             println!(
                 "{:>7} {:>8.1} {:>9.1} {:>9.1} {:>5} {:>6} {:>8.1} {:>11} {:>12.2}",
