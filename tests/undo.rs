@@ -1557,3 +1557,142 @@ async fn undo_history_is_shown_against_its_bound_and_clear_empties_it() {
     assert_eq!(fx.get("g.txt"), None);
     assert!(fx.get("f0.txt").is_some(), "an earlier, cleared turn stays");
 }
+
+/// Issue 27, "one snapshot per changing call": a call's "before" is the previous call's
+/// "after" while nothing changed in the workspace since (its inotify watch says so), so a
+/// call walks the workspace once instead of twice. Whatever happens between calls makes
+/// the next one walk again, and never shows up as the agent's change: a file the person
+/// writes, a mode changed, a folder made and a file then put in it, a folder renamed and
+/// a file then put in it, a write by a sandboxed command of another session (bubblewrap's
+/// bind mount), a file removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_a_call_after_a_quiet_workspace_takes_one_snapshot() {
+    use bumblehive::checkpoints::{CallHook, Checkpoints};
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    for (rel, text) in [
+        ("README.md", "readme\n"),
+        ("src/a.rs", "a\n"),
+        ("src/deep/b.rs", "b\n"),
+    ] {
+        std::fs::create_dir_all(ws.join(rel).parent().unwrap()).unwrap();
+        std::fs::write(ws.join(rel), text).unwrap();
+    }
+    let checkpoints = Checkpoints::new(&dir.path().join("data"));
+    let hook = CallHook::for_run(&checkpoints, "s", &[Message::user("m0", "go")]).unwrap();
+    let mut ctx = crate::tools::context(
+        &ws,
+        crate::tools::RecordingGate::new(|_| crate::tools::yes()),
+    );
+    ctx.checkpoints = Some(hook);
+    let other = crate::tools::context(
+        &ws,
+        crate::tools::RecordingGate::new(|_| crate::tools::yes()),
+    );
+    let tools = crate::tools::with_command(bumblehive::sandbox::CommandSettings::default());
+    let mut n = 0;
+    // One changing call of the agent; returns how many walks it took.
+    let mut call = async |tool: &str, args: Value| {
+        n += 1;
+        ctx.call_id = format!("c{n}");
+        let walks = checkpoints.walks();
+        tools
+            .call(&ctx, tool, args)
+            .await
+            .unwrap_or_else(|err| panic!("{tool}: {err}"));
+        checkpoints.walks() - walks
+    };
+    let write = |rel: &str| json!({"path": rel, "content": format!("{rel} by the agent\n")});
+
+    assert_eq!(
+        call("write_file", write("agent/1.txt")).await,
+        2,
+        "the first call walks twice"
+    );
+    assert_eq!(
+        call("write_file", write("agent/2.txt")).await,
+        1,
+        "nothing changed since"
+    );
+    let made = call("run_command", json!({"command": "echo x > agent/3.txt"})).await;
+    assert_eq!(made, 1, "a sandboxed command after a quiet workspace");
+
+    std::fs::write(ws.join("src/a.rs"), "the person's a\n").unwrap();
+    assert_eq!(
+        call("write_file", write("agent/4.txt")).await,
+        2,
+        "a file written between"
+    );
+    std::fs::set_permissions(ws.join("README.md"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(
+        call("write_file", write("agent/5.txt")).await,
+        2,
+        "a mode changed"
+    );
+    std::fs::create_dir(ws.join("new")).unwrap();
+    assert_eq!(
+        call("write_file", write("agent/6.txt")).await,
+        2,
+        "a folder made"
+    );
+    // The folder made between calls is watched from then on.
+    std::fs::write(ws.join("new/inside.txt"), "the person's\n").unwrap();
+    assert_eq!(
+        call("write_file", write("agent/7.txt")).await,
+        2,
+        "a file in a new folder"
+    );
+    std::fs::rename(ws.join("src/deep"), ws.join("src/moved")).unwrap();
+    assert_eq!(
+        call("write_file", write("agent/8.txt")).await,
+        2,
+        "a folder renamed"
+    );
+    // A rename breaks the watch's paths; it is rebuilt, and sees into the moved folder.
+    std::fs::write(ws.join("src/moved/c.rs"), "the person's c\n").unwrap();
+    assert_eq!(
+        call("write_file", write("agent/9.txt")).await,
+        2,
+        "a file in a moved folder"
+    );
+    // Another session's sandboxed command writes through bubblewrap's bind mount.
+    let out = tools
+        .call(
+            &other,
+            "run_command",
+            json!({"command": "echo y > src/other.txt"}),
+        )
+        .await
+        .unwrap();
+    assert!(ws.join("src/other.txt").exists(), "{out}");
+    assert_eq!(
+        call("write_file", write("agent/10.txt")).await,
+        2,
+        "a sandboxed write between"
+    );
+    std::fs::remove_file(ws.join("src/a.rs")).unwrap();
+    assert_eq!(
+        call("write_file", write("agent/11.txt")).await,
+        2,
+        "a file removed"
+    );
+    assert_eq!(
+        call("write_file", write("agent/12.txt")).await,
+        1,
+        "quiet again"
+    );
+
+    // What the agent changed is exactly its own calls' files, none of the others.
+    let changes = checkpoints.turn_changes("s").await.unwrap();
+    let mut files: Vec<String> = changes
+        .turns
+        .iter()
+        .flat_map(|t| t.files.iter().map(|f| f.path.clone()))
+        .collect();
+    files.sort();
+    let mut wanted: Vec<String> = (1..=12).map(|k| format!("agent/{k}.txt")).collect();
+    wanted.sort();
+    assert_eq!(files, wanted);
+}

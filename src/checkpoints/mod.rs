@@ -7,7 +7,9 @@
 //!   files are hashed, and only new contents take space. The person's `.git` is never
 //!   touched; their `.gitignore` files are honoured; files over [`git::MAX_FILE_BYTES`]
 //!   and nested git repositories are left out, and the preview says so.
-//! - Per call: a snapshot before and after it, under a per-workspace lock; the record
+//! - Per call: a snapshot before and after it, under a per-workspace lock (the "before"
+//!   is the previous call's "after" when [`watch`] vouches that nothing changed since);
+//!   the record
 //!   (session, turn = index of the person's message, call, both trees, changed paths) is
 //!   appended to `<data>/checkpoints/sessions/<session>.jsonl`.
 //! - Undo from a turn: every file the session's calls changed from that turn on goes back
@@ -20,6 +22,7 @@
 
 pub mod git;
 pub(crate) mod session_ops;
+pub mod watch;
 pub mod worktree;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -123,7 +126,32 @@ pub struct Checkpoints {
     /// Shadows whose maintenance runs now (one at a time each), and whether another
     /// record asked for it meanwhile (then it runs once more).
     maintaining: Mutex<BTreeMap<PathBuf, bool>>,
+    /// Per shadow: the watch on its workspace and the last snapshot, which stands in for
+    /// the next call's "before" while the watch saw nothing (see [`watch`]).
+    tracked: Arc<Mutex<HashMap<PathBuf, Tracked>>>,
+    /// Snapshots actually taken (workspace walks), for the benches and tests.
+    walks: Arc<AtomicU64>,
 }
+
+/// Workspaces whose watches are kept at once: each is an inotify instance (the kernel
+/// allows 128 a user by default, shared with editors), and a workspace left for a while
+/// costs one snapshot to pick up again.
+const TRACKED: usize = 8;
+
+/// A workspace's watch, the snapshot it vouches for, and when it was last used.
+struct Tracked {
+    watch: Option<watch::Watch>,
+    /// Why there is no watch; [`watch::NoWatch::TooBig`] and `Remote` are not retried.
+    no_watch: Option<watch::NoWatch>,
+    last: Option<git::Snapshot>,
+    used: u64,
+    /// Rebuilds after a break; a workspace whose folders keep moving stops being watched.
+    rebuilds: u32,
+}
+
+/// Rebuilds of a broken watch before a workspace stops being watched: each costs a walk
+/// of its folders on top of the snapshot.
+const MAX_REBUILDS: u32 = 16;
 
 /// How large one workspace's shadow store may grow and how old its records may get
 /// (review R8); past either, the oldest records' trees go (and the records say so).
@@ -157,6 +185,8 @@ impl Checkpoints {
             limits: Mutex::new(StoreLimits::default()),
             pins: Mutex::new(HashMap::new()),
             maintaining: Mutex::new(BTreeMap::new()),
+            tracked: Arc::new(Mutex::new(HashMap::new())),
+            walks: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -297,28 +327,62 @@ impl Checkpoints {
 
     /// Takes a snapshot of `workspace` now (the benchmark and the hook use it).
     pub async fn snapshot(&self, workspace: &Path) -> Result<git::Snapshot, CheckpointError> {
-        Ok(self.stamped_snapshot(workspace).await?.0)
+        Ok(self.stamped_snapshot(workspace, false).await?.0)
+    }
+
+    /// The workspace as it is before a changing call: the last snapshot when its watch
+    /// saw nothing change since, else a new one. Returns whether it was the last one.
+    pub async fn snapshot_before_call(
+        &self,
+        workspace: &Path,
+    ) -> Result<(git::Snapshot, bool), CheckpointError> {
+        let walks = self.walks();
+        let (snapshot, _) = self.stamped_snapshot(workspace, true).await?;
+        Ok((snapshot, self.walks() == walks))
+    }
+
+    /// How many snapshots walked the workspace so far (the others were vouched for).
+    pub fn walks(&self) -> u64 {
+        self.walks.load(Ordering::SeqCst)
     }
 
     /// A snapshot and its stamp, taken under the workspace's lock: stamps order the
-    /// snapshots of concurrent calls as they were really taken.
+    /// snapshots of concurrent calls as they were really taken. With `reuse`, the last
+    /// snapshot serves if nothing changed since.
     async fn stamped_snapshot(
         &self,
         workspace: &Path,
+        reuse: bool,
     ) -> Result<(git::Snapshot, u64), CheckpointError> {
         self.check_on()?;
         let shadow = self.shadow(workspace);
         let guard = self.lock(&shadow).lock_owned().await;
         let stamp = self.tick();
+        let tracked = self.tracked.clone();
+        let walks = self.walks.clone();
+        let used = stamp;
         // The lock goes with the work: if this future is dropped (a Stop), git still
         // runs to the end, and no other snapshot may use the index meanwhile.
         let snapshot = tokio::task::spawn_blocking(move || {
             let _guard = guard;
-            shadow.snapshot()
+            tracked_snapshot(&tracked, &walks, &shadow, reuse, used)
         })
         .await
         .map_err(|err| CheckpointError::Git(format!("the snapshot failed: {err}")))??;
         Ok((snapshot, stamp))
+    }
+
+    /// Forgets the snapshot a shadow's watch vouches for (its store was pruned: the tree
+    /// may be gone). Called under the shadow's lock.
+    fn forget_last(&self, shadow: &Shadow) {
+        if let Some(entry) = self
+            .tracked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&shadow.git_dir)
+        {
+            entry.last = None;
+        }
     }
 
     /// The changes of each turn of a session, with their diffs; `history` names turns.
@@ -726,7 +790,7 @@ impl CallHook {
     /// Snapshots the workspace before a changing call; `None` (logged) if that failed:
     /// the call still runs, it just cannot be undone.
     pub async fn before(&self, workspace: &Path) -> Option<Before> {
-        match self.checkpoints.stamped_snapshot(workspace).await {
+        match self.checkpoints.stamped_snapshot(workspace, true).await {
             Ok((snapshot, started)) => Some(Before {
                 snapshot,
                 started,
@@ -776,9 +840,11 @@ impl CallHook {
         let before_tree = before.snapshot.tree.clone();
         let before_skipped = before.snapshot.skipped.clone();
         let keep = ref_names(&self.session_id, finished);
+        let tracked = checkpoints.tracked.clone();
+        let walks = checkpoints.walks.clone();
         let (after, changed, ignored) = tokio::task::spawn_blocking(move || {
             let _guard = guard;
-            let after = work.snapshot()?;
+            let after = tracked_snapshot(&tracked, &walks, &work, false, finished)?;
             let changed: Vec<String> = work
                 .diff_trees(&before_tree, &after.tree, None)?
                 .into_iter()
@@ -988,6 +1054,7 @@ impl Checkpoints {
         // without this lock, must never ask git for a tree already pruned.
         self.note_pruned(shadow, &dropped)?;
         shadow.drop_refs(&dropped.iter().map(|r| r.2.clone()).collect::<Vec<_>>())?;
+        self.forget_last(shadow);
         shadow.prune()?;
         // Halving, not one by one: each round is a full gc. The newest record is kept
         // whatever it costs: what the workspace holds now (the index) is never pruned,
@@ -1066,6 +1133,7 @@ impl Checkpoints {
             this.note_pruned(&shadow, &refs)?;
             shadow.drop_refs(&refs.iter().map(|r| r.2.clone()).collect::<Vec<_>>())?;
             if shadow.git_dir.join("HEAD").exists() {
+                this.forget_last(&shadow);
                 shadow.prune()?;
             }
             tracing::info!(workspace = %shadow.workspace.display(), records = refs.len() / 2, "undo history cleared");
@@ -1131,6 +1199,80 @@ impl Checkpoints {
         refs.sort();
         Ok(())
     }
+}
+
+/// A snapshot of `shadow`'s workspace under its lock (the caller holds it): the last one
+/// if `reuse` and its watch saw nothing since, else a walk. Either way the watch's queue
+/// is read empty first, so that what it sees next happened after this snapshot.
+fn tracked_snapshot(
+    tracked: &Mutex<HashMap<PathBuf, Tracked>>,
+    walks: &AtomicU64,
+    shadow: &Shadow,
+    reuse: bool,
+    used: u64,
+) -> Result<git::Snapshot, CheckpointError> {
+    // Taken out while git runs, so the map's lock is never held across a walk (other
+    // workspaces' snapshots go on); this shadow's own lock keeps it to one user.
+    let mut entry = tracked
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&shadow.git_dir)
+        .unwrap_or(Tracked {
+            watch: None,
+            no_watch: None,
+            last: None,
+            used,
+            rebuilds: 0,
+        });
+    entry.used = used;
+    let quiet = entry.watch.as_mut().is_some_and(watch::Watch::quiet);
+    let result = match &entry.last {
+        Some(last) if reuse && quiet => Ok(last.clone()),
+        _ => {
+            if entry.watch.as_ref().is_some_and(watch::Watch::broken) {
+                entry.watch = None;
+                entry.rebuilds += 1;
+                if entry.rebuilds > MAX_REBUILDS {
+                    entry.no_watch = Some(watch::NoWatch::TooBig);
+                }
+            }
+            let retry = matches!(entry.no_watch, None | Some(watch::NoWatch::Failed(_)));
+            if entry.watch.is_none() && retry {
+                // Before the walk: a change in a folder not watched yet is in it.
+                let data_dir = shadow.git_dir.parent().and_then(Path::parent);
+                match watch::Watch::new(&shadow.workspace, data_dir) {
+                    Ok(watch) => {
+                        entry.watch = Some(watch);
+                        entry.no_watch = None;
+                    }
+                    Err(why) => {
+                        tracing::debug!(workspace = %shadow.workspace.display(), "no watch on the workspace: {why:?}");
+                        entry.no_watch = Some(why);
+                    }
+                }
+            }
+            walks.fetch_add(1, Ordering::SeqCst);
+            let taken = shadow.snapshot();
+            entry.last = taken
+                .as_ref()
+                .ok()
+                .filter(|_| entry.watch.is_some())
+                .cloned();
+            taken
+        }
+    };
+    let mut map = tracked.lock().unwrap_or_else(|p| p.into_inner());
+    map.insert(shadow.git_dir.clone(), entry);
+    if map.len() > TRACKED {
+        if let Some(oldest) = map
+            .iter()
+            .min_by_key(|(_, t)| t.used)
+            .map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
+        }
+    }
+    result
 }
 
 /// The index of the person's last message: reports and notes are not turns.
