@@ -42,6 +42,7 @@ mod list_feed;
 pub mod mcp;
 pub mod mentions;
 pub mod owner;
+pub mod owner_run;
 pub mod probe;
 pub mod profiles;
 pub mod protocol;

@@ -174,7 +174,41 @@ fn build_service(config_path: &Path, data_dir: &Path) -> anyhow::Result<RuntimeS
 async fn async_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     let config_path = cli.config.unwrap_or_else(default_config_path);
     let data_dir = cli.data_dir.unwrap_or_else(default_data_dir);
-    let service = build_service(&config_path, &data_dir)?;
+    let service = match build_service(&config_path, &data_dir) {
+        Ok(service) => service,
+        Err(err) => {
+            // `run` beside the app (or `serve`, `acp`): the owner of the folder runs it.
+            if let (
+                Command::Run {
+                    workspace,
+                    yes,
+                    json,
+                    prompt,
+                },
+                Some(bumblehive::error::RuntimeError::InUse(
+                    bumblehive::owner::OwnerError::InUse { pid, .. },
+                )),
+            ) = (&cli.command, err.downcast_ref())
+            {
+                let workspace = match workspace {
+                    Some(workspace) => workspace.clone(),
+                    None => std::env::current_dir().context("the current folder")?,
+                };
+                let output = if *json {
+                    run_cli::Output::Json
+                } else {
+                    run_cli::Output::Text
+                };
+                let handed =
+                    run_cli::run_at_owner(&data_dir, pid, &workspace, *yes, output, prompt.clone())
+                        .await?;
+                if let Some(code) = handed {
+                    return Ok(std::process::ExitCode::from(code));
+                }
+            }
+            return Err(err);
+        }
+    };
     match cli.command {
         Command::Serve {
             port,
@@ -208,11 +242,33 @@ async fn async_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             Ok(std::process::ExitCode::from(code))
         }
         Command::Acp => {
+            let stop = CancellationToken::new();
+            take_runs(&service, &data_dir, "bumblehive acp", stop.clone());
             bumblehive::acp::serve_stdio(service.clone()).await;
+            stop.cancel();
             // The client went away (stdin closed): runs stop, as after SIGTERM for `serve`.
             stop_within_deadline(&service).await;
             Ok(std::process::ExitCode::SUCCESS)
         }
+    }
+}
+
+/// A later `bumblehive run` on this data folder is run here (`owner_run`); a desktop start
+/// is told there is no window to bring forward.
+fn take_runs(
+    service: &RuntimeService,
+    data_dir: &Path,
+    who: &'static str,
+    stop: CancellationToken,
+) {
+    let open: bumblehive::owner::HandoffHandler =
+        Arc::new(move |_| bumblehive::protocol::OwnerReply {
+            ok: false,
+            message: format!("it is `{who}`, which has no window"),
+        });
+    let runs = bumblehive::owner_run::handler(service.clone());
+    if let Err(err) = bumblehive::owner::listen_with_runs(data_dir, open, Some(runs), stop) {
+        tracing::warn!("a later `bumblehive run` cannot hand its prompt to this process: {err}");
     }
 }
 
@@ -242,6 +298,7 @@ async fn serve(
     // Only once listening: a start that fails must not replace a running server's token.
     write_token_file(data_dir, &token)?;
     let shutdown = CancellationToken::new();
+    take_runs(&service, data_dir, "bumblehive serve", shutdown.clone());
     let app = router(
         service.clone(),
         ServerOptions {

@@ -28,7 +28,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::{OwnerReply, OwnerRequest};
+use crate::protocol::{OwnerReply, OwnerRequest, OwnerRun};
 
 /// The data folders this process owns (a record lock does not exclude its own process).
 static OWNED: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
@@ -47,6 +47,19 @@ const MAX_REQUEST: u64 = 64 * 1024;
 /// What the owner does with a later start's request (the desktop: show its window, open
 /// the workspace). Called on an async worker; it must not block.
 pub type HandoffHandler = Arc<dyn Fn(OwnerRequest) -> OwnerReply + Send + Sync>;
+
+/// A handed-over `bumblehive run`'s connection, past its request line.
+#[cfg(unix)]
+pub struct RunConnection {
+    pub reader: tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>,
+    pub writer: tokio::net::unix::OwnedWriteHalf,
+}
+
+/// What the owner does with a handed-over `bumblehive run` ([`crate::owner_run::handler`]):
+/// serves the run on its connection until it ends.
+#[cfg(unix)]
+pub type RunHandler =
+    Arc<dyn Fn(OwnerRun, RunConnection) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 /// Why a request could not be handed to the owner.
 #[derive(Debug, thiserror::Error)]
@@ -168,6 +181,17 @@ pub fn listen(
     handler: HandoffHandler,
     stop: CancellationToken,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    listen_with_runs(data_dir, handler, None, stop)
+}
+
+/// [`listen`], and later `bumblehive run`s are run here when `runs` is given.
+#[cfg(unix)]
+pub fn listen_with_runs(
+    data_dir: &Path,
+    handler: HandoffHandler,
+    runs: Option<RunHandler>,
+    stop: CancellationToken,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
     use std::os::unix::fs::PermissionsExt;
     let path = data_dir.join(SOCKET_FILE);
     match std::fs::remove_file(&path) {
@@ -191,8 +215,9 @@ pub fn listen(
                 },
             };
             let handler = handler.clone();
+            let runs = runs.clone();
             tokio::spawn(async move {
-                if let Err(err) = serve_one(stream, handler).await {
+                if let Err(err) = serve_one(stream, handler, runs).await {
                     tracing::warn!("a later start's request failed: {err}");
                 }
             });
@@ -202,17 +227,49 @@ pub fn listen(
     }))
 }
 
-/// One request line in, one reply line out, each within the timeout.
+/// One request line in, one reply line out, each within the timeout; a run's request
+/// goes to `runs` with its connection.
 #[cfg(unix)]
-async fn serve_one(stream: tokio::net::UnixStream, handler: HandoffHandler) -> std::io::Result<()> {
+async fn serve_one(
+    stream: tokio::net::UnixStream,
+    handler: HandoffHandler,
+    runs: Option<RunHandler>,
+) -> std::io::Result<()> {
     use tokio::io::AsyncReadExt;
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
-    let mut reader = tokio::io::BufReader::new(read.take(MAX_REQUEST));
-    tokio::time::timeout(HANDOFF_TIMEOUT, reader.read_line(&mut line))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no request"))??;
+    let mut reader = tokio::io::BufReader::new(read);
+    tokio::time::timeout(
+        HANDOFF_TIMEOUT,
+        (&mut reader).take(MAX_REQUEST).read_line(&mut line),
+    )
+    .await
+    .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no request"))??;
     let reply = match serde_json::from_str::<OwnerRequest>(&line) {
+        Ok(OwnerRequest {
+            run: Some(run),
+            pid,
+            ..
+        }) => {
+            tracing::info!(pid, workspace = %run.workspace, "a later `bumblehive run` handed over its prompt");
+            let Some(runs) = runs else {
+                let refused = crate::protocol::OwnerRunLine::Refused {
+                    message: "the process that owns the data folder does not take runs".into(),
+                };
+                let mut bytes = serde_json::to_vec(&refused).map_err(std::io::Error::other)?;
+                bytes.push(b'\n');
+                return write.write_all(&bytes).await;
+            };
+            runs(
+                run,
+                RunConnection {
+                    reader,
+                    writer: write,
+                },
+            )
+            .await;
+            return Ok(());
+        }
         Ok(request) => {
             tracing::info!(pid = request.pid, workspace = ?request.workspace, "a later start handed over its request");
             handler(request)
@@ -326,6 +383,7 @@ mod tests {
         OwnerRequest {
             workspace: workspace.map(str::to_string),
             pid: 4242,
+            run: None,
         }
     }
 

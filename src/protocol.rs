@@ -1725,6 +1725,44 @@ pub struct OwnerRequest {
     pub workspace: Option<String>,
     /// The later process, for the owner's log.
     pub pid: u32,
+    /// `bumblehive run` beside a running owner: the owner runs this prompt in its own
+    /// service (its window lists the session at once) and streams the run back on the
+    /// same connection as [`OwnerRunLine`]s (ux review 2, E22).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<OwnerRun>,
+}
+
+/// A prompt `bumblehive run` hands to the data folder's owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerRun {
+    /// Absolute; the owner checks it as any workspace.
+    pub workspace: String,
+    pub prompt: String,
+    pub title: String,
+}
+
+/// What the owner sends on a handed-over run's connection, one JSON line each: the
+/// session made, every event of it and its sub-agents (what `--json` prints), and how it
+/// ended. The later process sends [`commands::DecideApproval`] lines the other way; it
+/// closing the connection stops the run (the person pressed Ctrl+C).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "line", rename_all = "snake_case")]
+pub enum OwnerRunLine {
+    Started {
+        session_id: String,
+    },
+    Event {
+        event: Box<Event>,
+    },
+    /// Nothing runs in the session or below it any more; `failed`: it ended with an
+    /// error, stopped or paused.
+    End {
+        failed: bool,
+    },
+    /// Not started (the workspace refused, say): the words to print.
+    Refused {
+        message: String,
+    },
 }
 
 /// The owner's answer to an `OwnerRequest`.

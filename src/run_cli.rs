@@ -8,7 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use bumblehive::controller::Received;
-use bumblehive::protocol::{ApprovalInfo, Event, Progress, Role, commands::DecideApproval};
+use bumblehive::protocol::{
+    ApprovalInfo, Event, OwnerRequest, OwnerRun, OwnerRunLine, Progress, Role,
+    commands::DecideApproval,
+};
 use bumblehive::service::RuntimeService;
 use tokio_util::sync::CancellationToken;
 
@@ -31,7 +34,10 @@ Exit codes:
 Output: the answer streams to stdout; tool calls, sub-agents, approvals and errors go to
 stderr, one line each. --json prints every event as one JSON line on stdout instead.
 Approvals are asked on the terminal; without one (stdin is not a terminal and ends) each
-is refused with a line saying so. --yes approves every request.";
+is refused with a line saying so. --yes approves every request.
+
+With the app (or `serve`, `acp`) open on the same data folder, the prompt is run there, its
+window listing the conversation, and printed here the same way; Ctrl+C stops it there.";
 
 /// How the run prints.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -73,7 +79,7 @@ pub async fn run_once(
     let (mut events, _) = controller.subscribe();
     let done = CancellationToken::new();
     let asker = Asker {
-        service: service.clone(),
+        decider: Decider::Local(service.clone()),
         session_id: info.session_id.clone(),
         yes,
         stdin_ended: Arc::new(AtomicBool::new(false)),
@@ -151,9 +157,135 @@ fn print_json(event: &Event) {
     }
 }
 
+/// `bumblehive run` while another process owns the data folder (the desktop app, `serve`
+/// or `acp`): the prompt is handed to that owner, which runs it (its window lists the
+/// session at once) and streams the run back here to be printed, and the approvals are
+/// answered here (ux review 2, E22). `None` when the owner takes no runs (an older build,
+/// another `run`): the caller says the folder is in use, as before.
+pub async fn run_at_owner(
+    data_dir: &Path,
+    owner_pid: &str,
+    workspace: &Path,
+    yes: bool,
+    output: Output,
+    prompt: String,
+) -> anyhow::Result<Option<u8>> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let workspace = workspace
+        .canonicalize()
+        .with_context(|| format!("workspace {}", workspace.display()))?;
+    let workspace = bumblehive::workspace::check_workspace(&workspace)?;
+    let Ok(stream) =
+        tokio::net::UnixStream::connect(data_dir.join(bumblehive::owner::SOCKET_FILE)).await
+    else {
+        return Ok(None);
+    };
+    let (read, mut write) = stream.into_split();
+    let request = OwnerRequest {
+        workspace: None,
+        pid: std::process::id(),
+        run: Some(OwnerRun {
+            workspace: workspace.display().to_string(),
+            title: title_from_prompt(&prompt),
+            prompt,
+        }),
+    };
+    let mut line = serde_json::to_vec(&request)?;
+    line.push(b'\n');
+    if write.write_all(&line).await.is_err() {
+        return Ok(None);
+    }
+    let mut lines = tokio::io::BufReader::new(read).lines();
+    let session_id = match lines
+        .next_line()
+        .await
+        .ok()
+        .flatten()
+        .map(|l| serde_json::from_str::<OwnerRunLine>(&l))
+    {
+        Some(Ok(OwnerRunLine::Started { session_id })) => session_id,
+        Some(Ok(OwnerRunLine::Refused { message })) => {
+            eprintln!("bumblehive: {}", terminal_safe(&message));
+            return Ok(Some(EXIT_NOT_STARTED));
+        }
+        _ => return Ok(None),
+    };
+    eprintln!(
+        "(run by the Bumblehive process that owns the data folder, pid {owner_pid}; its window shows this conversation)"
+    );
+    let asker = Asker {
+        decider: Decider::Owner(tokio::sync::Mutex::new(write)),
+        session_id: session_id.clone(),
+        yes,
+        stdin_ended: Arc::new(AtomicBool::new(false)),
+    };
+    let mut text = TextPrinter::new(session_id);
+    let mut answered = HashSet::new();
+    let code = loop {
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) | Err(_) => {
+                text.end();
+                eprintln!(
+                    "bumblehive: the process that owns the data folder went away before the run ended"
+                );
+                break EXIT_FAILED;
+            }
+        };
+        match serde_json::from_str::<OwnerRunLine>(&line) {
+            Ok(OwnerRunLine::Event { event }) => {
+                match output {
+                    Output::Json => print_json(&event),
+                    Output::Text => text.event(&event),
+                }
+                if let Event::ApprovalRequest(ask) = &*event {
+                    if answered.insert(ask.approval_id.clone()) {
+                        asker.answer(ask, &mut text).await;
+                    }
+                }
+            }
+            Ok(OwnerRunLine::End { failed }) => {
+                text.end();
+                break if failed { EXIT_FAILED } else { EXIT_DONE };
+            }
+            Ok(other) => tracing::debug!("unexpected line from the owner: {other:?}"),
+            Err(err) => tracing::warn!("the owner sent what is not a run's line: {err}"),
+        }
+    };
+    Ok(Some(code))
+}
+
+/// Where an approval's answer goes: this process's service, or the owner's socket.
+enum Decider {
+    Local(RuntimeService),
+    Owner(tokio::sync::Mutex<tokio::net::unix::OwnedWriteHalf>),
+}
+
+impl Decider {
+    async fn decide(&self, decision: DecideApproval) {
+        match self {
+            Decider::Local(service) => {
+                if let Err(err) = service.decide_approval(decision) {
+                    tracing::warn!("cannot decide approval: {err}");
+                }
+            }
+            Decider::Owner(writer) => {
+                use tokio::io::AsyncWriteExt;
+                let Ok(mut line) = serde_json::to_vec(&decision) else {
+                    return;
+                };
+                line.push(b'\n');
+                if let Err(err) = writer.lock().await.write_all(&line).await {
+                    tracing::warn!("cannot send the approval to the owner: {err}");
+                }
+            }
+        }
+    }
+}
+
 /// Answers approvals: `--yes`, the terminal, or a refusal once stdin has ended.
 struct Asker {
-    service: RuntimeService,
+    decider: Decider,
     session_id: String,
     yes: bool,
     /// Stdin ended (not a terminal: `/dev/null`, a closed pipe): nobody can answer.
@@ -190,9 +322,7 @@ impl Asker {
             remember: false,
             reason,
         };
-        if let Err(err) = self.service.decide_approval(decision) {
-            tracing::warn!("cannot decide approval: {err}");
-        }
+        self.decider.decide(decision).await;
     }
 
     /// The person's answer, or `None` when stdin has ended (no answer can come).

@@ -1351,11 +1351,12 @@ async fn server_lists_folders_for_the_folder_dialog_with_clear_errors() {
     }
 }
 
-/// R7 across processes: `bumblehive run` beside a running `serve` on the same data folder
-/// is refused in words that name the owner's pid, exits non-zero and repairs nothing;
-/// `serve` goes on answering.
+/// R7 across processes, and E22: `bumblehive run` beside a running `serve` on the same
+/// data folder does not open the folder itself (nothing repaired, no second owner): it
+/// hands its prompt to `serve`, which runs it as one of its sessions and says so naming
+/// its pid; `serve` goes on answering, the earlier session untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn server_a_second_process_on_its_data_folder_is_refused_naming_the_owner() {
+async fn server_a_second_process_on_its_data_folder_hands_its_run_to_the_owner() {
     let server = Server::start().await;
     let info = server
         .ok(
@@ -1381,14 +1382,282 @@ async fn server_a_second_process_on_its_data_folder_is_refused_naming_the_owner(
     .await
     .expect("run did not exit")
     .unwrap();
-    assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("in use by another Bumblehive process")
+        stderr.contains("run by the Bumblehive process that owns the data folder")
             && stderr.contains(&format!("pid {owner}")),
         "{stderr}"
     );
     let listed = server.ok("list_sessions", json!({})).await;
-    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
-    assert_eq!(listed[0]["session_id"], info["session_id"]);
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(listed.iter().any(|s| s["session_id"] == info["session_id"]));
+    assert!(listed.iter().any(|s| s["title"] == "hello"), "{listed:?}");
+}
+
+/// An owner of the data folder (a service in this process).
+struct Owner {
+    service: bumblehive::service::RuntimeService,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Owner {
+    /// The service on `<dir>/data` with `<dir>/config.json`, taking later runs when `runs`.
+    fn start(dir: &std::path::Path, runs: bool) -> Owner {
+        let config = bumblehive::config::Config::load(&dir.join("config.json")).unwrap();
+        let service =
+            bumblehive::service::RuntimeService::new(bumblehive::service::ServiceOptions {
+                data_dir: dir.join("data"),
+                config_path: None,
+                config: Some(config),
+                provider_factory: Arc::new(bumblehive::providers::provider_from_config),
+                tools: None,
+            })
+            .unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        if runs {
+            let open: bumblehive::owner::HandoffHandler =
+                Arc::new(|_| bumblehive::protocol::OwnerReply {
+                    ok: false,
+                    message: "no window".into(),
+                });
+            bumblehive::owner::listen_with_runs(
+                &dir.join("data"),
+                open,
+                Some(bumblehive::owner_run::handler(service.clone())),
+                stop.clone(),
+            )
+            .unwrap();
+        }
+        Owner { service, stop }
+    }
+
+    async fn shutdown(self) {
+        self.stop.cancel();
+        self.service.shutdown().await;
+    }
+}
+
+/// The real `bumblehive run` on `dir` in `ws` with `stdin` written to it.
+async fn run_beside(
+    dir: &std::path::Path,
+    ws: &std::path::Path,
+    prompt: &str,
+    stdin: &str,
+) -> std::process::Output {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+        .arg("--config")
+        .arg(dir.join("config.json"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("run")
+        .arg(prompt)
+        .current_dir(ws)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).await.unwrap();
+    drop(input);
+    tokio::time::timeout(WAIT * 4, child.wait_with_output())
+        .await
+        .expect("run did not exit")
+        .unwrap()
+}
+
+/// A config on the scripted model, in `<dir>/config.json`; the workspace `<dir>/project`.
+fn run_dir(mock: &MockLlm) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("project");
+    std::fs::create_dir_all(&ws).unwrap();
+    let config = json!({"provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()), "model": "scripted", "max_retries": 0},
+                        "tools": {"command": {"policy": "off"}}});
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    (dir, ws)
+}
+
+/// UX review E22, the window half: `bumblehive run` while the app owns the data folder is
+/// run by the app (its session list gets the session at once, titled from the prompt),
+/// printed here as a local run is (the answer on stdout, a line per tool call and
+/// sub-agent), its approval asked here and answered over the owner's socket (the write
+/// happens), exit code 0 once the sub-agent's report was taken in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_beside_the_app_is_run_by_the_app_and_listed_there_at_once() {
+    let mock = MockLlm::start().await;
+    mock.respond_with(move |request| {
+        let messages = request.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let first_user = messages
+            .iter()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("")
+            .to_string();
+        let results = messages.iter().filter(|m| m["role"] == "tool").count();
+        let reported = messages.iter().any(|m| {
+            m["role"] == "user"
+                && m["content"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with("[Background tool result]"))
+        });
+        let body = if first_user.contains("You are the sub-agent") {
+            openai::text_answer(&["child says hi"], (5, 5))
+        } else if results == 0 {
+            openai::tool_answer(
+                &[
+                    (
+                        "w1",
+                        "write_file",
+                        json!({"path": "out.txt", "content": "approved"}),
+                    ),
+                    (
+                        "s1",
+                        "sub_agent",
+                        json!({"title": "helper", "task": "say hi"}),
+                    ),
+                ],
+                (5, 5),
+            )
+        } else if reported {
+            openai::text_answer(&["Report ", "read."], (5, 5))
+        } else {
+            openai::text_answer(&["All ", "done."], (5, 5))
+        };
+        MockResponse::sse(body)
+    });
+    let (dir, ws) = run_dir(&mock);
+    let owner = Owner::start(dir.path(), true);
+    let stop_feed = tokio_util::sync::CancellationToken::new();
+    let mut feed = Box::pin(owner.service.session_list_feed(None, stop_feed.clone()));
+    let listed = tokio::time::timeout(WAIT, feed.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !format!("{listed:?}").contains("Write out.txt"),
+        "{listed:?}"
+    );
+    let output = run_beside(dir.path(), &ws, "Write out.txt\nand delegate", "y\n").await;
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.ends_with("Report read.\n"), "{stdout}");
+    let pid = format!("pid {}", std::process::id());
+    for line in [
+        pid.as_str(),
+        "· write_file out.txt",
+        "▸ sub-agent \"helper\" started",
+        "◂ sub-agent \"helper\" reported",
+        "Approve? [y/N]",
+    ] {
+        assert!(stderr.contains(line), "no {line:?} in:\n{stderr}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(ws.join("out.txt")).unwrap(),
+        "approved",
+        "the approval answered over the socket"
+    );
+    // The owner's list feed announced the session while it ran.
+    let seen = tokio::time::timeout(WAIT, async {
+        while let Some(event) = feed.next().await {
+            if format!("{event:?}").contains("Write out.txt") {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        seen.is_ok(),
+        "the owner's session list never showed the run"
+    );
+    let top: Vec<_> = owner
+        .service
+        .list_sessions(None)
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.parent_session_id.is_none())
+        .collect();
+    assert_eq!(top.len(), 1);
+    assert_eq!(top[0].title, "Write out.txt");
+    assert_eq!(top[0].workspace, ws.display().to_string());
+    stop_feed.cancel();
+    owner.shutdown().await;
+}
+
+/// E22: the later `bumblehive run` killed (Ctrl+C, a closed terminal) while the owner runs
+/// its prompt stops that run in the owner, which goes on working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_beside_the_app_stops_its_run_there_when_it_is_killed() {
+    let mock = MockLlm::start().await;
+    let (response, live) = MockResponse::live();
+    mock.push(response);
+    let (dir, ws) = run_dir(&mock);
+    let owner = Owner::start(dir.path(), true);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+        .arg("--config")
+        .arg(dir.path().join("config.json"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["run", "--yes", "a long answer"])
+        .current_dir(&ws)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    mock.wait_for_requests(1).await;
+    live.send(openai::data(&openai::role()));
+    live.send(openai::data(&openai::text("par")));
+    let session = owner.service.list_sessions(None).unwrap()[0]
+        .session_id
+        .clone();
+    let controller = owner.service.controller(&session).unwrap();
+    assert!(
+        owner.service.session_info(&session).unwrap().state
+            == bumblehive::protocol::SessionState::Running
+    );
+    let (mut events, _) = controller.subscribe();
+    child.kill().await.unwrap();
+    let stopped = tokio::time::timeout(WAIT, async {
+        loop {
+            if owner.service.session_info(&session).unwrap().state
+                != bumblehive::protocol::SessionState::Running
+            {
+                return;
+            }
+            events.next_event().await;
+        }
+    })
+    .await;
+    assert!(
+        stopped.is_ok(),
+        "the owner's run went on after its `run` was killed"
+    );
+    drop(live);
+    owner.shutdown().await;
+}
+
+/// E22: beside an owner that takes no runs (another `bumblehive run`), `run` is refused in
+/// words naming the owner's pid, exit code 3, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_beside_an_owner_taking_no_runs_is_refused_naming_it() {
+    let mock = MockLlm::start().await;
+    let (dir, ws) = run_dir(&mock);
+    let owner = Owner::start(dir.path(), false);
+    let output = run_beside(dir.path(), &ws, "hello", "").await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("in use by another Bumblehive process")
+            && stderr.contains(&format!("pid {}", std::process::id())),
+        "{stderr}"
+    );
+    assert!(mock.requests().is_empty());
+    owner.shutdown().await;
 }

@@ -383,6 +383,7 @@ fn hand_over(args: &Args, in_use: bumblehive::owner::OwnerError) -> anyhow::Resu
     let request = OwnerRequest {
         workspace: args.workspace.as_ref().map(|w| w.display().to_string()),
         pid: std::process::id(),
+        run: None,
     };
     match bumblehive::owner::hand_off(&args.data_dir, &request) {
         Ok(reply) if reply.ok => {
@@ -527,6 +528,8 @@ fn main() -> anyhow::Result<()> {
     let listening = handoffs.clone();
     let data_dir = args.data_dir.clone();
     let runtime_handle = runtime.handle().clone();
+    // A later `bumblehive run` on this folder runs here, its session listed at once.
+    let runs = bumblehive::owner_run::handler(service.clone());
     let app = tauri::Builder::default()
         .plugin(tauri_plugin_dialog::init())
         .plugin(tauri_plugin_opener::init())
@@ -538,9 +541,10 @@ fn main() -> anyhow::Result<()> {
             }
             // Later starts hand their request over to this window from now on.
             let _entered = runtime_handle.enter();
-            if let Err(err) = bumblehive::owner::listen(
+            if let Err(err) = bumblehive::owner::listen_with_runs(
                 &data_dir,
                 later_start_handler(app.handle().clone()),
+                Some(runs.clone()),
                 listening.clone(),
             ) {
                 tracing::warn!("a later start cannot hand over to this window: {err}");
