@@ -677,6 +677,49 @@ export function flowSteps(driver, ctx) {
       },
     ],
     [
+      'the tab strip narrower than its tabs: no scrollbar over them (each takes a click over its whole height), the wheel scrolls it sideways',
+      async () => {
+        // Narrowed in the page: at the window's size the tabs of this session fit.
+        const probe = String.raw`
+          const strip = document.querySelector('.tabs');
+          const tabs = Array.from(strip.querySelectorAll('[role=tab]'));
+          const low = (t) => {
+            const r = t.getBoundingClientRect();
+            const at = document.elementFromPoint(r.left + Math.min(r.width / 2, 16), r.bottom - 2);
+            return !!at && t.contains(at);
+          };
+          return { over: strip.scrollWidth > strip.clientWidth, left: strip.scrollLeft, lows: tabs.map(low), count: tabs.length,
+                   bar: strip.offsetHeight - strip.clientHeight - 1 };`;
+        await driver.query("const s = document.querySelector('.tabs'); s.style.maxWidth = '300px'; s.scrollLeft = 0; return true;");
+        const narrow = await driver.query(probe);
+        check(narrow.over, `the strip does not overflow at 300 px (${narrow.count} tabs)`);
+        check(narrow.lows[0] && narrow.lows[1], `the first tabs' lower edge does not take a click: ${JSON.stringify(narrow)}`);
+        check(narrow.bar <= 0, `the strip keeps ${narrow.bar} px for a scrollbar`);
+        await driver.shot('30b-tab-strip-narrow');
+        const wheeled = await driver.query(String.raw`
+          const s = document.querySelector('.tabs');
+          const e = new WheelEvent('wheel', { deltaY: 120, bubbles: true, cancelable: true });
+          s.querySelector('[role=tab]').dispatchEvent(e);
+          return { left: s.scrollLeft, taken: e.defaultPrevented };`);
+        check(wheeled.taken && wheeled.left > 0, `the wheel did not scroll the strip sideways: ${JSON.stringify(wheeled)}`);
+        // A tab brought into view by the wheel takes a real click.
+        const target = await driver.query(String.raw`
+          const s = document.querySelector('.tabs');
+          const box = s.getBoundingClientRect();
+          const t = Array.from(s.querySelectorAll('[data-testid=child-tab]')).find((t) => {
+            const r = t.getBoundingClientRect();
+            return r.left >= box.left && r.right <= box.right - 120 && t.getAttribute('aria-selected') !== 'true';
+          });
+          return t ? t.getAttribute('data-title') : null;`);
+        check(target, 'no sub-agent tab wholly in view after the wheel');
+        await driver.click(`[data-testid=child-tab][data-title="${target}"]`);
+        await waitFor(`the ${target} tab open by a click`, (x) => x.activeTab === target);
+        await driver.query("document.querySelector('.tabs').style.maxWidth = ''; return true;");
+        await driver.click('[data-testid=tab-main]');
+        await waitFor('Main again', (x) => x.activeTab === 'tab-main');
+      },
+    ],
+    [
       'MCP from the app (E13): a server added in the Settings form starts with the next turn and says ready; a workspace .mcp.json server starts on "Trust and start"',
       async () => {
         check(existsSync(MCP_PYTHON) && existsSync(MCP_SERVER), `${MCP_PYTHON} or ${MCP_SERVER} is missing: run ./scripts/mcp-test-servers.sh`);

@@ -707,7 +707,7 @@ export function SessionPane(props: {
 
   return (
     <div class="session-pane" data-testid="session-pane" data-session-id={model.sessionId} data-running={state.running} data-paused={state.paused}>
-      <div class="tabs" role="tablist">
+      <div class="tabs" role="tablist" onWheel={wheelSideways}>
         <button
           type="button"
           role="tab"
@@ -882,6 +882,19 @@ export function SessionPane(props: {
       )}
     </div>
   );
+}
+
+/** The tab strip has no scrollbar (WebKitGTK's overlay scrollbar lay over the tabs'
+ * lower half, where a click then reached the scrollbar, not the tab): an up/down wheel
+ * over it scrolls it sideways, as a trackpad's sideways swipe does; the All tabs menu,
+ * Ctrl+Tab and Ctrl+1…9 reach every tab too. */
+export function wheelSideways(e: WheelEvent): void {
+  const strip = e.currentTarget as HTMLElement;
+  if (Math.abs(e.deltaY) <= Math.abs(e.deltaX) || strip.scrollWidth <= strip.clientWidth) return;
+  // Lines (Firefox-style deltaMode 1) and pages count as a tab's worth.
+  const step = e.deltaMode === 0 ? e.deltaY : Math.sign(e.deltaY) * 120;
+  strip.scrollLeft += step;
+  e.preventDefault();
 }
 
 /** Where the strip's horizontal scroll must be for `tab` to show whole, left of the

@@ -1,7 +1,7 @@
 // Layout at usual widths (E15): titles keep their room before model names, states and
 // meters; a row's tools take room only on hover or focus; the tab strip scrolls and an
 // "All tabs" menu lists every tab. (jsdom has no layout: the rules are checked as computed.)
-import { tabScrollLeft } from '../components/SessionPane';
+import { tabScrollLeft, wheelSideways } from '../components/SessionPane';
 import { afterEach, describe, expect, it } from 'vitest';
 import css from '../styles.css?raw';
 import { $, $$, info, inAct, snapshot, workspacePlatform } from './fake';
@@ -144,5 +144,47 @@ describe('the open tab is scrolled into the strip sideways only', () => {
     expect(tabScrollLeft(s, tab(10, 100))).toBe(50);
     expect(tabScrollLeft(s, tab(-30, 100))).toBe(20);
     expect(tabScrollLeft(s, tab(460, 100))).toBe(110);
+  });
+});
+
+describe('the tab strip scrolls sideways without a scrollbar over its tabs', () => {
+  it('hides the strip\'s scrollbar in both engines', async () => {
+    await open();
+    const strip = document.querySelector('.tabs') as HTMLElement;
+    expect(getComputedStyle(strip).overflowX).toBe('auto');
+    expect(css).toMatch(/\.tabs\s*\{[^}]*scrollbar-width:\s*none/);
+    expect(css).toMatch(/\.tabs::-webkit-scrollbar\s*\{[^}]*display:\s*none/);
+  });
+  const strip = (scrollWidth: number, clientWidth: number) => {
+    const el = document.createElement('div');
+    Object.defineProperty(el, 'scrollWidth', { value: scrollWidth });
+    Object.defineProperty(el, 'clientWidth', { value: clientWidth });
+    el.scrollLeft = 0;
+    let left = 0;
+    Object.defineProperty(el, 'scrollLeft', { get: () => left, set: (v: number) => (left = Math.max(0, v)) });
+    el.addEventListener('wheel', (e) => wheelSideways(e as WheelEvent));
+    return el;
+  };
+  const wheel = (el: HTMLElement, init: WheelEventInit) => {
+    const e = new WheelEvent('wheel', { cancelable: true, bubbles: true, ...init });
+    el.dispatchEvent(e);
+    return e.defaultPrevented;
+  };
+  it('turns an up/down wheel into sideways scrolling while the tabs overflow', () => {
+    const s = strip(1200, 400);
+    expect(wheel(s, { deltaY: 100 })).toBe(true);
+    expect(s.scrollLeft).toBe(100);
+    expect(wheel(s, { deltaY: 3, deltaMode: 1 })).toBe(true);
+    expect(s.scrollLeft).toBe(220);
+    expect(wheel(s, { deltaY: -500 })).toBe(true);
+    expect(s.scrollLeft).toBe(0);
+  });
+  it('leaves a sideways swipe, and a strip whose tabs fit, to the engine', () => {
+    const s = strip(1200, 400);
+    expect(wheel(s, { deltaX: 80, deltaY: 10 })).toBe(false);
+    expect(s.scrollLeft).toBe(0);
+    const fits = strip(400, 400);
+    expect(wheel(fits, { deltaY: 100 })).toBe(false);
+    expect(fits.scrollLeft).toBe(0);
   });
 });
