@@ -129,6 +129,7 @@ impl Model {
                 "read hello" => "READ-DONE",
                 "write a" => "WRITE-1-DONE",
                 "write b" => "WRITE-2-DONE",
+                "plan" => "PLANNED",
                 "delegate" | "delegate gamma" => "DELEGATED",
                 _ => "UNEXPECTED",
             };
@@ -170,6 +171,18 @@ impl Model {
                     "call-write-b",
                     "write_file",
                     json!({"path": "b.txt", "content": "beta\n"}),
+                )],
+                (20, 3),
+            )),
+            "plan" => MockResponse::sse(openai::tool_answer(
+                &[(
+                    "call-plan",
+                    "update_plan",
+                    json!({"plan": [
+                        {"step": "Read the code", "status": "completed"},
+                        {"step": "Fix the bug", "status": "in_progress"},
+                        {"step": "Run the tests", "status": "pending"}
+                    ]}),
                 )],
                 (20, 3),
             )),
@@ -355,10 +368,46 @@ fn check_common(facts: &Value, setup: &Setup) {
     assert!(refused.contains("cannot work in /"), "{refused}");
     let sid = facts["session"].as_str().unwrap();
     let stops = &facts["stops"];
-    for turn in ["read", "write_allow", "write_reject", "delegate"] {
+    for turn in ["read", "write_allow", "write_reject", "plan", "delegate"] {
         assert_eq!(stops[turn], "end_turn", "{turn}: {stops}");
     }
     assert_eq!(stops["cancel"], "cancelled", "{stops}");
+
+    // The model's plan (its update_plan call): a `plan` update with every step, parsed
+    // by the SDK's own types, and no tool call for it.
+    let plan = updates(facts, "plan");
+    let plans: Vec<&&Value> = plan
+        .iter()
+        .filter(|u| u["update"]["sessionUpdate"] == "plan")
+        .collect();
+    assert_eq!(plans.len(), 1, "{plan:?}");
+    let entries: Vec<(String, String)> = plans[0]["update"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["content"].as_str().unwrap().to_string(),
+                e["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            ("Read the code", "completed"),
+            ("Fix the bug", "in_progress"),
+            ("Run the tests", "pending")
+        ]
+        .map(|(c, s)| (c.to_string(), s.to_string()))
+    );
+    assert!(
+        !plan
+            .iter()
+            .any(|u| u["update"]["sessionUpdate"] == "tool_call"),
+        "{plan:?}"
+    );
+    assert!(text(&plan, sid).contains("PLANNED"));
 
     // A tool call: announced with its kind, title and input, then completed with the file.
     let read = updates(facts, "read");
@@ -521,8 +570,22 @@ async fn acp_python_sdk_client_runs_a_session_with_summarised_subagents() {
         failed.to_string().contains("the scripted model failed"),
         "{failed}"
     );
-    // session/load in a second process replays the stored history.
+    // session/load in a second process replays the stored history, the plan as a plan.
     let loaded: Vec<&Value> = facts["loaded"].as_array().unwrap().iter().collect();
+    let replayed_plan = loaded
+        .iter()
+        .find(|u| u["update"]["sessionUpdate"] == "plan")
+        .expect("no plan replayed");
+    assert_eq!(
+        replayed_plan["update"]["entries"][1]["content"],
+        "Fix the bug"
+    );
+    assert!(
+        !loaded
+            .iter()
+            .any(|u| u["update"]["toolCallId"] == "call-plan"),
+        "the plan was replayed as a tool call too"
+    );
     let replayed_users: Vec<&str> = loaded
         .iter()
         .filter(|u| u["update"]["sessionUpdate"] == "user_message_chunk")
@@ -532,6 +595,7 @@ async fn acp_python_sdk_client_runs_a_session_with_summarised_subagents() {
         "read hello",
         "write a",
         "write b",
+        "plan",
         "fail",
         "hang",
         "delegate"

@@ -1444,3 +1444,42 @@ async fn sub_agent_asks_when_its_policy_says_ask() {
     assert!(fx.ws.join("notes.txt").exists());
     fx.shutdown().await;
 }
+
+/// Issue 29's `plan`: `update_plan` takes the whole plan (it asks nothing and changes no
+/// file), says how far it is, and refuses a malformed one with words the model can act on.
+#[tokio::test]
+async fn update_plan_takes_a_plan_and_refuses_a_malformed_one() {
+    let w = Ws::new();
+    let gate = RecordingGate::new(|_| yes());
+    let ctx = context(&w.ws, gate.clone());
+    let step = |text: &str, status: &str| json!({"step": text, "status": status});
+    let taken = call(
+        &ctx,
+        "update_plan",
+        json!({"explanation": "first look", "plan": [step("Read", "completed"), step("Fix", "in_progress"), step("Test", "pending")]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(taken, "Plan updated: 1 of 3 steps completed.");
+    assert!(
+        gate.asks.lock().unwrap().is_empty(),
+        "a plan asked for approval"
+    );
+    assert_eq!(std::fs::read_dir(&w.ws).unwrap().count(), 0);
+    for (args, says) in [
+        (json!({"plan": []}), "no steps"),
+        (
+            json!({"plan": [step("a", "in_progress"), step("b", "in_progress")]}),
+            "at most one",
+        ),
+        (json!({"plan": [step("a", "started")]}), "unknown variant"),
+        (json!({"plan": [step(" ", "pending")]}), "a text of at most"),
+        (json!({"steps": [step("a", "pending")]}), "unknown field"),
+    ] {
+        let err = call(&ctx, "update_plan", args.clone()).await.unwrap_err();
+        assert!(
+            matches!(err, ToolError::InvalidArguments(_)) && err.to_string().contains(says),
+            "{args}: {err}"
+        );
+    }
+}

@@ -489,7 +489,9 @@ impl Forwarder {
                 name,
                 arguments,
             } => {
-                if own {
+                if own && name == crate::tools::UpdatePlan::NAME {
+                    // Sent as the plan when it is taken (below), not as a tool call.
+                } else if own {
                     self.send(
                         &session_id,
                         tool_call(&call_id, &name, &arguments, &self.workspace, "in_progress"),
@@ -507,8 +509,14 @@ impl Forwarder {
                 is_error,
                 ..
             } => {
-                self.calls.remove(&(session_id.clone(), call_id.clone()));
-                if own {
+                let call = self.calls.remove(&(session_id.clone(), call_id.clone()));
+                let plan = call.filter(|(name, _)| name == crate::tools::UpdatePlan::NAME);
+                if let Some((_, arguments)) = plan {
+                    // A plan the tool refused (two steps in progress) was never the plan.
+                    if own && !is_error {
+                        self.send(&session_id, schema::plan(&arguments));
+                    }
+                } else if own {
                     let shown = cut(&result, RESULT_TEXT_MAX);
                     self.send(
                         &session_id,
@@ -802,6 +810,8 @@ fn tool_call(
 /// A stored history as the updates that replay it (`session/load`).
 fn replay(messages: &[Message], workspace: &Path) -> Vec<Value> {
     let mut updates = Vec::new();
+    // `update_plan` calls by id: replayed as the plan once their result says it was taken.
+    let mut plans: HashMap<&str, &Value> = HashMap::new();
     for message in messages {
         let text = message.content.clone().unwrap_or_default();
         match message.role {
@@ -811,6 +821,10 @@ fn replay(messages: &[Message], workspace: &Path) -> Vec<Value> {
                     updates.push(schema::agent_text(&text));
                 }
                 for call in &message.tool_calls {
+                    if call.name == crate::tools::UpdatePlan::NAME {
+                        plans.insert(&call.id, &call.arguments);
+                        continue;
+                    }
                     updates.push(tool_call(
                         &call.id,
                         &call.name,
@@ -821,7 +835,15 @@ fn replay(messages: &[Message], workspace: &Path) -> Vec<Value> {
                 }
             }
             Role::Tool => {
-                if let Some(call_id) = &message.tool_call_id {
+                if let Some(arguments) = message
+                    .tool_call_id
+                    .as_deref()
+                    .and_then(|id| plans.remove(id))
+                {
+                    if text.starts_with(crate::tools::UpdatePlan::TAKEN) {
+                        updates.push(schema::plan(arguments));
+                    }
+                } else if let Some(call_id) = &message.tool_call_id {
                     let shown = cut(&text, RESULT_TEXT_MAX);
                     updates.push(schema::tool_call_done(call_id, false, &shown, &text));
                 }

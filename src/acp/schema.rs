@@ -102,6 +102,30 @@ pub fn agent_text(text: &str) -> Value {
     json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
 }
 
+/// `plan`: the model's plan (our `update_plan` call's steps), whole each time, as the
+/// protocol's agent plan (entries of content, priority, status).
+pub fn plan(arguments: &Value) -> Value {
+    let entries: Vec<Value> = arguments["plan"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|step| {
+            json!({
+                "content": step["step"].as_str().unwrap_or_default(),
+                // Our plan has no priorities: every step is as important as its place.
+                "priority": "medium",
+                "status": match step["status"].as_str() {
+                    Some("in_progress") => "in_progress",
+                    Some("completed") => "completed",
+                    _ => "pending",
+                },
+            })
+        })
+        .collect();
+    json!({"sessionUpdate": "plan", "entries": entries})
+}
+
 pub fn user_text(text: &str) -> Value {
     json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": text}})
 }

@@ -5,6 +5,7 @@ mod edit;
 mod files;
 mod list;
 pub mod paths;
+mod plan;
 mod search;
 mod sub_agent;
 
@@ -24,6 +25,7 @@ pub use command::RunCommand;
 pub use edit::EditFile;
 pub use files::{ReadFile, WriteFile};
 pub use list::{Glob, ListDir};
+pub use plan::UpdatePlan;
 pub use search::Grep;
 pub use sub_agent::{MessageSubagent, SubAgent};
 
@@ -250,6 +252,7 @@ impl ToolRegistry {
         registry.register(run_command);
         registry.register(Arc::new(SubAgent));
         registry.register(Arc::new(MessageSubagent));
+        registry.register(Arc::new(UpdatePlan));
         registry
     }
 

@@ -113,7 +113,7 @@ async def main():
         sid = session.session_id
         facts["session"] = sid
         stops = {}
-        for name, text in [("read", "read hello"), ("write_allow", "write a"), ("write_reject", "write b")]:
+        for name, text in [("read", "read hello"), ("write_allow", "write a"), ("write_reject", "write b"), ("plan", "plan")]:
             stops[name] = await prompt(conn, rec, sid, name, text)
 
         # A run that fails answers the prompt with a JSON-RPC error.

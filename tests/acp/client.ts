@@ -150,6 +150,7 @@ async function main(): Promise<void> {
   stops.read = await prompt("read", "read hello");
   stops.write_allow = await prompt("write_allow", "write a");
   stops.write_reject = await prompt("write_reject", "write b");
+  stops.plan = await prompt("plan", "plan");
 
   // Stop while the model streams: cancel once the first words arrived.
   const first = rec.updates.length;

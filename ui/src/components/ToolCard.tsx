@@ -54,6 +54,47 @@ const CARD_STATE: Record<LiveState, string> = {
   idle: 'done',
 };
 
+export type PlanStep = { step: string; status: 'pending' | 'in_progress' | 'completed' };
+
+/** The steps of an `update_plan` call's arguments, or null when they are not a plan. */
+export function planSteps(args: unknown): PlanStep[] | null {
+  const plan = (args as { plan?: unknown } | null)?.plan;
+  if (!Array.isArray(plan) || plan.length === 0) return null;
+  const steps: PlanStep[] = [];
+  for (const item of plan) {
+    const { step, status } = (item ?? {}) as { step?: unknown; status?: unknown };
+    if (typeof step !== 'string' || (status !== 'pending' && status !== 'in_progress' && status !== 'completed')) return null;
+    steps.push({ step, status });
+  }
+  return steps;
+}
+
+const PLAN_MARK: Record<PlanStep['status'], string> = { pending: '○', in_progress: '◐', completed: '●' };
+const PLAN_LABEL: Record<PlanStep['status'], string> = { pending: 'to do', in_progress: 'in progress', completed: 'done' };
+
+/** The model's plan (`update_plan`, issue 29) as the checklist it is; the call's own
+ * card (arguments, result) only when the tool refused it. */
+function PlanCard(props: { call: ToolCall; steps: PlanStep[] }) {
+  const done = props.steps.filter((s) => s.status === 'completed').length;
+  return (
+    <div class="tool-card plan-card" data-testid="plan" data-call-id={props.call.id}>
+      <div class="plan-title">
+        Plan <span class="plan-count">{done} of {props.steps.length} done</span>
+      </div>
+      <ol class="plan-steps">
+        {props.steps.map((s, i) => (
+          <li key={i} class={`plan-step plan-${s.status}`} data-testid="plan-step" data-status={s.status}>
+            <span class="plan-mark" aria-label={PLAN_LABEL[s.status]} title={PLAN_LABEL[s.status]}>
+              {PLAN_MARK[s.status]}
+            </span>{' '}
+            {s.step}
+          </li>
+        ))}
+      </ol>
+    </div>
+  );
+}
+
 /** One tool call: a collapsible card with its arguments and result. */
 export function ToolCard(props: {
   call: ToolCall;
@@ -93,6 +134,8 @@ export function ToolCard(props: {
           : childLive
             ? CARD_STATE[childLive]
             : 'done';
+  const steps = call.name === 'update_plan' && !isError ? planSteps(call.arguments) : null;
+  if (steps) return <PlanCard call={call} steps={steps} />;
   const hint = argumentHint(call.arguments);
   // A delegated card says its child's live state, in the words every other place uses.
   const delegated = childLive && state === CARD_STATE[childLive] ? `sub-agent ${LIVE[childLive].label}${childLive === 'done' ? ' (reported)' : ''}` : null;
