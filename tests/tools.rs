@@ -1331,7 +1331,8 @@ async fn read_only_children_get_a_narrowed_tool_set() {
             "edit_file",
             "run_command",
             "sub_agent",
-            "message_subagent"
+            "message_subagent",
+            "update_plan"
         ]
     );
     fx.shutdown().await;
