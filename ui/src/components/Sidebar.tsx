@@ -1,4 +1,4 @@
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import { ConfirmButton } from './ConfirmButton';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { SessionNeeds } from '../model';
@@ -103,6 +103,25 @@ export function Sidebar(props: {
   useEffect(() => () => {
     if (toastTimer.current) clearTimeout(toastTimer.current);
   }, []);
+  const list = useRef<HTMLUListElement>(null);
+  /** The row the person was at when the search cleared, and where it was: it stays there,
+   * so the rows do not shift under the pointer (ux review 2, E23: a wrong row archived). */
+  const anchor = useRef<{ id: string; top: number } | null>(null);
+  const changeQuery = (value: string) => {
+    if (query.trim() && !value.trim()) {
+      const rows = Array.from(list.current?.querySelectorAll<HTMLElement>('[data-testid=session-item]') ?? []);
+      const row = rows.find((r) => r.matches(':hover')) ?? rows.find((r) => r.classList.contains('selected')) ?? rows[0];
+      anchor.current = row?.dataset.sessionId ? { id: row.dataset.sessionId, top: row.getBoundingClientRect().top } : null;
+    }
+    setQuery(value);
+  };
+  useLayoutEffect(() => {
+    const at = anchor.current;
+    if (!at || query.trim()) return;
+    anchor.current = null;
+    const row = Array.from(list.current?.querySelectorAll<HTMLElement>('[data-testid=session-item]') ?? []).find((r) => r.dataset.sessionId === at.id);
+    if (row && list.current) list.current.scrollTop += row.getBoundingClientRect().top - at.top;
+  }, [query]);
   const searchSeq = useRef(0);
   const search = useRef(props.onSearch);
   search.current = props.onSearch;
@@ -304,11 +323,11 @@ export function Sidebar(props: {
         aria-label="Search sessions"
         data-testid="session-search"
         value={query}
-        onInput={(e) => setQuery((e.target as HTMLInputElement).value)}
-        onKeyDown={(e) => e.key === 'Escape' && setQuery('')}
+        onInput={(e) => changeQuery((e.target as HTMLInputElement).value)}
+        onKeyDown={(e) => e.key === 'Escape' && changeQuery('')}
       />
       {query && (
-        <button type="button" class="quiet icon-button" data-testid="session-search-clear" aria-label="Clear the search" onClick={() => setQuery('')}>
+        <button type="button" class="quiet icon-button" data-testid="session-search-clear" aria-label="Clear the search" onClick={() => changeQuery('')}>
           <Icon name="close" />
         </button>
       )}
@@ -318,7 +337,7 @@ export function Sidebar(props: {
           {toolError}
         </div>
       )}
-      <ul class="sessions" data-testid="session-list">
+      <ul class="sessions" data-testid="session-list" ref={list}>
         {visibleTree().map((n) => renderNode(n, 0))}
       </ul>
       {query.trim() && visibleTree().length === 0 && <div class="muted empty-search">No session matches “{query.trim()}”.</div>}

@@ -76,8 +76,43 @@ describe('session tools', () => {
     expect(titles(root)).toEqual(['Refactor auth']);
     expect(($(root, 'session-search') as HTMLInputElement).placeholder).toBe('Search titles');
   });
-});
 
+  it('keeps the row the person was at in place when the search clears (E23: no rows shifting under the pointer)', async () => {
+    // Twelve sessions, newest first; "deploy" matches the ninth.
+    const list = Array.from({ length: 12 }, (_, i) =>
+      info(`s${i}`, { title: i === 8 ? 'Deploy the site' : `Session ${i}`, created_at: `2025-01-${String(20 - i).padStart(2, '0')}T00:00:00Z` }),
+    );
+    const fake = workspacePlatform(list);
+    fake.handlers.search_sessions = () => [];
+    const mounted = await mountApp(fake, 's0');
+    unmount = mounted.unmount;
+    const root = mounted.root;
+    // Layout, as the engine would give it: rows 30 px apart under the list's top, scrolled.
+    const ul = $(root, 'session-list')!;
+    let scrolled = 0;
+    Object.defineProperty(ul, 'scrollTop', { get: () => scrolled, set: (v: number) => (scrolled = Math.max(0, v)) });
+    const rects = HTMLElement.prototype.getBoundingClientRect;
+    HTMLElement.prototype.getBoundingClientRect = function (this: HTMLElement) {
+      const rows = $$(root, 'session-item');
+      const i = rows.indexOf(this);
+      const top = i < 0 ? 0 : 100 + 30 * i - scrolled;
+      return { top, bottom: top + 30, left: 0, right: 200, width: 200, height: 30, x: 0, y: top, toJSON: () => ({}) } as DOMRect;
+    };
+    try {
+      await inAct(() => typeInto($(root, 'session-search')!, 'deploy'));
+      await waitForSearch(fake, 1);
+      expect(titles(root)).toEqual(['Deploy the site']);
+      const before = $$(root, 'session-item')[0].getBoundingClientRect().top;
+      await inAct(() => $(root, 'session-search-clear')!.click());
+      expect(titles(root).length).toBe(12);
+      const row = $$(root, 'session-item').find((r) => r.dataset.sessionId === 's8')!;
+      expect(row.getBoundingClientRect().top).toBe(before);
+      expect(scrolled).toBe(240);
+    } finally {
+      HTMLElement.prototype.getBoundingClientRect = rects;
+    }
+  });
+});
 
 describe('the session list feed', () => {
   it('keeps the sidebar from the feed: new, renamed and removed sessions without asking for the list', async () => {
