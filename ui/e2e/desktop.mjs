@@ -144,34 +144,6 @@ try {
     await runner.step(title, fn);
   }
 
-  await runner.step('images on the real X clipboard (xclip, PNG and JPEG) pasted with Ctrl+V become attachments (E14)', async () => {
-    check(which('xclip') && which('convert'), 'xclip or convert is missing: run scripts/setup-system.sh desktop e2e');
-    const env = { ...process.env, DISPLAY: display };
-    await wd.click('[data-testid=tab-main]');
-    const attachments = () => wd.execute("return Array.from(document.querySelectorAll('[data-testid=attachment]')).map((e) => e.getAttribute('title'));");
-    const before = (await attachments()).length;
-    for (const [type, file] of [['image/png', 'clip.png'], ['image/jpeg', 'clip.jpg']]) {
-      const path = join(out, file);
-      execFileSync('convert', ['-size', '8x8', 'xc:orange', path]);
-      // xclip owns the CLIPBOARD selection until another program takes it: it serves the
-      // paste, as a screenshot tool or an image viewer would.
-      const owner = start('xclip', ['-quiet', '-selection', 'clipboard', '-t', type, '-i', path], { env, log: join(out, `xclip-${file}.log`) });
-      await until(`xclip to own the clipboard with ${type}`, () =>
-        spawnSync('xclip', ['-selection', 'clipboard', '-o', '-t', 'TARGETS'], { env }).stdout.toString(), (t) => t.includes(type), { timeout: 5000 });
-      await wd.execute("document.querySelector('[data-testid=prompt-input]').focus(); return true;");
-      const id = await wd.element('[data-testid=prompt-input]');
-      // Ctrl+V as the window gets it from the keyboard: GTK's clipboard, not a synthetic event.
-      await wd.call('POST', `/session/:session/element/${id}/value`, { text: '\uE009v\uE000' });
-      const got = await until(`the ${type} pasted from the X clipboard as an attachment`, attachments, (a) => a.length === before + 1, { timeout: 10000 });
-      check(got.length === before + 1, `attachments after pasting ${type}: ${got.join(', ')}`);
-      owner.kill?.();
-      await driver.shot(`e14-real-clipboard-${file.replace('.', '-')}`);
-      // Removed again, so the next paste is counted alone.
-      await wd.execute("document.querySelector('[data-testid=attachment] button')?.click(); return true;");
-      await until('the attachment removed', attachments, (a) => a.length === before, { timeout: 5000 });
-    }
-  });
-
   await runner.step('a second start of the app hands its workspace to the running window and ends (E1)', async () => {
     const other = join(space.dir, 'second-start');
     mkdirSync(other, { recursive: true });

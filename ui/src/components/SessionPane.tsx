@@ -885,15 +885,16 @@ export function SessionPane(props: {
 }
 
 /** The tab strip has no scrollbar (WebKitGTK's overlay scrollbar lay over the tabs'
- * lower half, where a click then reached the scrollbar, not the tab): an up/down wheel
- * over it scrolls it sideways, as a trackpad's sideways swipe does; the All tabs menu,
- * Ctrl+Tab and Ctrl+1…9 reach every tab too. */
+ * lower half, where a click then reached the scrollbar, not the tab): the wheel over it,
+ * up/down or sideways, scrolls it sideways; the All tabs menu, Ctrl+Tab and Ctrl+1…9
+ * reach every tab too. */
 export function wheelSideways(e: WheelEvent): void {
   const strip = e.currentTarget as HTMLElement;
-  if (Math.abs(e.deltaY) <= Math.abs(e.deltaX) || strip.scrollWidth <= strip.clientWidth) return;
+  if (strip.scrollWidth <= strip.clientWidth) return;
+  const delta = Math.abs(e.deltaX) > Math.abs(e.deltaY) ? e.deltaX : e.deltaY;
+  if (delta === 0) return;
   // Lines (Firefox-style deltaMode 1) and pages count as a tab's worth.
-  const step = e.deltaMode === 0 ? e.deltaY : Math.sign(e.deltaY) * 120;
-  strip.scrollLeft += step;
+  strip.scrollLeft += e.deltaMode === 0 ? delta : Math.sign(delta) * 120;
   e.preventDefault();
 }
 
