@@ -53,45 +53,29 @@ fn tree_working(service: &RuntimeService, root: &str) -> bool {
 
 async fn serve(service: RuntimeService, run: OwnerRun, connection: RunConnection) {
     let RunConnection { reader, mut writer } = connection;
+    // Subscribed before the prompt goes in (no event of the run is missed), and the
+    // prompt taken before the later process hears it started: a refusal is its first line.
     let started = crate::workspace::check_workspace(Path::new(&run.workspace)).and_then(|ws| {
         let info = service.create_session(&ws.display().to_string(), Some(run.title.clone()))?;
         let controller = service.controller(&info.session_id)?;
-        Ok((info.session_id, controller))
+        let subscription = controller.subscribe();
+        controller.submit(run.prompt, None)?;
+        Ok((info.session_id, controller, subscription))
     });
-    let (root, controller) = match started {
+    let (root, controller, (mut events, _)) = match started {
         Ok(started) => started,
         Err(err) => {
-            let _ = send(
-                &mut writer,
-                &OwnerRunLine::Refused {
-                    message: err.to_string(),
-                },
-            )
-            .await;
+            let message = err.to_string();
+            let _ = send(&mut writer, &OwnerRunLine::Refused { message }).await;
             return;
         }
     };
-    // Subscribed before the prompt goes in: no event of the run is missed.
-    let (mut events, _) = controller.subscribe();
-    if send(
-        &mut writer,
-        &OwnerRunLine::Started {
-            session_id: root.clone(),
-        },
-    )
-    .await
-    .is_err()
-    {
-        return;
-    }
-    if let Err(err) = controller.submit(run.prompt, None) {
-        let _ = send(
-            &mut writer,
-            &OwnerRunLine::Refused {
-                message: err.to_string(),
-            },
-        )
-        .await;
+    let started = OwnerRunLine::Started {
+        session_id: root.clone(),
+    };
+    if send(&mut writer, &started).await.is_err() {
+        // Gone before it heard the start: its run stops, as after a Ctrl+C.
+        let _ = service.cancel_session(&root).await;
         return;
     }
     let mut runs = service.shared().watch_runs();
