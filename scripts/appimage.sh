@@ -25,7 +25,8 @@ printf 'AI\002' | dd of="$work/runtime" bs=1 seek=8 conv=notrunc status=none
 app=$work/Bumblehive.AppDir
 mkdir -p "$app/usr/bin" "$app/usr/share/applications"
 install -m 755 scripts/appimage/AppRun "$app/AppRun"
-for bin in dist/bumblehive release/bumblehive-desktop; do
+# The CLI as scripts/package.sh staged it (profile dist, or release in CI).
+for bin in stage/bumblehive release/bumblehive-desktop; do
   install -m 755 "target/$bin" "$app/usr/bin/${bin#*/}"
   strip "$app/usr/bin/${bin#*/}"
 done

@@ -5,14 +5,19 @@
 # Both carry bumblehive-desktop (menu entry + icon) and bumblehive (serve / run).
 # Installs what is missing (system packages, cargo-deb from crates.io), builds the UI and
 # the release binaries, then packs them.
-# Env: PKG_NO_BUILD=1 packs the release binaries already in target/release (CI builds once);
-#      PKG_NO_APPIMAGE=1 makes only the .deb.
+# Env: PKG_NO_BUILD=1 packs the binaries already built (CI builds once);
+#      PKG_NO_APPIMAGE=1 makes only the .deb;
+#      PKG_CLI_PROFILE=release packs a release-profile CLI instead of the shipped `dist`
+#      one (fat LTO). CI uses it: `dist` compiles every dependency a second time with
+#      LTO (about 10 of CI's minutes on 2 cores), while a release CLI reuses the desktop
+#      build's; the packages are built, installed and started the same way either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 out=target/packages
 CARGO_DEB_VERSION=3.8.0
+cli_profile=${PKG_CLI_PROFILE:-dist}
 
 step "System packages (only those missing)"
 ./scripts/setup-system.sh desktop package
@@ -24,13 +29,23 @@ if [ "${PKG_NO_BUILD:-}" != 1 ]; then
     (cd ui && npm ci --no-audit --no-fund)
   fi
   (cd ui && npm run build)
-  step "Release builds: bumblehive (profile dist: LTO) and bumblehive-desktop"
-  cargo build --profile dist -p bumblehive --bin bumblehive
-  cargo build --release -p bumblehive-desktop --features custom-protocol
+  step "Release builds: bumblehive (profile $cli_profile) and bumblehive-desktop"
+  if [ "$cli_profile" = release ]; then
+    # One invocation, so that the CLI shares the desktop's dependency builds: built
+    # alone, its features differ and a third of the dependencies compile again.
+    cargo build --release -p bumblehive-desktop -p bumblehive --features bumblehive-desktop/custom-protocol \
+      --bin bumblehive-desktop --bin bumblehive
+  else
+    cargo build --release -p bumblehive-desktop --features custom-protocol
+    cargo build --profile "$cli_profile" -p bumblehive --bin bumblehive
+  fi
 fi
-for bin in dist/bumblehive release/bumblehive-desktop; do
+for bin in "$cli_profile/bumblehive" release/bumblehive-desktop; do
   [ -x "target/$bin" ] || { echo "target/$bin is missing: run without PKG_NO_BUILD=1" >&2; exit 1; }
 done
+# Both packages take the CLI from one staged place, whichever profile built it.
+mkdir -p target/stage
+install -m 755 "target/$cli_profile/bumblehive" target/stage/bumblehive
 
 if ! cargo deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
   step "cargo-deb $CARGO_DEB_VERSION (crates.io, once)"

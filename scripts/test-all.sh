@@ -30,6 +30,17 @@ step "System packages (only those missing)"
 ./scripts/setup-system.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 
+# The real model's server (llama.cpp, about 10 min of C++ on 2 cores when not cached) and
+# its model are prepared in the background at the lowest priority, so that they take the
+# CPU the steps below leave idle (downloads, test runs waiting on servers and windows, the
+# install check) instead of a step of their own; the real-model tier runs last.
+mkdir -p target
+llm_log=target/real-model-prepare.log
+# Its own process group (setsid), so that a failing step can stop the whole build.
+setsid nice -n 19 ./scripts/local-llm/server.sh prepare >"$llm_log" 2>&1 &
+llm_prepare=$!
+trap 'kill -- -"$llm_prepare" 2>/dev/null || true; report_times' EXIT
+
 step "Rust checks: format, lints"
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
@@ -49,9 +60,6 @@ step "Web UI: install, type-check, component tests, build (the desktop shell emb
 step "Benchmarks build and run once at a tiny size (figures: BENCHMARKS.md)"
 cargo bench --profile dev --bench runtime -- --quick
 
-step "Real-model tier: a small real model on 127.0.0.1 (built once, about 10 min; cached in ~/.cache/bumblehive-llm)"
-./scripts/real-model-tier.sh
-
 step "OS keyring tier: a real Secret Service (gnome-keyring) in a private D-Bus session"
 ./scripts/keyring-tier.sh
 
@@ -59,8 +67,8 @@ step "Desktop shell lints (needs WebKitGTK, installed by the e2e step's setup)"
 ./scripts/setup-system.sh desktop
 cargo clippy -p bumblehive-desktop -- -D warnings
 
-step "Packages: the .deb and the AppImage from one release build (target/packages/)"
-./scripts/package.sh
+step "Packages: the .deb and the AppImage from one release build (target/packages/; the CLI in the release profile, see scripts/package.sh)"
+PKG_CLI_PROFILE=release ./scripts/package.sh
 
 step "Install check: the .deb installed into a clean Debian root (debootstrap), its menu entry opens the window, removed again"
 INSTALL_CHECK_CHROOT=1 ./scripts/install-check.sh
@@ -70,3 +78,11 @@ E2E_DESKTOP_APP=target/release/bumblehive-desktop ./scripts/e2e.sh
 
 step "UI streaming bench, smoke only (a short run per engine at small sizes; figures: BENCHMARKS.md, scripts/bench-ui.sh)"
 node ui/e2e/bench-stream.mjs --smoke --app target/release/bumblehive-desktop
+
+step "Real-model tier: a small real model on 127.0.0.1 (its server prepared in the background since the start; cached in ~/.cache/bumblehive-llm)"
+if ! wait "$llm_prepare"; then
+  echo "preparing the real model's server failed:" >&2
+  tail -40 "$llm_log" >&2
+  exit 1
+fi
+./scripts/real-model-tier.sh
