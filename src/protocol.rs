@@ -636,6 +636,10 @@ pub enum Progress {
     MessageAppended { message: Message },
     #[serde(rename = "run.cancelled")]
     RunCancelled {},
+    /// The run was cut off, not by the person (an ACP child's agent process died): the
+    /// sub-agent is interrupted and can be resumed or cancelled.
+    #[serde(rename = "run.interrupted")]
+    RunInterrupted { message: String },
     #[serde(rename = "message.discarded")]
     MessageDiscarded { message_id: String },
     #[serde(rename = "subagent.state")]

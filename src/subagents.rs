@@ -51,6 +51,10 @@ pub enum ChildOutcome {
     Failed(String),
     /// The child's own run was stopped by the person (not by deleting the task).
     Stopped,
+    /// The child's run was cut off (its ACP agent's process died) and the child marked
+    /// interrupted in the same step: no report now; resuming it starts a new task that
+    /// reports, cancelling it reports the cancel (as after a restart).
+    Interrupted,
 }
 
 /// A finished child's report for its parent.
@@ -326,8 +330,9 @@ impl SubagentTasks {
         });
         drop(slot);
         drop(guard);
-        if token.is_cancelled() {
-            // Deleted or shut down: no report, the parent is not woken.
+        if token.is_cancelled() || outcome == ChildOutcome::Interrupted {
+            // Deleted or shut down: no report, the parent is not woken. Interrupted: its
+            // report is owed by the resume or the cancel that ends the interruption.
             self.remove(order);
             observer.cancelled(&session_id);
             observer.state(&session_id, SubagentState::Cancelled);
@@ -356,6 +361,12 @@ impl SubagentTasks {
             ChildOutcome::Stopped => (
                 SubagentState::Cancelled,
                 Err("the sub-agent was stopped by the user".to_string()),
+            ),
+            // `work` ends an interrupted child's task without a report; were one asked
+            // for, it would say what happened rather than claim an answer.
+            ChildOutcome::Interrupted => (
+                SubagentState::Cancelled,
+                Err("the sub-agent was interrupted".to_string()),
             ),
         };
         self.set_state(order, state);

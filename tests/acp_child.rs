@@ -418,73 +418,29 @@ async fn an_acp_agents_terminal_obeys_the_run_command_policy() {
     );
 }
 
-/// An agent whose process died mid-turn fails that run (its report says so); the next
-/// message to the child starts a new process that continues the same ACP session with
-/// `session/load` (the agent offers it), its replayed history not taken as an answer.
+/// An agent whose process died mid-turn leaves its child interrupted, as a crash of ours
+/// would (SPEC §3): no report yet and the parent not woken; a follow-up is refused until
+/// the child is resumed or cancelled; a restart finds it interrupted still. Resumed, a
+/// new process continues the same ACP session with `session/load` (the agent offers it),
+/// asked to go on, its replayed history not taken as an answer; then the one report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_agents_child_continues_its_acp_session_with_session_load() {
+async fn a_dead_agents_child_is_interrupted_and_resumes_its_acp_session_with_session_load() {
     let fx = Fixture::new().await;
+    let (first_pid, child_id, parent_id) = interrupted_by_a_dead_agent(&fx).await;
+    // A restart keeps it interrupted and resumable.
     let service = fx.service();
-    let info = service
-        .create_session(fx.ws.to_str().unwrap(), None)
-        .unwrap();
-    let parent = service.controller(&info.session_id).unwrap();
-    let (mut events, _) = parent.subscribe();
-    parent.submit("delegate die".into(), None).unwrap();
-    tokio::time::timeout(WAIT, async {
-        while !has_report(&service, &info.session_id) || parent.snapshot().running {
-            let _ = events.next_event().await;
-        }
-    })
-    .await
-    .expect("no report of the dead agent");
-    let report = reports(&service, &info.session_id);
-    assert!(
-        report[0]
-            .text()
-            .contains("the ACP agent's process ended during its turn"),
-        "{}",
-        report[0].text()
-    );
-    let first_pid: i32 = std::fs::read_to_string(fx.ws.join("agent.pid"))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let child_id = service
-        .list_sessions(None)
-        .unwrap()
-        .into_iter()
-        .find(|s| s.parent_session_id.as_deref() == Some(info.session_id.as_str()))
-        .unwrap()
-        .session_id;
-    let child_ctl = service.controller(&child_id).unwrap();
-    let (mut child_events, _) = child_ctl.subscribe();
-    child_ctl.submit("hello".into(), None).unwrap();
-    let echoed = |service: &RuntimeService| {
-        service
-            .store()
-            .load(&child_id)
-            .unwrap()
-            .messages
-            .into_iter()
-            .find(|m| m.text().starts_with("echo from"))
-    };
-    tokio::time::timeout(WAIT, async {
-        while echoed(&service).is_none() {
-            let _ = child_events.next_event().await;
-        }
-    })
-    .await
-    .expect("the message after the death was not answered");
-    let text = echoed(&service).unwrap().text().to_string();
+    assert!(service.session_info(&child_id).unwrap().interrupted);
+    let text = resumed_answer(&service, &child_id, &parent_id).await;
     let second_pid: i32 = std::fs::read_to_string(fx.ws.join("agent.pid"))
         .unwrap()
         .parse()
         .unwrap();
     assert_ne!(second_pid, first_pid);
-    assert_eq!(
-        text,
-        format!("echo from {second_pid} py-{first_pid}-1: hello")
+    assert!(
+        text.starts_with(&format!(
+            "echo from {second_pid} py-{first_pid}-1: (Your previous turn was cut off"
+        )),
+        "{text}"
     );
     let child = service.store().load(&child_id).unwrap().messages;
     assert!(
@@ -493,10 +449,125 @@ async fn a_dead_agents_child_continues_its_acp_session_with_session_load() {
             .any(|m| m.text().contains("(replayed history)")),
         "{child:#?}"
     );
+    service.shutdown().await;
+}
+
+/// The same death with an agent that cannot load sessions: the new session it begins is
+/// told what the child was told before (its task) ahead of the request to go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_agent_without_session_load_is_told_its_task_again() {
+    let fx = Fixture::new().await;
+    let profile = fx.ws.join(".bumblehive/agents/py.md");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(
+        &profile,
+        text.replace("env:\n", "env:\n  ACP_TEST_NO_LOAD: \"1\"\n"),
+    )
+    .unwrap();
+    let (first_pid, child_id, parent_id) = interrupted_by_a_dead_agent(&fx).await;
+    let service = fx.service();
+    let text = resumed_answer(&service, &child_id, &parent_id).await;
+    let second_pid: i32 = std::fs::read_to_string(fx.ws.join("agent.pid"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        text.starts_with(&format!(
+            "echo from {second_pid} py-{second_pid}-1: die\n\n(Now:)"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("(Your previous turn was cut off"), "{text}");
+    assert_ne!(second_pid, first_pid);
+    service.shutdown().await;
+}
+
+/// Delegates `die` to the Python agent and waits until its child is interrupted and
+/// everything is idle; checks nothing was reported and a follow-up is refused; shuts the
+/// service down. Returns the dead agent's pid, the child's and the parent's ids.
+async fn interrupted_by_a_dead_agent(fx: &Fixture) -> (i32, String, String) {
+    let service = fx.service();
+    let info = service
+        .create_session(fx.ws.to_str().unwrap(), None)
+        .unwrap();
+    let parent = service.controller(&info.session_id).unwrap();
+    parent.submit("delegate die".into(), None).unwrap();
+    let child_of = |service: &RuntimeService| {
+        service
+            .list_sessions(None)
+            .unwrap()
+            .into_iter()
+            .find(|s| s.parent_session_id.as_deref() == Some(info.session_id.as_str()))
+    };
+    tokio::time::timeout(WAIT, async {
+        loop {
+            service.wait_idle().await;
+            if child_of(&service).is_some_and(|c| c.interrupted) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the child of the dead agent was not interrupted");
+    let child = child_of(&service).unwrap();
+    assert!(!child.failed, "{child:?}");
+    assert!(reports(&service, &info.session_id).is_empty());
+    let history = service.store().load(&child.session_id).unwrap().messages;
+    let cut = history.last().unwrap();
+    assert!(cut.stopped, "{history:#?}");
+    assert!(
+        cut.text().starts_with("dying")
+            && cut
+                .text()
+                .contains("the ACP agent's process ended during its turn: interrupted"),
+        "{}",
+        cut.text()
+    );
+    let refused = service
+        .submit_message(&child.session_id, "hello".into(), None)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("interrupted"), "{refused}");
+    let pid: i32 = std::fs::read_to_string(fx.ws.join("agent.pid"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    service.shutdown().await;
+    (pid, child.session_id, info.session_id)
+}
+
+/// Resumes the interrupted child and waits for its one report in the parent; returns
+/// the child's answer.
+async fn resumed_answer(service: &RuntimeService, child_id: &str, parent_id: &str) -> String {
+    let parent = service.controller(parent_id).unwrap();
+    let (mut events, _) = parent.subscribe();
+    service.resume_subagent(child_id).await.unwrap();
+    tokio::time::timeout(WAIT, async {
+        while !has_report(service, parent_id) || parent.snapshot().running {
+            let _ = events.next_event().await;
+        }
+    })
+    .await
+    .expect("no report after the resume");
     tokio::time::timeout(WAIT, service.wait_idle())
         .await
         .unwrap();
-    service.shutdown().await;
+    let report = reports(service, parent_id);
+    assert_eq!(report.len(), 1, "{report:#?}");
+    let answer = service
+        .store()
+        .load(child_id)
+        .unwrap()
+        .messages
+        .into_iter()
+        .rev()
+        .find(|m| m.text().starts_with("echo from"))
+        .expect("no answer after the resume")
+        .text()
+        .to_string();
+    assert!(report[0].text().contains(&answer), "{}", report[0].text());
+    answer
 }
 
 /// terminal/output shows what the command wrote while it still runs, and terminal/kill

@@ -65,8 +65,12 @@ pub enum TurnEnd {
     Done(String),
     /// Stopped by the person (the agent was told with `session/cancel`).
     Cancelled,
-    /// The agent could not start, answered with an error, or its process died.
+    /// The agent could not start, or answered the prompt with an error.
     Failed(String),
+    /// The agent's process ended during the turn, not by our Stop: the turn was cut off,
+    /// not finished, so the child is interrupted and resumable (a new process of the
+    /// agent continues its session with `session/load` where it offers it).
+    Lost(String),
 }
 
 /// One running agent process and its ACP session.
@@ -277,13 +281,18 @@ async fn start(
 /// prompt is answered, the person stops it (`ctx.cancel`) or the agent dies.
 ///
 /// `acp_session` is the ACP session the child had (a new process of the agent loads it
-/// where it can) and, once the agent runs, the one it has now.
+/// where it can) and, once the agent runs, the one it has now. `earlier` is what the
+/// child was told before this prompt (its task, follow-ups): sent ahead of the prompt
+/// when the agent had to begin a new session instead of loading its own, so that the
+/// new session still knows the task.
+#[allow(clippy::too_many_arguments)]
 pub async fn turn(
     agents: &Agents,
     session_id: &str,
     spec: &AcpAgent,
     ctx: &ToolContext,
     prompt: String,
+    earlier: &str,
     acp_session: &mut Option<String>,
     on_update: &mut (dyn FnMut(Update) + Send),
 ) -> TurnEnd {
@@ -295,7 +304,17 @@ pub async fn turn(
             Err(message) => return TurnEnd::Failed(message),
         },
     };
+    let lost_its_session = acp_session
+        .as_deref()
+        .is_some_and(|previous| previous != agent.acp_session);
     *acp_session = Some(agent.acp_session.clone());
+    let prompt = if lost_its_session && !earlier.trim().is_empty() {
+        format!(
+            "(Your earlier session could not be loaded. What you were told in it:)\n\n{earlier}\n\n(Now:)\n\n{prompt}"
+        )
+    } else {
+        prompt
+    };
     let mut incoming = agent.incoming.lock().await;
     let prompting = agent.connection.request(
         "session/prompt",
@@ -345,7 +364,7 @@ pub async fn turn(
                 return if cancelled {
                     TurnEnd::Cancelled
                 } else {
-                    TurnEnd::Failed("the ACP agent's process ended during its turn".into())
+                    TurnEnd::Lost("the ACP agent's process ended during its turn".into())
                 };
             }
             message = incoming.recv() => match message {

@@ -71,6 +71,10 @@ pub enum RunOutcome {
     Completed(String),
     Failed(String),
     Cancelled,
+    /// Cut off by something other than the person (an ACP child's agent process died
+    /// mid-turn): a sub-agent is then interrupted, resumable, and owes its report; a
+    /// session that is no sub-agent ends as failed.
+    Interrupted(String),
     /// A run started by the `compact` command compacted the history and ended with
     /// nothing else to do; `paused` when the session was paused before and stays so.
     Compacted {
@@ -1148,6 +1152,16 @@ impl SessionController {
         outcome: RunOutcome,
         requeue: Vec<QueuedMessage>,
     ) {
+        // Only a sub-agent can wait interrupted (its task resumes or cancels it); any
+        // other session's cut-off run is a failure, decided here, in the run's last step.
+        let outcome = match outcome {
+            RunOutcome::Interrupted(message)
+                if state.meta.task_id.is_none() || state.meta.parent_session_id.is_none() =>
+            {
+                RunOutcome::Failed(message)
+            }
+            outcome => outcome,
+        };
         let phase = std::mem::replace(&mut state.phase, Phase::Idle);
         let (run, deleted) = match phase {
             Phase::Running(run) => (run, false),
@@ -1177,7 +1191,7 @@ impl SessionController {
         let stopped = match outcome {
             RunOutcome::Completed(_) => false,
             RunOutcome::Compacted { paused } => paused && go_on.is_empty(),
-            RunOutcome::Failed(_) | RunOutcome::Cancelled => true,
+            RunOutcome::Failed(_) | RunOutcome::Cancelled | RunOutcome::Interrupted(_) => true,
         };
         if deleted {
             state.phase = Phase::Deleted(None);
@@ -1194,10 +1208,17 @@ impl SessionController {
             let models = state.models.clone();
             let paused = stopped;
             let failed = matches!(outcome, RunOutcome::Failed(_));
+            let interrupted = matches!(outcome, RunOutcome::Interrupted(_));
             self.update_meta(state, |meta| {
                 meta.usage = usage;
                 meta.models = models;
                 meta.failed = failed;
+                // Set with the run's end, in this one step: the task that ran it ends
+                // without a report (`child_outcome`), and from here on the child is
+                // what a restart would find, resumed or cancelled the same way.
+                if interrupted {
+                    meta.interrupted = true;
+                }
                 meta.state = if paused {
                     SessionState::Paused
                 } else {
@@ -1235,6 +1256,14 @@ impl SessionController {
                     self.emit_status(&message.message_id, MessageStatus::Queued);
                 }
                 self.emit_progress(Progress::RunCancelled {});
+            }
+            RunOutcome::Interrupted(message) => {
+                for message in &returned {
+                    self.emit_status(&message.message_id, MessageStatus::Queued);
+                }
+                self.emit_progress(Progress::RunInterrupted {
+                    message: message.clone(),
+                });
             }
             // Its `context.compacted` event said what happened; a paused session's steered
             // reports went back to its queue.
@@ -1654,6 +1683,7 @@ impl SessionController {
             outcome = outcome => match outcome {
                 Ok(RunOutcome::Completed(answer)) => ChildOutcome::Completed(answer),
                 Ok(RunOutcome::Failed(message)) => ChildOutcome::Failed(message),
+                Ok(RunOutcome::Interrupted(_)) => ChildOutcome::Interrupted,
                 Ok(RunOutcome::Cancelled | RunOutcome::Compacted { .. }) | Err(_) => {
                     ChildOutcome::Stopped
                 }

@@ -19,6 +19,9 @@ use crate::tools::{COMMITTED, ToolContext, ToolError};
 /// The result text of a call that a cancel left without one.
 pub const CANCELLED_RESULT: &str = "Cancelled by user";
 
+/// The prompt of an ACP child resumed after its agent's process died mid-turn.
+const ACP_GO_ON: &str = "(Your previous turn was cut off before it finished: your process ended. Go on with the task where you left off.)";
+
 /// The result text given to calls a crash (or a failed run) left unanswered.
 pub const INTERRUPTED_RESULT: &str = "Interrupted: Bumblehive stopped before this call finished";
 
@@ -369,12 +372,21 @@ impl Run {
                 .iter()
                 .rposition(|m| m.role == crate::protocol::Role::Assistant)
                 .map_or(0, |i| i + 1);
-            let prompt: Vec<&str> = self.history[since..]
-                .iter()
-                .filter(|m| m.role == crate::protocol::Role::User)
-                .map(|m| m.text())
-                .collect();
-            let prompt = prompt.join("\n\n");
+            let users = |messages: &[Message]| {
+                messages
+                    .iter()
+                    .filter(|m| m.role == crate::protocol::Role::User)
+                    .map(|m| m.text())
+                    .collect::<Vec<&str>>()
+                    .join("\n\n")
+            };
+            let mut prompt = users(&self.history[since..]);
+            // Nothing new since its last answer: a child resumed after its agent's process
+            // died (that answer was cut off), so the agent is asked to go on.
+            if prompt.trim().is_empty() {
+                prompt = ACP_GO_ON.to_string();
+            }
+            let earlier = users(&self.history[..since]);
             let ctx = self.tool_context();
             let session_id = self.ctl.session_id().to_string();
             let mut text = String::new();
@@ -445,6 +457,7 @@ impl Run {
                     &agent,
                     &ctx,
                     prompt,
+                    &earlier,
                     &mut acp_session,
                     &mut on_update,
                 )
@@ -489,6 +502,18 @@ impl Run {
                     text.push_str(&note);
                 }
             }
+            if let TurnEnd::Lost(reason) = &end {
+                // Said in the answer cut off, so the transcript shows where it stopped.
+                let note = format!("({reason}: interrupted; resume the sub-agent to go on)");
+                let note = if text.trim().is_empty() {
+                    note
+                } else {
+                    format!("\n\n{note}")
+                };
+                self.ctl
+                    .emit_progress(Progress::ContentDelta { text: note.clone() });
+                text.push_str(&note);
+            }
             match &end {
                 TurnEnd::Done(_) => {
                     messages.push(Message::assistant(Some(text.clone()), Vec::new()))
@@ -509,6 +534,7 @@ impl Run {
             match end {
                 TurnEnd::Cancelled => return Some(RunOutcome::Cancelled),
                 TurnEnd::Failed(message) => return Some(RunOutcome::Failed(message)),
+                TurnEnd::Lost(message) => return Some(RunOutcome::Interrupted(message)),
                 TurnEnd::Done(_) => {
                     self.sync().await;
                     match self.ctl.finish_or_take_inbox(&text, &mut self.history) {

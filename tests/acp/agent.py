@@ -17,7 +17,8 @@ Prompts it understands:
                and answers with what it saw and how it ended;
   stamp        says "stamped" and writes the wall clock (ns) to end.ns in the cwd just
                before it ends its turn (benches/runtime.rs: a report's latency);
-  die          says "dying" and ends its process mid-turn;
+  die          says "dying" and ends its process mid-turn (ACP_TEST_NO_LOAD=1 in its
+               environment makes it an agent that cannot load sessions);
   wait         says "waiting" and waits for
                session/cancel, then ends the turn as cancelled;
   anything else is echoed ("echo from <pid> <session>: <text>").
@@ -62,7 +63,8 @@ class Agent:
     async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kwargs):
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
-            agent_capabilities=AgentCapabilities(load_session=True),
+            # ACP_TEST_NO_LOAD=1: an agent that cannot load sessions (a new one each start).
+            agent_capabilities=AgentCapabilities(load_session=os.environ.get("ACP_TEST_NO_LOAD") != "1"),
         )
 
     async def new_session(self, cwd, mcp_servers=None, **kwargs):

@@ -933,6 +933,19 @@ export class SessionModel {
         if (own) this.set({ running: false, paused: true });
         this.options.onSessionsChanged?.();
         return;
+      case 'run.interrupted':
+        // Cut off without the person's Stop (an ACP agent's process died): the sub-agent is
+        // interrupted, and the list (refreshed below) offers Resume and Cancel.
+        this.patchTranscript(sessionId, (t) => ({
+          running: false,
+          streaming: '',
+          retry: null,
+          slot: null,
+          notes: [...t.notes, { kind: 'notice', text: `Interrupted: ${progress.data.message}. Resume the sub-agent to go on, or cancel it.`, at: t.first + t.messages.length }],
+        }));
+        if (own) this.set({ running: false, paused: true });
+        this.options.onSessionsChanged?.();
+        return;
       case 'message.discarded': {
         if (!own) return;
         const id = progress.data.message_id;
@@ -1354,7 +1367,7 @@ export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record
       }
       // The model answers (or the run ended): the wait for a slot is over.
       const answered = event.kind === 'message.appended' && (data.message as Message | undefined)?.role === 'assistant';
-      if (answered || event.kind === 'content.delta' || event.kind === 'tool.call.started' || event.kind === 'run.cancelled') root = slotOver(root, event.session_id);
+      if (answered || event.kind === 'content.delta' || event.kind === 'tool.call.started' || event.kind === 'run.cancelled' || event.kind === 'run.interrupted') root = slotOver(root, event.session_id);
       next = root;
       if (event.kind === 'message.discarded' && event.session_id === root.rootId) {
         // The person discarded a waiting report: the tray's count follows (E4).
@@ -1379,7 +1392,7 @@ export function reduceRoot(root: RootAttention, event: WireEvent, titles: Record
         const m = data.message as Message | undefined;
         const taskId = m?.role === 'user' ? reportTaskId(m.id) : null;
         if (taskId) next = reported(root, taskId, reportBody(m?.content ?? '').startsWith('Error:'), alerts, titles);
-      } else if (event.kind === 'run.cancelled' && event.session_id === root.rootId) {
+      } else if ((event.kind === 'run.cancelled' || event.kind === 'run.interrupted') && event.session_id === root.rootId) {
         next = { ...root, running: false };
       }
       break;

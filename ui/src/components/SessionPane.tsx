@@ -328,7 +328,7 @@ function ChildView(props: {
       )}
       {interrupted && (
         <div class="notice" data-testid="child-interrupted">
-          This sub-agent was cut off when Bumblehive stopped. Resume it from where it was, or cancel it (its parent
+          This sub-agent was cut off before it finished (Bumblehive stopped, or its agent's process ended). Resume it from where it was, or cancel it (its parent
           then gets an error report).
           <button type="button" class="primary" disabled={busy} data-testid="child-resume" onClick={() => void resume()}>
             Resume

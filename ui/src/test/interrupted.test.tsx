@@ -56,3 +56,29 @@ describe('a child interrupted by a restart', () => {
     expect($(root, 'child-state')!.dataset.state).toBe('stopped');
   });
 });
+
+describe('a child whose ACP agent died mid-turn (run.interrupted)', () => {
+  it('is shown interrupted, says why in its transcript, and offers Resume', async () => {
+    const fake = workspacePlatform([info(P), info(C, { parent_session_id: P, task_id: 'call-1', title: 'Claude', state: 'running' })]);
+    let listFeed: ((e: SessionListEvent) => void) | null = null;
+    (fake as any).subscribeSessions = (_ws: string, onEvent: (e: SessionListEvent) => void) => {
+      listFeed = onEvent;
+      return () => undefined;
+    };
+    const mounted = await mountApp(fake, P);
+    unmount = mounted.unmount;
+    const root = mounted.root;
+    const tab = $$(root, 'child-tab').find((t) => t.dataset.title === 'Claude')!;
+    await inAct(() => tab.click());
+    await inAct(() => fake.emit(P, kind(C, 'subagent.state', { task_id: 'call-1', state: 'running' })));
+    expect($(root, 'child-state')!.dataset.state).toBe('running');
+    // The runtime's order: the stored meta says interrupted, then the run's end, then the task's.
+    await inAct(() => listFeed?.({ type: 'changed', session: info(C, { parent_session_id: P, task_id: 'call-1', title: 'Claude', state: 'paused', interrupted: true }) }));
+    await inAct(() => fake.emit(P, kind(C, 'run.interrupted', { message: "the ACP agent's process ended during its turn" })));
+    await inAct(() => fake.emit(P, kind(C, 'subagent.state', { task_id: 'call-1', state: 'cancelled' })));
+    expect($(root, 'child-state')!.dataset.state).toBe('interrupted');
+    expect($(root, 'child-interrupted')!.textContent).toContain("its agent's process ended");
+    expect($(root, 'child-view')!.textContent).toContain("Interrupted: the ACP agent's process ended during its turn");
+    expect($(root, 'child-resume')).not.toBeNull();
+  });
+});
