@@ -1372,6 +1372,7 @@ pub mod desktop {
         load_ui_state(commands::Empty) -> Value;
         save_ui_state(SaveUiState) -> ();
         check_folder(CheckFolder) -> String;
+        clipboard_image(commands::Empty) -> Option<ImagePart>;
     }
 
     /// Starts a session's feed (snapshot first, then its events, one frame a message).

@@ -20,6 +20,7 @@ use tauri_plugin_notification::NotificationExt;
 use tauri_plugin_opener::OpenerExt;
 use tokio_util::sync::CancellationToken;
 
+mod clipboard;
 mod memory;
 
 /// The one event name the UI listens to; the payload says which subscription it is for.
@@ -298,6 +299,19 @@ fn write_ui_state(data_dir: &std::path::Path, value: &Value) -> anyhow::Result<(
     std::fs::write(&temp, bytes).with_context(|| format!("cannot write {}", temp.display()))?;
     std::fs::rename(&temp, &path).with_context(|| format!("cannot replace {}", path.display()))?;
     Ok(())
+}
+
+/// The clipboard's image, `null` when it holds none: the composer asks when a paste
+/// brought neither an image nor text, as WebKitGTK's paste event carries no image (E14).
+#[tauri::command]
+async fn clipboard_image(
+    app: tauri::AppHandle,
+    args: Empty,
+) -> Result<Option<bumblehive::protocol::ImagePart>, Value> {
+    let Empty {} = args;
+    clipboard::read(&app)
+        .await
+        .map_err(|message| error("unavailable", message))
 }
 
 /// Checks a picked or typed folder before the UI uses it: `~` is the home folder, the
@@ -605,7 +619,8 @@ fn main() -> anyhow::Result<()> {
             quit,
             load_ui_state,
             save_ui_state,
-            check_folder
+            check_folder,
+            clipboard_image
         ])
         .build(tauri::generate_context!("../tauri.conf.json"))
         .context("cannot start the window")?;

@@ -5,7 +5,7 @@
 //
 //   node ui/e2e/desktop.mjs          (E2E_NO_BUILD=1 skips `npm run build` / `cargo build`)
 //
-// Needs: Xvfb, xdotool, import (ImageMagick), WebKitWebDriver (webkit2gtk-driver), and
+// Needs: Xvfb, xdotool, xclip, import and convert (ImageMagick), WebKitWebDriver (webkit2gtk-driver), and
 // tauri-driver (`cargo install tauri-driver --locked`); scripts/e2e.sh installs them.
 // Screenshots (WebDriver's, and the X screen's with `import -window root`) and logs go to
 // test-output/e2e-desktop/. Prints "N passed, N failed"; exits non-zero on failure.
@@ -140,6 +140,41 @@ try {
       .filter((l) => l.includes('notification requested'));
   };
   const opened = () => (existsSync(OPENED) ? readFileSync(OPENED, 'utf8').split('\n').filter(Boolean) : []);
+  // First of the window's own steps: the fresh composer of a new conversation, before the
+  // flow puts anything on the clipboard.
+  await runner.step('images on the real X clipboard (xclip, PNG and JPEG) pasted with Ctrl+V become attachments (E14)', async () => {
+    check(which('xclip') && which('convert'), 'xclip or convert is missing: run scripts/setup-system.sh desktop e2e');
+    const env = { ...process.env, DISPLAY: display };
+    const attachments = () => wd.execute("return Array.from(document.querySelectorAll('[data-testid=attachment]')).map((e) => e.getAttribute('title'));");
+    const before = (await attachments()).length;
+    for (const [type, file] of [['image/png', 'clip.png'], ['image/jpeg', 'clip.jpg']]) {
+      const path = join(out, file);
+      execFileSync('convert', ['-size', '8x8', 'xc:orange', path]);
+      // xclip owns the CLIPBOARD selection until another program takes it: it serves the
+      // paste, as a screenshot tool or an image viewer would, and offers only this one type.
+      const owner = start('xclip', ['-quiet', '-selection', 'clipboard', '-t', type, '-i', path], { env, log: join(out, `xclip-${file}.log`) });
+      await until(`xclip to own the clipboard with ${type}`, () =>
+        spawnSync('xclip', ['-selection', 'clipboard', '-o', '-t', 'TARGETS'], { env }).stdout.toString(), (t) => t.includes(type), { timeout: 5000 });
+      await wd.execute("document.querySelector('[data-testid=prompt-input]').focus(); return true;");
+      const id = await wd.element('[data-testid=prompt-input]');
+      // Ctrl+V as the window gets it from the keyboard: WebKitGTK's paste from GTK's
+      // clipboard, not a synthetic event. Control (U+E009) stays down for the "v".
+      await wd.call('POST', `/session/:session/element/${id}/value`, { text: '\uE009v\uE000' });
+      const got = await until(`the ${type} pasted from the X clipboard as an attachment`, attachments, (a) => a.length === before + 1, { timeout: 10000 });
+      check(got.length === before + 1, `attachments after pasting ${type}: ${got.join(', ')}`);
+      // The thumbnail is the clipboard's picture itself (8×8, its own type), decoded by the page.
+      await until(`the ${type} thumbnail shown`, () =>
+        wd.execute(`const img = document.querySelector('[data-testid=attachment-thumb]');
+          return img ? [img.naturalWidth, img.getAttribute('src').startsWith('data:${type};base64,')] : null;`), (v) => v && v[0] === 8 && v[1], { timeout: 5000 });
+      await driver.shot(`e14-real-clipboard-${file.replace('.', '-')}`);
+      owner.kill();
+      // Removed again, so the next paste is counted alone and the flow starts with none.
+      await wd.execute("document.querySelector('[data-testid=attachment-remove]')?.click(); return true;");
+      await until('the attachment removed', attachments, (a) => a.length === before, { timeout: 5000 });
+    }
+    check(!(await wd.execute("return document.querySelector('[data-testid=prompt-input]').value;")), 'an image paste put text into the composer');
+  });
+
   for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', data: space?.data ?? '', mock: mock ?? { requests: [] }, timeout: 30000, opened, windowTitle, notifications })) {
     await runner.step(title, fn);
   }

@@ -99,3 +99,35 @@ export function imageSrc(image: ImagePart): string | null {
   if (!/^[A-Za-z0-9+/=\s]*$/.test(image.data)) return null;
   return `data:${image.media_type};base64,${image.data}`;
 }
+
+/** What a paste event's `clipboardData` offers (the part of `DataTransfer` read here). */
+export interface PastedData {
+  files?: ArrayLike<File> | null;
+  items?: ArrayLike<{ kind: string; type: string; getAsFile(): File | null }> | null;
+  getData?(type: string): string;
+}
+
+/**
+ * What a paste brings the composer: the images it carries (Chromium lists a pasted
+ * screenshot in `files`, some engines only as an item), and whether the platform must be
+ * asked for the clipboard's image instead. WebKitGTK fires `paste` with an empty
+ * `clipboardData` when the clipboard holds only a picture (E14): a paste with neither an
+ * image nor text asks. A paste with text never asks: it stays the field's own paste.
+ */
+export function pastedImages(data: PastedData | null | undefined): { files: File[]; askClipboard: boolean } {
+  let files = Array.from(data?.files ?? []).filter((f) => f.type.startsWith('image/'));
+  if (!files.length) {
+    files = Array.from(data?.items ?? [])
+      .filter((item) => item.kind === 'file' && item.type.startsWith('image/'))
+      .map((item) => item.getAsFile())
+      .filter((f): f is File => f != null);
+  }
+  const text = data?.getData?.('text/plain') ?? '';
+  return { files, askClipboard: !files.length && !text };
+}
+
+/** The clipboard's image (as the platform read it) as a file, checked and attached like a pasted one. */
+export function imageFile(image: ImagePart, name: string): File {
+  const bytes = Uint8Array.from(atob(image.data), (c) => c.charCodeAt(0));
+  return new File([bytes], name, { type: image.media_type });
+}

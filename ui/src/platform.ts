@@ -9,6 +9,7 @@ import type { DesktopCommandResults } from './bindings/DesktopCommandResults';
 import type { OpenRequested } from './bindings/OpenRequested';
 import type { Event as WireEvent } from './bindings/Event';
 import type { FoundServer } from './bindings/FoundServer';
+import type { ImagePart } from './bindings/ImagePart';
 import type { SessionListEvent } from './bindings/SessionListEvent';
 
 /** A command of the command table (SPEC §9). Names, arguments and results are generated
@@ -79,6 +80,11 @@ export interface Platform {
   /** While true, closing the window calls the `onCloseRequested` handler instead. */
   setCloseGuard?(active: boolean): void;
   onCloseRequested?(handler: () => void): () => void;
+  /**
+   * The clipboard's image, null when it holds none. Optional: only for engines whose paste
+   * event does not carry a pasted image (WebKitGTK, in the desktop shell; E14).
+   */
+  clipboardImage?(): Promise<ImagePart | null>;
   /** Quits the app (after the person confirmed). */
   quit?(): void;
   /** A later start of the app handed this window a workspace to open (one app per data
@@ -380,6 +386,13 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
     },
     quit() {
       shell('quit', {}).catch(() => undefined);
+    },
+    async clipboardImage() {
+      try {
+        return (await shell('clipboard_image', {})) ?? null;
+      } catch (err) {
+        throw toCommandError(err);
+      }
     },
     onOpenRequested(handler) {
       let off: (() => void) | null = null;

@@ -1,10 +1,11 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { argumentQuery, insertMention, matchCommands, mentionAt, parseSlash, skillAt, slashQuery, type SlashCommand } from '../commands';
-import { fencedBlock, fileKind, imageRefusal, imageSrc, isBinaryText, MAX_TEXT_CHARS, readBase64, readText, type Attachment } from '../attachments';
+import { fencedBlock, fileKind, imageFile, imageRefusal, imageSrc, isBinaryText, MAX_TEXT_CHARS, pastedImages, readBase64, readText, type Attachment } from '../attachments';
 import type { ImagePart } from '../bindings/ImagePart';
 import { toCommandError } from '../platform';
 import { ErrorBox } from './ErrorBox';
+import { usePlatform } from './context';
 import { mentionedPaths } from '../mentions';
 
 let attachmentSeq = 0;
@@ -196,6 +197,7 @@ export function Composer(props: {
   }, [props.running]);
 
   const canAttach = props.images ?? true;
+  const platform = usePlatform();
 
   /** Pasted or dropped files: images attach, text files are inserted, anything else is refused. */
   const addFiles = async (files: File[], dropped: boolean) => {
@@ -244,17 +246,30 @@ export function Composer(props: {
     setFileNotes(notes);
   };
 
-  const onPaste = (e: ClipboardEvent) => {
-    // Pasted text goes into the field as usual; only images are taken here. Chromium lists
-    // a pasted screenshot in `files`; WebKitGTK may give it only as an item (E14).
-    let files = Array.from(e.clipboardData?.files ?? []).filter((f) => f.type.startsWith('image/'));
-    if (!files.length) {
-      files = Array.from(e.clipboardData?.items ?? [])
-        .filter((item) => item.kind === 'file' && item.type.startsWith('image/'))
-        .map((item) => item.getAsFile())
-        .filter((f): f is File => f != null);
+  /**
+   * The clipboard's image as the platform reads it (the desktop shell, from GTK's
+   * clipboard), for a paste whose event carried nothing: WebKitGTK's, when the clipboard
+   * holds only a picture (E14).
+   */
+  const pasteFromClipboard = async (read: () => Promise<ImagePart | null>) => {
+    try {
+      const image = await read();
+      if (image) await addFiles([imageFile(image, 'pasted image')], false);
+    } catch (err) {
+      setFileNotes([`Cannot paste the clipboard's image: ${toCommandError(err).message}`]);
     }
-    if (!files.length) return;
+  };
+
+  const onPaste = (e: ClipboardEvent) => {
+    // Pasted text goes into the field as usual; only images are taken here.
+    const { files, askClipboard } = pastedImages(e.clipboardData);
+    if (!files.length) {
+      // The field's own paste goes on (it has nothing to insert); the image, if the
+      // clipboard has one, is added beside it when the platform has read it.
+      const read = platform?.clipboardImage?.bind(platform);
+      if (askClipboard && read) void pasteFromClipboard(read);
+      return;
+    }
     e.preventDefault();
     // Taking the images stops the default paste: put any text that came with them in by hand.
     const pastedText = e.clipboardData?.getData?.('text/plain') ?? '';

@@ -1,7 +1,7 @@
 // Pasted and dropped files in the composer (images attach, text files are inserted, others are
 // refused with a reason), images in the person's messages, and /agent (#17).
 import { afterEach, describe, expect, it } from 'vitest';
-import { fencedBlock, imageRefusal, MAX_IMAGE_BYTES } from '../attachments';
+import { fencedBlock, imageRefusal, MAX_IMAGE_BYTES, pastedImages } from '../attachments';
 import { CommandError } from '../platform';
 import { $, $$, info, inAct, key, settle, snapshot, typeInto, workspacePlatform } from './fake';
 import { mountApp } from './mount';
@@ -262,5 +262,74 @@ describe('images from the clipboard as WebKitGTK gives them, and the attach butt
     await inAct(() => choose([new File([new Uint8Array([0, 1, 2, 0])], 'c.bin', { type: 'application/octet-stream' })]));
     await settle();
     expect($(root, 'attach-error')!.textContent).toContain('Cannot attach c.bin');
+  });
+
+  it('a paste with neither an image nor text asks the clipboard (WebKitGTK); one with text never does', () => {
+    const shot = new File([PNG], '', { type: 'image/png' });
+    // What WebKitGTK's paste event holds when the clipboard has only a picture: nothing.
+    expect(pastedImages({ files: [], items: [], getData: () => '' })).toEqual({ files: [], askClipboard: true });
+    expect(pastedImages(null)).toEqual({ files: [], askClipboard: true });
+    // Text is the field's own paste, unchanged.
+    expect(pastedImages({ files: [], items: [], getData: (t) => (t === 'text/plain' ? 'hello' : '') })).toEqual({ files: [], askClipboard: false });
+    // An image the event carries is taken from it: no need to ask.
+    expect(pastedImages({ files: [shot], items: [], getData: () => '' })).toEqual({ files: [shot], askClipboard: false });
+    expect(pastedImages({ files: [], items: [{ kind: 'file', type: 'image/png', getAsFile: () => shot }], getData: () => '' }).files).toEqual([shot]);
+  });
+
+  it("Ctrl+V whose event carries nothing attaches the clipboard's image as the platform reads it (WebKitGTK, E14)", async () => {
+    const { fake, root } = await openSession();
+    let asked = 0;
+    fake.clipboardImage = () => {
+      asked++;
+      return Promise.resolve({ media_type: 'image/jpeg', data: PNG_BASE64 });
+    };
+    const input = $(root, 'prompt-input') as HTMLTextAreaElement;
+    const empty = () => {
+      const event = new Event('paste', { bubbles: true, cancelable: true });
+      Object.defineProperty(event, 'clipboardData', { value: { files: [], items: [], types: [], getData: () => '' } });
+      return event;
+    };
+    const event = empty();
+    await inAct(() => void input.dispatchEvent(event));
+    await settle();
+    expect(asked).toBe(1);
+    // The field's own paste is left alone (it had nothing to insert).
+    expect(event.defaultPrevented).toBe(false);
+    expect($$(root, 'attachment').map((a) => a.title)).toEqual(['pasted image']);
+    expect(($(root, 'attachment-thumb') as HTMLImageElement).getAttribute('src')).toBe(`data:image/jpeg;base64,${PNG_BASE64}`);
+    await inAct(() => typeInto(input, 'and this?'));
+    await inAct(() => key(input, 'Enter'));
+    expect(fake.callsOf('submit').at(-1)!.images).toEqual([{ media_type: 'image/jpeg', data: PNG_BASE64 }]);
+
+    // A clipboard with no image: nothing attached, nothing said.
+    fake.clipboardImage = () => Promise.resolve(null);
+    await inAct(() => void input.dispatchEvent(empty()));
+    await settle();
+    expect($$(root, 'attachment')).toHaveLength(0);
+    expect($(root, 'attach-error')).toBeNull();
+
+    // The platform could not read it: the composer says why.
+    fake.clipboardImage = () => Promise.reject(new CommandError('unavailable', "the clipboard's image is 9.0 MiB; an image may be at most 5 MiB"));
+    await inAct(() => void input.dispatchEvent(empty()));
+    await settle();
+    expect($(root, 'attach-error')!.textContent).toContain('at most 5 MiB');
+  });
+
+  it('pasted text never asks the platform for an image and goes into the field as before', async () => {
+    const { fake, root } = await openSession();
+    let asked = 0;
+    fake.clipboardImage = () => {
+      asked++;
+      return Promise.resolve({ media_type: 'image/png', data: PNG_BASE64 });
+    };
+    const input = $(root, 'prompt-input') as HTMLTextAreaElement;
+    const event = new Event('paste', { bubbles: true, cancelable: true });
+    Object.defineProperty(event, 'clipboardData', { value: { files: [], items: [], types: ['text/plain'], getData: (t: string) => (t === 'text/plain' ? 'some text' : '') } });
+    await inAct(() => void input.dispatchEvent(event));
+    await settle();
+    expect(asked).toBe(0);
+    // Not taken: the browser's own paste inserts the text.
+    expect(event.defaultPrevented).toBe(false);
+    expect($$(root, 'attachment')).toHaveLength(0);
   });
 });

@@ -2,6 +2,7 @@
 // a test push events into a session's stream.
 
 import { act } from 'preact/test-utils';
+import type { ImagePart } from '../bindings/ImagePart';
 import type { Event as WireEvent } from '../bindings/Event';
 import type { SessionInfo } from '../bindings/SessionInfo';
 import type { Snapshot } from '../bindings/Snapshot';
@@ -140,6 +141,8 @@ export class FakePlatform implements Platform {
   probeProviders() {
     return Promise.resolve(this.probe);
   }
+  /** What the clipboard's image reads as (a test sets it; unset: the platform has no such read). */
+  clipboardImage?: () => Promise<ImagePart | null>;
 }
 
 export const usage = (input: number, output: number) => ({ input_tokens: input, output_tokens: output }) as any;
