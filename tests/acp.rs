@@ -58,11 +58,19 @@ struct Model(Arc<Mutex<ModelState>>);
 struct ModelState {
     released: bool,
     held: Vec<(LiveStream, String)>,
-    /// The child of the queued-after-Stop scenario, held until its parent is stopped.
-    delta_released: bool,
-    delta_held: Vec<(LiveStream, String)>,
+    /// Children held until a moment of their scenario (`open`): delta (queued after
+    /// Stop) until its parent is stopped, epsilon (steering) until its parent waits
+    /// for a permission.
+    gates: std::collections::HashMap<&'static str, Gate>,
     /// The cancelled turn's stream, kept open until the test ends.
     hanging: Vec<LiveStream>,
+}
+
+/// An answer held until its gate opens; once open, answered at once.
+#[derive(Default)]
+struct Gate {
+    open: bool,
+    held: Vec<(LiveStream, String)>,
 }
 
 fn text_of(message: &Value) -> String {
@@ -88,14 +96,10 @@ impl Model {
             ));
         }
         if first.contains("Task:\nDELTA") {
-            let body = openai::text_answer(&["DELTA_DONE"], (10, 2));
-            let mut state = self.0.lock().unwrap();
-            if state.delta_released {
-                return MockResponse::sse(body);
-            }
-            let (response, live) = MockResponse::live();
-            state.delta_held.push((live, body));
-            return response;
+            return self.gated("delta", openai::text_answer(&["DELTA_DONE"], (10, 2)));
+        }
+        if first.contains("Task:\nEPSILON") {
+            return self.gated("epsilon", openai::text_answer(&["EPSILON_DONE"], (10, 2)));
         }
         if first.contains("Task:\nGAMMA") {
             // Works until the client stops it.
@@ -123,6 +127,35 @@ impl Model {
             live.send(openai::data(&openai::text("thinking")));
             self.0.lock().unwrap().hanging.push(live);
             return response;
+        }
+        if asked == "steer" {
+            // Steering at a safe point (the seed's report during an approval): the
+            // delegation, then a write that asks; epsilon ends while the permission is
+            // open, so its report must come right after the write's result, in this turn.
+            return MockResponse::sse(
+                match (last["role"].as_str(), last["tool_call_id"].as_str()) {
+                    (Some("user"), _) if text_of(&last) == "steer" => openai::tool_answer(
+                        &[(
+                            "call-epsilon",
+                            "sub_agent",
+                            json!({"title": "epsilon", "task": "EPSILON"}),
+                        )],
+                        (20, 3),
+                    ),
+                    (Some("tool"), Some("call-epsilon")) => openai::tool_answer(
+                        &[(
+                            "call-write-e",
+                            "write_file",
+                            json!({"path": "e.txt", "content": "epsilon\n"}),
+                        )],
+                        (20, 3),
+                    ),
+                    (Some("user"), _) if text_of(&last).contains("EPSILON_DONE") => {
+                        openai::text_answer(&["STEERED epsilon_done_seen"], (20, 3))
+                    }
+                    _ => openai::text_answer(&["STEER-WITHOUT-REPORT"], (20, 3)),
+                },
+            );
         }
         if last["role"] == "tool" {
             let answer = match asked.as_str() {
@@ -243,10 +276,23 @@ impl Model {
         response
     }
 
-    fn release_delta(&self) {
+    /// An answer held until `open(gate)`.
+    fn gated(&self, gate: &'static str, body: String) -> MockResponse {
         let mut state = self.0.lock().unwrap();
-        state.delta_released = true;
-        for (live, body) in state.delta_held.drain(..) {
+        let gate = state.gates.entry(gate).or_default();
+        if gate.open {
+            return MockResponse::sse(body);
+        }
+        let (response, live) = MockResponse::live();
+        gate.held.push((live, body));
+        response
+    }
+
+    fn open(&self, gate: &'static str) {
+        let mut state = self.0.lock().unwrap();
+        let gate = state.gates.entry(gate).or_default();
+        gate.open = true;
+        for (live, body) in gate.held.drain(..) {
             live.send(body);
             live.finish();
         }
@@ -317,7 +363,10 @@ async fn run_client(program: &Path, script: &Path, setup: &Setup) -> Value {
                 setup.model.release();
             }
             if value["ev"] == "prompt_ended" && value["name"] == "queue_stop" {
-                setup.model.release_delta();
+                setup.model.open("delta");
+            }
+            if value["ev"] == "permission_asked" && value["path"] == "e.txt" {
+                setup.model.open("epsilon");
             }
             if value["ev"] == "facts" {
                 facts = Some(value);
@@ -433,7 +482,12 @@ fn check_common(facts: &Value, setup: &Setup) {
     assert!(text(&read, sid).contains("READ-DONE"));
 
     // The permissions: a.txt allowed once, b.txt rejected; each carries the call's diff.
-    let permissions = facts["permissions"].as_array().unwrap();
+    let permissions: Vec<&Value> = facts["permissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["phase"] == "write_allow" || p["phase"] == "write_reject")
+        .collect();
     assert_eq!(permissions.len(), 2, "{permissions:?}");
     for (permission, path, answer) in [
         (&permissions[0], "a.txt", "allow_once"),
@@ -449,6 +503,18 @@ fn check_common(facts: &Value, setup: &Setup) {
             diff["path"],
             setup.workspace.join(path).display().to_string(),
             "{call}"
+        );
+        // The "always" option says what it covers, once (it read "Always allow always
+        // allow write_file … in this session in this session").
+        let always = permission["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["optionId"] == "allow_always")
+            .expect("no allow_always option");
+        assert_eq!(
+            always["name"],
+            "Always allow write_file inside the workspace in this session"
         );
         let ids: Vec<&str> = permission["options"]
             .as_array()
@@ -646,7 +712,7 @@ async fn acp_typescript_sdk_client_gets_subagents_as_child_sessions() {
         );
     }
     let titles: Vec<&str> = children.iter().map(|(_, t, _)| t.as_str()).collect();
-    assert_eq!(titles, ["alpha", "beta", "gamma", "delta"]);
+    assert_eq!(titles, ["alpha", "beta", "gamma", "delta", "epsilon"]);
     let child_id = |title: &str| {
         children
             .iter()
@@ -741,4 +807,55 @@ async fn acp_typescript_sdk_client_gets_subagents_as_child_sessions() {
     }
     // No summary lines for a client that sees the child sessions.
     assert!(!text(&all, sid).contains("[sub-agent"));
+
+    // Steering at a safe point (the seed's report during an approval, through ACP):
+    // epsilon ended while the prompt's write waited for its permission; its report went
+    // into that same prompt right after the write's result (not into a later wake-up),
+    // and the prompt ended normally with the model's answer to it.
+    assert_eq!(facts["stops"]["steer"], "end_turn");
+    let steer = updates(&facts, "steer");
+    let answered = text(&steer, sid);
+    assert!(answered.contains("STEERED epsilon_done_seen"), "{answered}");
+    assert!(!answered.contains("STEER-WITHOUT-REPORT"), "{answered}");
+    assert_eq!(
+        std::fs::read_to_string(setup.workspace.join("e.txt")).unwrap(),
+        "epsilon\n"
+    );
+    let epsilon_report =
+        |m: &Value| m["role"] == "user" && text_of(m).contains("Task ID: call-epsilon");
+    let steered: Vec<Vec<Value>> = bodies
+        .iter()
+        .map(|body| body["messages"].as_array().unwrap().clone())
+        .filter(|messages| messages.iter().any(epsilon_report))
+        .collect();
+    assert!(
+        !steered.is_empty(),
+        "epsilon's report never reached the model"
+    );
+    for messages in &steered {
+        let at = messages.iter().position(epsilon_report).unwrap();
+        assert_eq!(
+            messages[at - 1]["tool_call_id"],
+            "call-write-e",
+            "the report was not steered in right after the write's result: {messages:#?}"
+        );
+        assert_eq!(messages.iter().filter(|m| epsilon_report(m)).count(), 1);
+    }
+    let history = std::fs::read_to_string(
+        setup
+            .dir
+            .path()
+            .join("data/sessions")
+            .join(sid)
+            .join("messages.jsonl"),
+    )
+    .unwrap();
+    assert_eq!(
+        history
+            .lines()
+            .filter(|l| serde_json::from_str::<Value>(l).unwrap()["id"] == "subagent:call-epsilon")
+            .count(),
+        1,
+        "epsilon's report not recorded exactly once"
+    );
 }

@@ -636,7 +636,14 @@ impl Forwarder {
             let label = ask
                 .remember_label
                 .as_ref()
-                .map(|l| format!("Always allow {l} in this session"))
+                // Already the whole sentence ("always allow … in this session"), as the
+                // desktop's button says it: only its first letter is raised.
+                .map(|l| {
+                    let mut chars = l.chars();
+                    chars.next().map_or_else(String::new, |first| {
+                        first.to_uppercase().chain(chars).collect::<String>()
+                    })
+                })
                 .unwrap_or_else(|| "Always allow in this session".into());
             options.push(schema::permission_option(
                 "allow_always",

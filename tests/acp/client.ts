@@ -48,6 +48,12 @@ class Recorder {
       .join("");
   }
 
+  /** The child session announced with this title, once it was. */
+  childId(title: string): string | undefined {
+    return this.updates.find((u) => u.update.sessionUpdate === "subagent_update" && u.update.title === title)
+      ?.update.sessionId as string | undefined;
+  }
+
   async waitFor(predicate: () => boolean): Promise<void> {
     const deadline = Date.now() + WAIT_MS;
     while (!predicate()) {
@@ -72,8 +78,21 @@ function start(binary: string, args: string[], rec: Recorder) {
   );
   const app = acp
     .client()
-    .onRequest("session/request_permission", ({ params }) => {
+    .onRequest("session/request_permission", async ({ params }) => {
       const call = params.toolCall as { rawInput?: { path?: string } };
+      if (call.rawInput?.path === "e.txt") {
+        // Steering: the Rust side lets epsilon answer now; the write is allowed only once
+        // epsilon has ended, so its report waits in the running turn for the batch's end.
+        emit({ ev: "permission_asked", path: "e.txt" });
+        await rec.waitFor(() =>
+          rec.updates.some(
+            (u) =>
+              u.update.sessionUpdate === "subagent_update" &&
+              u.update.sessionId === rec.childId("epsilon") &&
+              (u.update.state as { stopReason?: string } | undefined)?.stopReason === "end_turn",
+          ),
+        );
+      }
       // a.txt is allowed, b.txt rejected: both answers of the scenario.
       const wanted = call.rawInput?.path === "b.txt" ? "reject_once" : "allow_once";
       const option = params.options.find((o) => o.kind === wanted);
@@ -212,6 +231,11 @@ async function main(): Promise<void> {
   const beforeResume = rec.updates.length;
   stops.resume = await prompt("resume", "resume");
   await rec.waitFor(() => rec.textSince(beforeResume, sid).includes("delta_done_seen"));
+
+  // Steering at a safe point: epsilon's report arrives while the prompt's write waits for
+  // its permission, and goes into the same prompt right after the write's result.
+  stops.steer = await prompt("steer", "steer");
+  facts.epsilon = rec.childId("epsilon");
   facts.stops = stops;
   await stop(child);
   facts.updates = rec.updates;
