@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 mod clipboard;
 mod memory;
+mod window_state;
 
 /// The one event name the UI listens to; the payload says which subscription it is for.
 const EVENT: &str = "bumblehive://event";
@@ -470,6 +471,38 @@ fn shell_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// Puts the window where it was last time, on a screen that is still there (E23).
+fn restore_geometry(window: &tauri::WebviewWindow, saved: window_state::Geometry) {
+    let screens: Vec<window_state::Screen> = window
+        .available_monitors()
+        .unwrap_or_default()
+        .iter()
+        .map(|m| {
+            let area = m.work_area();
+            window_state::Screen {
+                x: area.position.x,
+                y: area.position.y,
+                width: area.size.width,
+                height: area.size.height,
+            }
+        })
+        .collect();
+    let g = window_state::place(saved, &screens);
+    let placed = window
+        .set_size(tauri::PhysicalSize::new(g.width, g.height))
+        .and_then(|()| window.set_position(tauri::PhysicalPosition::new(g.x, g.y)))
+        .and_then(|()| {
+            if g.maximized {
+                window.maximize()
+            } else {
+                Ok(())
+            }
+        });
+    if let Err(err) = placed {
+        tracing::warn!("cannot put the window where it was: {err}");
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     memory::limit_malloc_arenas();
@@ -544,15 +577,24 @@ fn main() -> anyhow::Result<()> {
     let runtime_handle = runtime.handle().clone();
     // A later `bumblehive run` on this folder runs here, its session listed at once.
     let runs = bumblehive::owner_run::handler(service.clone());
+    // Where the window was last time (E23), put back before it is first painted.
+    let saved_geometry = window_state::load(&args.data_dir);
+    let geometry = Arc::new(window_state::Keeper::new(&args.data_dir, saved_geometry));
+    let settled = geometry.clone();
     let app = tauri::Builder::default()
         .plugin(tauri_plugin_dialog::init())
         .plugin(tauri_plugin_opener::init())
         .plugin(tauri_plugin_notification::init())
         .manage(desktop)
+        .manage(geometry)
         .setup(move |app| {
             if let Some(window) = app.get_webview_window("main") {
                 memory::slim_webview(&window);
+                if let Some(saved) = saved_geometry {
+                    restore_geometry(&window, saved);
+                }
             }
+            tauri::async_runtime::spawn(settled.clone().write_when_settled());
             // Later starts hand their request over to this window from now on.
             let _entered = runtime_handle.enter();
             if let Err(err) = bumblehive::owner::listen_with_runs(
@@ -590,6 +632,18 @@ fn main() -> anyhow::Result<()> {
             }
         })
         .on_window_event(|window, event| {
+            if let tauri::WindowEvent::Moved(_) | tauri::WindowEvent::Resized(_) = event
+                && let (Ok(at), Ok(size)) = (window.outer_position(), window.inner_size())
+            {
+                let maximized = window.is_maximized().unwrap_or(false);
+                window.state::<Arc<window_state::Keeper>>().seen(
+                    at.x,
+                    at.y,
+                    size.width,
+                    size.height,
+                    maximized,
+                );
+            }
             if let tauri::WindowEvent::CloseRequested { api, .. } = event {
                 // While work runs, the UI asks the person (it knows what runs); it calls
                 // `quit` when they confirm. A UI that never set the guard cannot block closing.
@@ -631,6 +685,7 @@ fn main() -> anyhow::Result<()> {
     app.run(move |handle, event| {
         if let tauri::RunEvent::Exit = event {
             handoffs.cancel();
+            handle.state::<Arc<window_state::Keeper>>().flush();
             // Stop every run and task before the process goes, so histories end valid.
             let service = handle.state::<Arc<Desktop>>().service.clone();
             // Bounded (review R6): a run or server that does not stop must not keep the
