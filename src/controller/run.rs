@@ -487,24 +487,19 @@ impl Run {
                     messages.push(Message::tool(&call.id, &output));
                 }
             }
-            if let TurnEnd::Done(reason) = &end {
+            let note = match &end {
                 // A turn the agent ended otherwise than by finishing says so in its answer
                 // (and so in the report): it was not the person's Stop.
-                if reason != "end_turn" {
-                    let note = format!("(the agent ended its turn (stop reason: {reason}))");
-                    let note = if text.trim().is_empty() {
-                        note
-                    } else {
-                        format!("\n\n{note}")
-                    };
-                    self.ctl
-                        .emit_progress(Progress::ContentDelta { text: note.clone() });
-                    text.push_str(&note);
-                }
-            }
-            if let TurnEnd::Lost(reason) = &end {
+                TurnEnd::Done(reason) if reason != "end_turn" => Some(format!(
+                    "(the agent ended its turn (stop reason: {reason}))"
+                )),
                 // Said in the answer cut off, so the transcript shows where it stopped.
-                let note = format!("({reason}: interrupted; resume the sub-agent to go on)");
+                TurnEnd::Lost(reason) => Some(format!(
+                    "({reason}: interrupted; resume the sub-agent to go on)"
+                )),
+                _ => None,
+            };
+            if let Some(note) = note {
                 let note = if text.trim().is_empty() {
                     note
                 } else {

@@ -12,11 +12,9 @@ afterEach(() => {
   unmount = null;
 });
 
-async function withInterruptedChild() {
-  const fake = workspacePlatform([
-    info(P),
-    info(C, { parent_session_id: P, task_id: 'call-1', title: 'Review db', state: 'paused', interrupted: true }),
-  ]);
+/** The app on P with the child C (as `child` says) open in its tab. */
+async function withChild(child: Parameters<typeof info>[1] & { title: string }) {
+  const fake = workspacePlatform([info(P), info(C, { parent_session_id: P, task_id: 'call-1', ...child })]);
   fake.handlers.resume_subagent = () => ({});
   // The desktop's list feed: the runtime says when a stored session changes.
   let listFeed: ((e: SessionListEvent) => void) | null = null;
@@ -26,10 +24,12 @@ async function withInterruptedChild() {
   };
   const mounted = await mountApp(fake, P);
   unmount = mounted.unmount;
-  const tab = $$(mounted.root, 'child-tab').find((t) => t.dataset.title === 'Review db')!;
+  const tab = $$(mounted.root, 'child-tab').find((t) => t.dataset.title === child.title)!;
   await inAct(() => tab.click());
   return { fake, root: mounted.root, listChanged: (e: SessionListEvent) => listFeed?.(e) };
 }
+
+const withInterruptedChild = () => withChild({ title: 'Review db', state: 'paused', interrupted: true });
 
 describe('a child interrupted by a restart', () => {
   it('says so and Resume continues it with resume_subagent', async () => {
@@ -59,21 +59,11 @@ describe('a child interrupted by a restart', () => {
 
 describe('a child whose ACP agent died mid-turn (run.interrupted)', () => {
   it('is shown interrupted, says why in its transcript, and offers Resume', async () => {
-    const fake = workspacePlatform([info(P), info(C, { parent_session_id: P, task_id: 'call-1', title: 'Claude', state: 'running' })]);
-    let listFeed: ((e: SessionListEvent) => void) | null = null;
-    (fake as any).subscribeSessions = (_ws: string, onEvent: (e: SessionListEvent) => void) => {
-      listFeed = onEvent;
-      return () => undefined;
-    };
-    const mounted = await mountApp(fake, P);
-    unmount = mounted.unmount;
-    const root = mounted.root;
-    const tab = $$(root, 'child-tab').find((t) => t.dataset.title === 'Claude')!;
-    await inAct(() => tab.click());
+    const { fake, root, listChanged } = await withChild({ title: 'Claude', state: 'running' });
     await inAct(() => fake.emit(P, kind(C, 'subagent.state', { task_id: 'call-1', state: 'running' })));
     expect($(root, 'child-state')!.dataset.state).toBe('running');
     // The runtime's order: the stored meta says interrupted, then the run's end, then the task's.
-    await inAct(() => listFeed?.({ type: 'changed', session: info(C, { parent_session_id: P, task_id: 'call-1', title: 'Claude', state: 'paused', interrupted: true }) }));
+    await inAct(() => listChanged({ type: 'changed', session: info(C, { parent_session_id: P, task_id: 'call-1', title: 'Claude', state: 'paused', interrupted: true }) }));
     await inAct(() => fake.emit(P, kind(C, 'run.interrupted', { message: "the ACP agent's process ended during its turn" })));
     await inAct(() => fake.emit(P, kind(C, 'subagent.state', { task_id: 'call-1', state: 'cancelled' })));
     expect($(root, 'child-state')!.dataset.state).toBe('interrupted');
