@@ -217,6 +217,8 @@ pub struct SessionGate {
     pub lineage: Vec<SessionId>,
     /// The branch of the session's worktree, when it is an isolated sub-agent.
     pub worktree: Option<String>,
+    /// A sub-agent's server and model for this run, named in its requests (E3).
+    pub runs_on: Option<(String, String)>,
     pub policy: PolicyFn,
     pub emit: Emit,
 }
@@ -272,6 +274,8 @@ impl ApprovalGate for SessionGate {
             remember_label: rememberable.then(|| remember_label(&ask.tool, &ask.arguments)),
             mcp_server: crate::mcp::server_of_tool(&ask.tool).map(str::to_string),
             worktree: self.worktree.clone(),
+            provider: self.runs_on.as_ref().map(|(provider, _)| provider.clone()),
+            model: self.runs_on.as_ref().map(|(_, model)| model.clone()),
             tool: ask.tool,
             arguments: ask.arguments,
             diff: ask.diff,

@@ -512,6 +512,17 @@ pub struct ApprovalInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional = nullable)]
     pub worktree: Option<String>,
+    /// Where the asking sub-agent runs: its server's name and its model, as its run
+    /// resolved them (UX review E3). A child may run on another server than its parent
+    /// (its profile's), so the person sees where the call's content goes before deciding.
+    /// Unset for a top-level session (it runs where the person picked) and for an ACP
+    /// agent's child (the agent chooses its own model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    pub model: Option<String>,
 }
 
 /// A background sub-agent as its parent's snapshot lists it.

@@ -763,6 +763,7 @@ async fn path_always_allow_never_covers_outside() {
         title: None,
         lineage: vec!["s".into()],
         worktree: None,
+        runs_on: None,
         policy: Box::new(|tool| (tool == "edit_file").then_some(ToolPolicy::Allow)),
         emit: Arc::new(move |event| {
             let _ = tx.send(event);

@@ -822,3 +822,188 @@ async fn e3_a_child_runs_on_the_server_and_model_picked_for_its_parent() {
     assert_eq!(child.model.as_deref(), Some("scripted-1"));
     service.shutdown().await;
 }
+
+/// Scripted for the E3 approval tests: the parent delegates `children` at once, each child
+/// asks to write `<its title>.txt` (an approval), then everyone answers in text.
+fn delegating(children: Value) -> impl Fn(&ModelRequest) -> ModelResponse + Send + Sync {
+    move |request| {
+        let first = first_user(request);
+        let answered = request.messages.iter().any(|m| m.role == Role::Tool);
+        match first
+            .split_once("You are the sub-agent \"")
+            .map(|(_, rest)| rest)
+        {
+            Some(rest) if !answered => {
+                let title = rest.split('"').next().unwrap_or_default();
+                ModelResponse::tool_calls(vec![ToolCall {
+                    id: format!("w-{title}"),
+                    name: "write_file".into(),
+                    arguments: json!({"path": format!("{title}.txt"), "content": "x\n"}),
+                }])
+            }
+            Some(_) => ModelResponse::text("child done"),
+            None if !answered => ModelResponse::tool_calls(
+                children
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, args)| ToolCall {
+                        id: format!("d{i}"),
+                        name: "sub_agent".into(),
+                        arguments: args.clone(),
+                    })
+                    .collect(),
+            ),
+            None => ModelResponse::text("parent done"),
+        }
+    }
+}
+
+/// Submits `prompt` to `session`, approves each approval request its tree makes until
+/// `count` were made, waits for the tree to be idle and returns the requests as sent.
+async fn approve_all(service: &RuntimeService, session: &str, count: usize) -> Vec<Value> {
+    let parent = service.controller(session).unwrap();
+    let (mut events, _) = parent.subscribe();
+    parent.submit("delegate".into(), None).unwrap();
+    let mut asked = Vec::new();
+    tokio::time::timeout(WAIT, async {
+        while asked.len() < count {
+            let event = serde_json::to_value(events.next_event().await.unwrap()).unwrap();
+            if event["type"] == "approval_request" {
+                service
+                    .decide_approval(bumblehive::protocol::commands::DecideApproval {
+                        session_id: event["session_id"].as_str().unwrap().into(),
+                        approval_id: event["approval_id"].as_str().unwrap().into(),
+                        approved: true,
+                        remember: false,
+                        reason: None,
+                    })
+                    .unwrap();
+                asked.push(event);
+            }
+        }
+    })
+    .await
+    .expect("fewer approval requests than expected");
+    tokio::time::timeout(WAIT, service.wait_idle())
+        .await
+        .expect("the runs never settled");
+    asked
+}
+
+/// E3: a sub-agent's approval names the server and model it runs on, as its run resolved
+/// them: a profile's server and model, or (no profile) the parent's, here the default
+/// server's name and model though the parent's meta names none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e3_a_childs_approval_names_the_server_and_model_it_runs_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    write(
+        &ws.join(".bumblehive/agents/scout.md"),
+        "---\nname: scout\ndescription: Finds things\nprovider: local\nmodel: tiny\n---\nScout.\n",
+    );
+    let respond = || {
+        delegating(json!([
+            {"title": "Scout", "task": "write", "agent": "scout"},
+            {"title": "Plain", "task": "write"},
+        ]))
+    };
+    let local = Server::new(Duration::ZERO, respond());
+    let remote = Server::new(Duration::ZERO, respond());
+    let config = json!({
+        "providers": {
+            "local": {"kind": "openai", "base_url": "http://local/v1", "model": "small"},
+            "remote": {"kind": "openai", "base_url": "http://remote/v1", "model": "big"}
+        },
+        "default_provider": "remote"
+    });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.path().join("data"),
+        config_path: Some(dir.path().join("config.json")),
+        config: None,
+        provider_factory: two_servers(local.clone(), remote.clone()),
+        tools: None,
+    })
+    .unwrap();
+    let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
+    let asked = approve_all(&service, &info.session_id, 2).await;
+    let of = |title: &str| {
+        asked
+            .iter()
+            .find(|a| a["title"] == title)
+            .unwrap_or_else(|| panic!("no approval of {title}: {asked:#?}"))
+    };
+    assert_eq!(of("Scout")["provider"], "local");
+    assert_eq!(of("Scout")["model"], "tiny");
+    assert_eq!(of("Plain")["provider"], "remote");
+    assert_eq!(of("Plain")["model"], "big");
+    assert!(ws.join("Scout.txt").exists() && ws.join("Plain.txt").exists());
+    service.shutdown().await;
+}
+
+/// E3, `delegation::child_model`'s `(None, Some(_))`: a profile that names only a model
+/// runs that model on the parent's server (the session's pick), not on the default one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e3_a_profile_naming_only_a_model_runs_it_on_the_parents_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    write(
+        &ws.join(".bumblehive/agents/fast.md"),
+        "---\nname: fast\ndescription: Quick\nmodel: tiny\n---\nBe quick.\n",
+    );
+    let respond = || delegating(json!([{"title": "Fast", "task": "write", "agent": "fast"}]));
+    let local = Server::new(Duration::ZERO, respond());
+    let remote = Server::new(Duration::ZERO, respond());
+    let config = json!({
+        "providers": {
+            "local": {"kind": "openai", "base_url": "http://local/v1", "model": "small"},
+            "remote": {"kind": "openai", "base_url": "http://remote/v1", "model": "big"}
+        },
+        "default_provider": "remote"
+    });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.path().join("data"),
+        config_path: Some(dir.path().join("config.json")),
+        config: None,
+        provider_factory: two_servers(local.clone(), remote.clone()),
+        tools: None,
+    })
+    .unwrap();
+    let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
+    // The person picked the local server (and a model of it) for this session.
+    service
+        .set_model(
+            &info.session_id,
+            Some("local".into()),
+            Some("picked".into()),
+        )
+        .unwrap();
+    let asked = approve_all(&service, &info.session_id, 1).await;
+    assert!(
+        remote.requests().is_empty(),
+        "the default server was asked: {:#?}",
+        remote.requests()
+    );
+    let models: Vec<(bool, String)> = local
+        .requests()
+        .iter()
+        .map(|r| {
+            let child = first_user(r).contains("You are the sub-agent");
+            (child, r.settings.model.clone())
+        })
+        .collect();
+    assert!(models.contains(&(true, "tiny".into())), "{models:?}");
+    assert!(
+        models
+            .iter()
+            .all(|(child, model)| model == if *child { "tiny" } else { "picked" }),
+        "{models:?}"
+    );
+    assert_eq!(asked[0]["title"], "Fast");
+    assert_eq!(asked[0]["provider"], "local");
+    assert_eq!(asked[0]["model"], "tiny");
+    service.shutdown().await;
+}

@@ -502,6 +502,7 @@ async fn security_always_allow_covers_one_command_only() {
         title: None,
         lineage: vec!["s".into()],
         worktree: None,
+        runs_on: None,
         policy: Box::new(|_| None),
         emit: Arc::new(move |event| {
             let _ = tx.send(event);

@@ -1404,10 +1404,13 @@ impl SessionController {
         }
     }
 
-    /// The approval gate of this session's tools, with the run's policy snapshot.
+    /// The approval gate of this session's tools, with the run's policy snapshot and
+    /// where the run's model is (`runs_on`: its server's name and model), which a
+    /// sub-agent's requests name (E3).
     pub(crate) fn gate(
         &self,
         policy: Arc<std::collections::BTreeMap<String, crate::config::ToolPolicy>>,
+        runs_on: Option<(String, String)>,
     ) -> Arc<dyn crate::tools::ApprovalGate> {
         let this = self.this.clone();
         Arc::new(crate::approvals::SessionGate {
@@ -1422,6 +1425,8 @@ impl SessionController {
             lineage: self.lineage.clone(),
             // The meta as it is now: a worktree is set after the controller was made.
             worktree: self.lock().meta.worktree.as_ref().map(|w| w.branch.clone()),
+            // Only a sub-agent's: a top-level session runs where the person picked.
+            runs_on: runs_on.filter(|_| self.meta.parent_session_id.is_some()),
             policy: Box::new(move |tool| crate::mcp::policy_for(&policy, tool)),
             emit: Arc::new(move |event| {
                 if let Some(ctl) = this.upgrade() {

@@ -344,7 +344,16 @@ impl Run {
             workspace: PathBuf::from(&self.workspace),
             call_id: String::new(),
             cancel: self.token.child_token(),
-            approvals: self.ctl.gate(self.turn.policy.clone()),
+            approvals: self.ctl.gate(
+                self.turn.policy.clone(),
+                // An ACP agent picks its own model: the config's would be a wrong name.
+                self.turn.acp.is_none().then(|| {
+                    (
+                        self.turn.provider_name.clone(),
+                        self.turn.settings.model.clone(),
+                    )
+                }),
+            ),
             delegator: self.turn.delegator.clone(),
             run_config: self.config.clone(),
             secret_env: self.turn.secret_env.clone(),

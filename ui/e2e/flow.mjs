@@ -69,6 +69,9 @@ return {
     kind: e.querySelector('[data-testid=needs-badge]').getAttribute('data-kind'),
   })),
   inbox: !!document.querySelector('[data-testid=inbox-button]'),
+  // The inbox dialog open, and its approval items' text (E21).
+  inboxOpen: !!document.querySelector('[data-testid=inbox]'),
+  inboxApprovals: all('[data-testid=inbox-approval]').map(text),
   slash: all('[data-testid=slash-item]').map((e) => e.getAttribute('data-name')),
   mentions: all('[data-testid=mention-item]').map((e) => e.getAttribute('data-name')),
   promptText: document.querySelector('[data-testid=prompt-input]')?.value ?? null,
@@ -394,7 +397,7 @@ export function flowSteps(driver, ctx) {
       },
     ],
     [
-      "a sub-agent's approval while another session is selected: badge, title, notification and the inbox lead to it",
+      "a sub-agent's approval while another session is selected: badge, title, notification and the inbox, which approves it in place (E21)",
       async () => {
         // The window as attention.ts sees it when the person is elsewhere: it asks for an OS
         // notification only while document.hasFocus() is false (WebKit under Xvfb without a
@@ -433,11 +436,19 @@ export function flowSteps(driver, ctx) {
         await driver.query('delete document.hasFocus; return true;');
         await driver.shot('15-approval-in-other-session');
         await driver.click('[data-testid=inbox-button]');
+        const open = await waitFor('the inbox naming the Writer and its conversation', (x) => x.inboxOpen && x.inboxApprovals.length === 1);
+        check(/Writer.* wants to run write_file.* in “/.test(open.inboxApprovals[0]), `the inbox item says ${open.inboxApprovals[0]}`);
         await driver.shot('16-inbox');
-        await driver.click('[data-testid=inbox-approval]');
-        await waitFor('the approval in its session', (x) => x.session === second && x.approvals.length > 0);
-        await driver.click('[data-testid=approval-approve]');
-        // The inbox opened the child's tab; its report lands in Main. A real click: it once
+        // Approved in place: the person stays where they are, the inbox closes (nothing else
+        // waits) and the composer has the keys again.
+        await driver.click('[data-testid=inbox-approve]');
+        await waitFor(
+          'the inbox closed, nothing waiting, the first session still on screen with its composer focused',
+          (x) => !x.inboxOpen && !x.needs.some((n) => n.id === second) && x.session === ctx.firstSession && x.focus === 'prompt-input',
+        );
+        await driver.click(`[data-testid=session-item][data-session-id="${second}"] .session-open`);
+        await waitFor('the session of the approved Writer', (x) => x.session === second);
+        // The Writer went on; its report lands in Main. A real click: it once
         // met WebKitGTK's overlay scrollbar of the tab strip, which lay over the tabs' lower
         // half while a long "All tabs" entry ("Writer — running") widened the strip by 16 px
         // (the menu is `contain: paint` now: styles.css, layout.test.tsx).

@@ -1201,23 +1201,37 @@ export class SessionModel {
   }
 
   async decide(approval: ApprovalInfo, approved: boolean, remember = false, reason: string | null = null): Promise<void> {
-    try {
-      const args: DecideApproval = {
-        // The asking session (a child's id when a sub-agent asks); its ancestors may decide too.
-        session_id: approval.session_id,
-        approval_id: approval.approval_id,
-        approved,
-        remember: approved && remember,
-        reason: approved ? null : reason && reason.trim() ? reason.trim() : null,
-      };
-      await this.platform.invoke('decide_approval', args);
-    } catch (err) {
-      const error = toCommandError(err);
-      // Already decided (e.g. the run was stopped meanwhile): just drop it.
-      if (error.code !== 'not_found') throw error;
-    }
+    await decideApproval(this.platform, approval, approved, remember, reason);
     if (this.disposed) return;
     this.set({ approvals: this.state.approvals.filter((a) => a.approval_id !== approval.approval_id) });
+  }
+}
+
+/**
+ * Decides an approval: the one path of the approval dock and of the inbox (E21). A denial
+ * may carry the person's reason (told to the agent); "remember" only with an approval.
+ * An approval already decided (the run stopped meanwhile, another window) counts as done.
+ */
+export async function decideApproval(
+  platform: Platform,
+  approval: ApprovalInfo,
+  approved: boolean,
+  remember = false,
+  reason: string | null = null,
+): Promise<void> {
+  try {
+    const args: DecideApproval = {
+      // The asking session (a child's id when a sub-agent asks); its ancestors may decide too.
+      session_id: approval.session_id,
+      approval_id: approval.approval_id,
+      approved,
+      remember: approved && remember,
+      reason: approved ? null : reason && reason.trim() ? reason.trim() : null,
+    };
+    await platform.invoke('decide_approval', args);
+  } catch (err) {
+    const error = toCommandError(err);
+    if (error.code !== 'not_found') throw error;
   }
 }
 

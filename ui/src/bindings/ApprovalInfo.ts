@@ -31,4 +31,12 @@ mcp_server?: string | null,
  * and commands act there, not in the workspace, until the person applies them (UX
  * review E20).
  */
-worktree?: string | null, };
+worktree?: string | null, 
+/**
+ * Where the asking sub-agent runs: its server's name and its model, as its run
+ * resolved them (UX review E3). A child may run on another server than its parent
+ * (its profile's), so the person sees where the call's content goes before deciding.
+ * Unset for a top-level session (it runs where the person picked) and for an ACP
+ * agent's child (the agent chooses its own model).
+ */
+provider?: string | null, model?: string | null, };

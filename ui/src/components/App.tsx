@@ -18,6 +18,7 @@ import { SessionPane, type PaneStats } from './SessionPane';
 import { Settings } from './Settings';
 import { Sidebar } from './Sidebar';
 import { StatusLine } from './StatusLine';
+import { decideApproval } from '../model';
 import { applyListEvent } from '../sessionlist';
 import { countStates, liveStates } from '../status';
 import { treeModels } from '../usage';
@@ -516,6 +517,7 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
               setInbox(false);
               goTo(id);
             }}
+            onDecide={(a, approved, remember, reason) => decideApproval(platform, a, approved, remember, reason)}
             onClose={() => setInbox(false)}
           />
         )}

@@ -9,6 +9,22 @@ import { Folded } from './ToolCard';
 export type Decide = (approval: ApprovalInfo, approved: boolean, remember: boolean, reason: string | null) => Promise<void>;
 
 /**
+ * "tiny on local": where an asking sub-agent runs (E3), so the person sees which server
+ * the call's content goes to before deciding. Null for a top-level session's approval.
+ */
+export function runsOn(approval: ApprovalInfo): string | null {
+  if (approval.model && approval.provider) return `${approval.model} on ${approval.provider}`;
+  return approval.model || approval.provider || null;
+}
+
+/** What "Always" says on its button: exactly what it covers (the runtime's label). */
+export function alwaysLabel(approval: ApprovalInfo): string {
+  return approval.remember_label
+    ? approval.remember_label.charAt(0).toUpperCase() + approval.remember_label.slice(1)
+    : `Always allow ${approval.tool} in this session`;
+}
+
+/**
  * The approval of one tool call, docked above the composer so the chat stays readable.
  * Always shown in the parent's window (whichever tab is open), naming the sub-agent that
  * asks. Enter never approves: focus goes to the panel itself (never to a button), and Enter
@@ -63,10 +79,9 @@ export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; 
   };
 
   const who = approval.title ? `Sub-agent “${approval.title}”` : 'The agent';
+  const where = runsOn(approval);
   const hint = argumentHint(approval.arguments);
-  const always = approval.remember_label
-    ? approval.remember_label.charAt(0).toUpperCase() + approval.remember_label.slice(1)
-    : `Always allow ${approval.tool} in this session`;
+  const always = alwaysLabel(approval);
   return (
     <div class="approval-dock">
       <div
@@ -82,7 +97,14 @@ export function ApprovalDialog(props: { approval: ApprovalInfo; queued: number; 
         data-session-id={approval.session_id}
       >
         <h2 id="approval-title">
-          {who} wants to run <code>{approval.tool}</code>
+          {who}
+          {where && (
+            <span class="approval-runs-on" data-testid="approval-runs-on">
+              {' '}
+              · {where}
+            </span>
+          )}{' '}
+          wants to run <code>{approval.tool}</code>
           {hint && <span class="approval-hint"> on {hint}</span>}
           {approval.mcp_server && (
             <span class="approval-hint" data-testid="approval-mcp-server">

@@ -51,6 +51,19 @@ describe('the approval dialog', () => {
     expect($(dialog, 'approval-worktree')!.textContent).toContain('worktree (branch bumblehive/c1), not in the workspace');
   });
 
+  it('a sub-agent’s approval names the model and server it runs on, so the person sees where the content goes (UX E3)', async () => {
+    const { dialog } = await withApproval({ provider: 'local', model: 'qwen2.5-coder-7b' });
+    expect($(dialog, 'approval-runs-on')!.textContent).toBe(' · qwen2.5-coder-7b on local');
+    expect(dialog.querySelector('h2')!.textContent).toContain(
+      'Sub-agent “Review auth” · qwen2.5-coder-7b on local wants to run write_file',
+    );
+    // Without them (a top-level session's own approval, an older runtime) nothing is added.
+    unmount?.();
+    const plain = await withApproval({ title: null, session_id: P });
+    expect($(plain.dialog, 'approval-runs-on')).toBeNull();
+    expect(plain.dialog.querySelector('h2')!.textContent).toContain('The agent wants to run write_file');
+  });
+
   it('an overwrite with identical content says "no changes" instead of showing nothing (D29)', async () => {
     const { dialog } = await withApproval({ diff: '' });
     expect($(dialog, 'approval-no-changes')!.textContent).toContain('No changes');

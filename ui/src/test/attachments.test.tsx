@@ -100,6 +100,39 @@ describe('pasting and dropping images', () => {
     expect(event.defaultPrevented).toBe(true);
   });
 
+  it('a dropped PNG and JPEG are attached (a refused file beside them is not) and go with the next message (E14)', async () => {
+    const { fake, root } = await openSession();
+    const input = $(root, 'prompt-input')!;
+    const JPEG = new Uint8Array([0xff, 0xd8, 0xff, 0xe0]);
+    let event: Event | null = null;
+    await inAct(() => {
+      event = drop($(root, 'composer')!, [
+        new File([PNG], 'chart.png', { type: 'image/png' }),
+        new File([PNG], 'old.bmp', { type: 'image/bmp' }),
+        new File([JPEG], 'photo.jpg', { type: 'image/jpeg' }),
+      ]);
+    });
+    await settle();
+    // Taken by the composer: the window does not navigate to the file.
+    expect(event!.defaultPrevented).toBe(true);
+    expect($$(root, 'attachment').map((a) => a.title)).toEqual(['chart.png', 'photo.jpg']);
+    expect($(root, 'attach-error')!.textContent).toContain('Cannot attach old.bmp');
+    await inAct(() => typeInto(input, 'compare these'));
+    await inAct(() => key(input, 'Enter'));
+    expect(fake.callsOf('submit')).toEqual([
+      {
+        session_id: 'p',
+        content: 'compare these',
+        config: null,
+        images: [
+          { media_type: 'image/png', data: PNG_BASE64 },
+          { media_type: 'image/jpeg', data: '/9j/4A==' },
+        ],
+      },
+    ]);
+    expect($$(root, 'attachment')).toHaveLength(0);
+  });
+
   it('refuses a too-big image and an unknown type, saying why, and attaches nothing', async () => {
     const { fake, root } = await openSession();
     const input = $(root, 'prompt-input')!;

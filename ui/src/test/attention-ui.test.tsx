@@ -1,7 +1,7 @@
 // Attention across sessions in the app: badges, the inbox, the title, notifications and the
 // app-wide running count, from the feeds of sessions other than the selected one (D1, D26).
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { $, $$, info, inAct, kind, snapshot, workspacePlatform } from './fake';
+import { $, $$, info, inAct, key, kind, snapshot, typeInto, workspacePlatform } from './fake';
 import { mountApp } from './mount';
 
 let unmount: (() => void) | null = null;
@@ -107,5 +107,80 @@ describe('a notification leads to what it announced (E21)', () => {
     await inAct(() => $(root, 'inbox-button')!.dispatchEvent(new MouseEvent('pointerdown', { bubbles: true })));
     await inAct(() => window.dispatchEvent(new Event('focus')));
     expect($(root, 'session-pane')!.dataset.sessionId).toBe('sel');
+  });
+});
+
+describe('the inbox decides an approval in place (E21)', () => {
+  const running = { running: true, subagents: [{ task_id: 't1', session_id: 'c', parent_session_id: 'bg', title: 'Editor', state: 'running' as const }] };
+
+  it('Approve decides there, as the dock does, naming the conversation; the window stays where it was and the composer gets the focus back', async () => {
+    vi.spyOn(document, 'hasFocus').mockReturnValue(true);
+    const { fake, root } = await twoSessions();
+    await inAct(() => fake.emit('bg', snapshot('bg', running), approval));
+    await inAct(() => $(root, 'inbox-button')!.click());
+    const row = $(root, 'inbox-approval-row')!;
+    expect(row.textContent).toContain('Editor wants to run write_file on edit.txt in “Background work”');
+    await inAct(() => $(row, 'inbox-approve')!.click());
+    expect(fake.callsOf('decide_approval')).toEqual([{ session_id: 'c', approval_id: 'a1', approved: true, remember: false, reason: null }]);
+    // Nothing else waited: the inbox closes, the selected session stays on screen.
+    expect($(root, 'inbox')).toBeNull();
+    expect($(root, 'session-pane')!.dataset.sessionId).toBe('sel');
+    expect(document.activeElement).toBe($(root, 'prompt-input'));
+    // The runtime's answer clears the badge as any decision does.
+    await inAct(() => fake.emit('bg', { type: 'approval_resolved', session_id: 'c', approval_id: 'a1', approved: true }));
+    expect($$(root, 'needs-badge')).toEqual([]);
+  });
+
+  it('Deny carries the reason typed beside it, Always is offered as in the dock, and focus moves to the next request', async () => {
+    vi.spyOn(document, 'hasFocus').mockReturnValue(true);
+    const { fake, root } = await twoSessions();
+    const second = { ...approval, approval_id: 'a2', tool: 'run_command', arguments: { command: 'cargo test' }, remember_label: 'always allow `cargo test` in this session' };
+    await inAct(() => fake.emit('bg', snapshot('bg', running), approval, second, { ...approval, approval_id: 'a3', rememberable: false }));
+    await inAct(() => $(root, 'inbox-button')!.click());
+    const rows = () => $$(root, 'inbox-approval-row');
+    expect(rows()).toHaveLength(3);
+    // Always only where the dock offers it, saying what it covers.
+    expect($(rows()[1], 'inbox-always')!.textContent).toBe('Always allow `cargo test` in this session');
+    expect($(rows()[2], 'inbox-always')).toBeNull();
+
+    await inAct(() => typeInto($(rows()[0], 'inbox-reason')!, '  not that file  '));
+    await inAct(() => key($(rows()[0], 'inbox-reason')!, 'Enter'));
+    expect(fake.callsOf('decide_approval')).toEqual([{ session_id: 'c', approval_id: 'a1', approved: false, remember: false, reason: 'not that file' }]);
+    // The decided request leaves the list at once; focus goes to the one now in its place
+    // (its item, which opens: never a decision button, so a stray Space decides nothing).
+    expect(rows().map((r) => r.dataset.approvalId)).toEqual(['a2', 'a3']);
+    expect(document.activeElement).toBe($(rows()[0], 'inbox-approval'));
+
+    await inAct(() => $(rows()[0], 'inbox-always')!.click());
+    expect(fake.callsOf('decide_approval')[1]).toEqual({ session_id: 'c', approval_id: 'a2', approved: true, remember: true, reason: null });
+    await inAct(() => $(rows()[0], 'inbox-deny')!.click());
+    expect(fake.callsOf('decide_approval')[2]).toEqual({ session_id: 'c', approval_id: 'a3', approved: false, remember: false, reason: null });
+    expect($(root, 'inbox')).toBeNull();
+  });
+
+  it('an item names the model and server the sub-agent runs on (E3)', async () => {
+    vi.spyOn(document, 'hasFocus').mockReturnValue(true);
+    const { fake, root } = await twoSessions();
+    await inAct(() => fake.emit('bg', snapshot('bg', running), { ...approval, provider: 'local', model: 'tiny' }));
+    await inAct(() => $(root, 'inbox-button')!.click());
+    expect($(root, 'inbox-approval')!.textContent).toContain('Editor · tiny on local wants to run write_file on edit.txt in “Background work”');
+  });
+
+  it('a failed decision stays in the inbox with its error and a retry', async () => {
+    vi.spyOn(document, 'hasFocus').mockReturnValue(true);
+    const { fake, root } = await twoSessions();
+    let fail = true;
+    fake.handlers.decide_approval = () => {
+      if (fail) throw { code: 'internal', message: 'the backend is gone' };
+      return {};
+    };
+    await inAct(() => fake.emit('bg', snapshot('bg', running), approval));
+    await inAct(() => $(root, 'inbox-button')!.click());
+    await inAct(() => $(root, 'inbox-approve')!.click());
+    expect($(root, 'inbox-approval-row')!.textContent).toContain('the backend is gone');
+    fail = false;
+    await inAct(() => $($(root, 'inbox-approval-row')!, 'retry')!.click());
+    expect(fake.callsOf('decide_approval')).toHaveLength(2);
+    expect($(root, 'inbox')).toBeNull();
   });
 });
