@@ -432,17 +432,6 @@ fn parse_args() -> anyhow::Result<Args> {
     })
 }
 
-/// WebKitGTK's accelerated compositing costs about 90 MB of memory (measured: 480 → 390 MB
-/// RSS for all processes, BENCHMARKS.md) and this UI draws nothing that needs it. Someone
-/// who wants it back sets the variable to 0 themselves.
-fn prefer_low_memory_rendering() {
-    if std::env::var_os("WEBKIT_DISABLE_COMPOSITING_MODE").is_none() {
-        // SAFETY: the first thing `main` does, before any other thread exists.
-        unsafe { std::env::set_var("WEBKIT_DISABLE_COMPOSITING_MODE", "1") };
-        memory::keep_gl_out_of_the_shell();
-    }
-}
-
 /// The shell's async runtime: two workers are plenty for forwarding IPC and events (the
 /// runs' own work is mostly waiting on the network), and each idle worker costs a stack and
 /// a share of the allocator. Replaces Tauri's default of one worker per core.
@@ -461,7 +450,7 @@ fn main() -> anyhow::Result<()> {
     memory::limit_malloc_arenas();
     // Commands the agent runs must not read this process's memory or environment.
     bumblehive::sandbox::harden_process();
-    prefer_low_memory_rendering();
+    memory::prefer_low_memory_rendering();
     let args = parse_args()?;
     let logs = args.data_dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
