@@ -35,6 +35,8 @@ const OPEN_EVENT: &str = "bumblehive://open";
 const UI_STATE_FILE: &str = "ui-state.json";
 /// The UI state is a few paths; anything bigger is a mistake, not something to store.
 const UI_STATE_MAX_BYTES: usize = 64 * 1024;
+/// Log lines waiting for the log file's writer thread (see `main`).
+const LOG_QUEUE_LINES: usize = 4096;
 
 struct Desktop {
     service: RuntimeService,
@@ -462,7 +464,13 @@ fn main() -> anyhow::Result<()> {
         .max_log_files(7)
         .build(&logs)
         .with_context(|| format!("cannot open the log in {}", logs.display()))?;
-    let (writer, _guard) = tracing_appender::non_blocking(appender);
+    // A queue of 4,096 lines for the writer thread, not the default 128,000: that queue's
+    // slots are all written when it is made, 4 MiB of the shell's memory for good, and at
+    // the shell's log level (info) a burst of 4,096 lines before the writer catches up does
+    // not happen (BENCHMARKS.md, issue #31).
+    let (writer, _guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(LOG_QUEUE_LINES)
+        .finish(appender);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
