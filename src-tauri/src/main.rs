@@ -37,6 +37,8 @@ const OPEN_EVENT: &str = "bumblehive://open";
 const UI_STATE_FILE: &str = "ui-state.json";
 /// The UI state is a few paths; anything bigger is a mistake, not something to store.
 const UI_STATE_MAX_BYTES: usize = 64 * 1024;
+/// Log lines waiting for the log file's writer thread (see `main`).
+const LOG_QUEUE_LINES: usize = 4096;
 
 struct Desktop {
     service: RuntimeService,
@@ -447,17 +449,6 @@ fn parse_args() -> anyhow::Result<Args> {
     })
 }
 
-/// WebKitGTK's accelerated compositing costs about 90 MB of memory (measured: 480 → 390 MB
-/// RSS for all processes, BENCHMARKS.md) and this UI draws nothing that needs it. Someone
-/// who wants it back sets the variable to 0 themselves.
-fn prefer_low_memory_rendering() {
-    if std::env::var_os("WEBKIT_DISABLE_COMPOSITING_MODE").is_none() {
-        // SAFETY: the first thing `main` does, before any other thread exists.
-        unsafe { std::env::set_var("WEBKIT_DISABLE_COMPOSITING_MODE", "1") };
-        memory::keep_gl_out_of_the_shell();
-    }
-}
-
 /// The shell's async runtime: two workers are plenty for forwarding IPC and events (the
 /// runs' own work is mostly waiting on the network), and each idle worker costs a stack and
 /// a share of the allocator. Replaces Tauri's default of one worker per core.
@@ -508,7 +499,7 @@ fn main() -> anyhow::Result<()> {
     memory::limit_malloc_arenas();
     // Commands the agent runs must not read this process's memory or environment.
     bumblehive::sandbox::harden_process();
-    prefer_low_memory_rendering();
+    memory::prefer_low_memory_rendering();
     let args = parse_args()?;
     let logs = args.data_dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
@@ -520,7 +511,13 @@ fn main() -> anyhow::Result<()> {
         .max_log_files(7)
         .build(&logs)
         .with_context(|| format!("cannot open the log in {}", logs.display()))?;
-    let (writer, _guard) = tracing_appender::non_blocking(appender);
+    // A queue of 4,096 lines for the writer thread, not the default 128,000: that queue's
+    // slots are all written when it is made, 4 MiB of the shell's memory for good, and at
+    // the shell's log level (info) a burst of 4,096 lines before the writer catches up does
+    // not happen (BENCHMARKS.md, issue #31).
+    let (writer, _guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(LOG_QUEUE_LINES)
+        .finish(appender);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -88,6 +88,18 @@ pub fn slim_webview(window: &tauri::WebviewWindow) {
     let _ = window;
 }
 
+/// WebKitGTK's accelerated compositing costs about 90 MB of memory (measured: 480 → 390 MB
+/// RSS for all processes, BENCHMARKS.md) and this UI draws nothing that needs it. Someone
+/// who wants it back sets the variable to 0 themselves. Called first in `main`, before any
+/// other thread exists (also by the floor app of `scripts/bench-desktop.sh --floor`).
+pub fn prefer_low_memory_rendering() {
+    if std::env::var_os("WEBKIT_DISABLE_COMPOSITING_MODE").is_none() {
+        // SAFETY: called first in `main`, before any other thread exists.
+        unsafe { std::env::set_var("WEBKIT_DISABLE_COMPOSITING_MODE", "1") };
+        keep_gl_out_of_the_shell();
+    }
+}
+
 /// Keeps Mesa (and the LLVM it links, 26 MiB per process) out of the shell. With
 /// compositing off the shell draws nothing with OpenGL, but two things still open it:
 /// GTK probes GLX when it opens the display (told not to with `GDK_GL=disable`), and
@@ -96,7 +108,7 @@ pub fn slim_webview(window: &tauri::WebviewWindow) {
 /// at the first EGL call, made here with an empty list; the variable is then removed so
 /// that WebKit's web process (which needs EGL, it aborts without) starts with the normal
 /// list. Only called when the shell itself turned compositing off, before any thread.
-pub fn keep_gl_out_of_the_shell() {
+fn keep_gl_out_of_the_shell() {
     #[cfg(target_os = "linux")]
     {
         const VENDORS: &str = "__EGL_VENDOR_LIBRARY_FILENAMES";

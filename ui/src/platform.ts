@@ -1,7 +1,10 @@
 // The one platform adapter: everything the UI needs from the outside world goes through
 // `Platform`. Two implementations: Tauri (the desktop shell) and Web (`bumblehive serve`).
-// The rest of the UI never touches `window.__TAURI__`, `fetch` or `EventSource`.
+// The rest of the UI never touches Tauri's API, `fetch` or `EventSource`.
 
+import { invoke as tauriInvoke } from '@tauri-apps/api/core';
+import { listen as tauriListen } from '@tauri-apps/api/event';
+import { open as tauriOpen } from '@tauri-apps/plugin-dialog';
 import type { CommandArgs } from './bindings/CommandArgs';
 import type { CommandResults } from './bindings/CommandResults';
 import type { DesktopCommandArgs } from './bindings/DesktopCommandArgs';
@@ -613,8 +616,22 @@ export function createWebPlatform(options: WebOptions = {}): Platform {
   } as Platform & { setToken(token: string | null): void };
 }
 
+/**
+ * Tauri's API as the UI uses it, from the npm packages: only these few functions are in the
+ * bundle. Not the window's `__TAURI__` global (`withGlobalTauri`), which has Tauri inject its
+ * whole API and each plugin's (about 50 kB of script) into the page before anything of ours
+ * runs, on the way to the first paint (BENCHMARKS.md, issue #31).
+ */
+const tauriModules: TauriGlobals = {
+  core: { invoke: tauriInvoke },
+  event: { listen: (name, handler) => tauriListen(name, handler) },
+  dialog: { open: (options) => tauriOpen(options) },
+};
+
 /** Picks the implementation for this window: the Tauri shell, or a page served over HTTP. */
 export function detectPlatform(win: any = window): Platform {
+  // Tauri's IPC bridge, which Tauri puts in every window it opens.
+  if ('__TAURI_INTERNALS__' in win) return createTauriPlatform(tauriModules);
   if ('__TAURI__' in win && win.__TAURI__?.core) return createTauriPlatform(win.__TAURI__);
   let storage: Storage | null = null;
   try {

@@ -257,8 +257,9 @@ describe('tauri platform', () => {
     off();
   });
 
-  it('is chosen when window.__TAURI__ exists', () => {
+  it('is chosen in a Tauri window (its IPC bridge) or where window.__TAURI__ exists', () => {
     const { tauri } = fakeTauri();
+    expect(detectPlatform({ __TAURI_INTERNALS__: {} }).kind).toBe('tauri');
     expect(detectPlatform({ __TAURI__: tauri }).kind).toBe('tauri');
     expect(detectPlatform({ location: new URL('http://x/?token=t'), history: { replaceState() {} }, localStorage }).kind).toBe('web');
   });
