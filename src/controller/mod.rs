@@ -1453,9 +1453,19 @@ impl SessionController {
         // A child's run waiting for its slot keeps its messages here too, and so does a
         // run for what was steered into it and is not in its history yet: a crash
         // meanwhile loses none of them (the next start drops those the history has).
-        // Reports are left out: their ledger brings them back.
+        // Reports are left out: their ledger brings them back. So is a child's task
+        // message while it waits for its slot: the meta holds it (`task_content`), and a
+        // child cut off before its run began is interrupted and resumed with it
+        // (`children::resume`; with the default run config, as recovery's own reports
+        // have: the child's run takes only its workspace from it, and that is its own).
+        // A fan-out's children then never make a `pending.json`: one inode less per
+        // child, and inodes are what a fan-out on ext4 waits for (issue 31).
         let waiting: Vec<&QueuedMessage> = match &state.phase {
-            Phase::Starting(starting) => starting.inbox.iter().collect(),
+            Phase::Starting(starting) => starting
+                .inbox
+                .iter()
+                .filter(|m| !is_task_message(&m.message_id))
+                .collect(),
             Phase::Running(run) => run
                 .inbox
                 .iter()
@@ -1501,7 +1511,7 @@ impl SessionController {
                     starting
                         .inbox
                         .into_iter()
-                        .filter(|m| !m.message_id.starts_with("task:")),
+                        .filter(|m| !is_task_message(&m.message_id)),
                 );
                 self.save_pending(&state);
             }
@@ -1664,6 +1674,11 @@ impl SessionController {
             }
         }
     }
+}
+
+/// A child's task message (`task:<task_id>`), which its meta keeps (`task_content`).
+fn is_task_message(message_id: &str) -> bool {
+    message_id.starts_with("task:")
 }
 
 /// The task id of a report's message id (`subagent:<task_id>`).
