@@ -152,20 +152,13 @@ pub(crate) async fn deliver_report(registry: &Registry, report: Report) {
             return;
         }
     };
+    // One read of the child's meta for both (each read is an open, a read and a close).
+    let meta = registry.shared.store.meta(&report.session_id).ok();
     // The child's first report, or a follow-up's (`subagent:<task>:<n>`).
-    let number = registry
-        .shared
-        .store
-        .meta(&report.session_id)
-        .map_or(1, |meta| meta.reports + 1);
+    let number = meta.as_ref().map_or(1, |meta| meta.reports + 1);
     let mut content = report_text(&report.task_id, &report.outcome);
     // An isolated child's report ends with what it changed in its worktree.
-    let worktree = registry
-        .shared
-        .store
-        .meta(&report.session_id)
-        .ok()
-        .and_then(|meta| meta.worktree);
+    let worktree = meta.and_then(|meta| meta.worktree);
     if let Some(info) = worktree {
         let stat = tokio::task::spawn_blocking(move || {
             crate::checkpoints::worktree::diff_stat(&info).map(|stat| (info.branch.clone(), stat))

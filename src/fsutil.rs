@@ -43,14 +43,28 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result
 /// padding length is read before the write). A file that does not exist yet is made with
 /// `write_atomic`, so it never appears empty. Returns whether it was written in place.
 pub fn write_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
-    let file = match OpenOptions::new().write(true).open(path) {
-        Ok(file) => file,
+    match OpenOptions::new().write(true).open(path) {
+        Ok(file) => overwrite(&file, bytes).map(|()| true),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
             write_atomic(path, bytes, false)?;
-            return Ok(false);
+            Ok(false)
         }
-        Err(err) => return Err(err),
-    };
+        Err(err) => Err(err),
+    }
+}
+
+/// [`write_in_place`] for a file that need not exist: a missing one is left missing
+/// (returns false), for content a missing file already stands for (an empty queue).
+pub fn rewrite_if_present(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+    match OpenOptions::new().write(true).open(path) {
+        Ok(file) => overwrite(&file, bytes).map(|()| true),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+/// The in-place write of [`write_in_place`]: the new bytes padded to the old length.
+fn overwrite(file: &File, bytes: &[u8]) -> std::io::Result<()> {
     let old = file.metadata()?.len();
     let mut padded;
     let content = if (bytes.len() as u64) < old {
@@ -61,13 +75,13 @@ pub fn write_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
     } else {
         bytes
     };
-    write_all_at(&file, content)?;
+    write_all_at(file, content)?;
     // Shrinking frees blocks (an inode change, but no new inode); rare: only when the
     // padding would be most of the file.
     if old > 2 * bytes.len() as u64 + 4096 {
         file.set_len(bytes.len() as u64)?;
     }
-    Ok(true)
+    Ok(())
 }
 
 #[cfg(unix)]

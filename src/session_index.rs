@@ -72,6 +72,18 @@ pub struct SessionIndex {
     sessions: PathBuf,
     token: String,
     state: Mutex<State>,
+    /// The file kept open for appends (`append_bytes`).
+    appender: Mutex<Option<Appender>>,
+}
+
+/// The index file as this process last appended to it: its inode, and its length right
+/// after our last line. Kept open: a fan-out writes a few metas per child, and opening
+/// the file for each line was an open, a seek, a read and a close more per meta
+/// (issue 31).
+struct Appender {
+    file: File,
+    ino: u64,
+    end: u64,
 }
 
 /// Loading reads metas through the store (one reader of `meta.json`).
@@ -88,6 +100,7 @@ impl SessionIndex {
             sessions: sessions.to_path_buf(),
             token: format!("{}-{nanos:x}", std::process::id()),
             state: Mutex::new(State::default()),
+            appender: Mutex::new(None),
         }
     }
 
@@ -336,31 +349,67 @@ impl SessionIndex {
         self.append_bytes(&bytes);
     }
 
-    /// One write, opened for each append so that a rewrite by another process (a new
-    /// inode) is followed at once. A file whose last line is torn gets a newline first.
+    /// One write through the open file. The path is looked at first (one `stat`): a
+    /// rewrite by another process (a new inode) or a removed file is followed by opening
+    /// it again. A file whose last line is torn (a writer killed mid-append) gets a
+    /// newline first; it is looked for only when the file is not as we left it.
     fn append_bytes(&self, bytes: &[u8]) {
+        let mut appender = self.appender.lock().unwrap_or_else(|p| p.into_inner());
         let written = (|| -> std::io::Result<()> {
-            let mut options = OpenOptions::new();
-            options.read(true).append(true).create(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let mut file = options.open(&self.path)?;
-            let len = file.metadata()?.len();
-            let mut torn = false;
-            if len > 0 {
+            let stat = match fs::metadata(&self.path) {
+                Ok(stat) => Some(stat),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+                Err(err) => return Err(err),
+            };
+            let (current, len) = match (&mut *appender, &stat) {
+                (Some(open), Some(stat)) if open.ino == ino_of(stat) => (open, stat.len()),
+                _ => {
+                    let mut options = OpenOptions::new();
+                    options.read(true).append(true).create(true);
+                    #[cfg(unix)]
+                    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+                    let file = options.open(&self.path)?;
+                    let stat = file.metadata()?;
+                    let open = appender.insert(Appender {
+                        ino: ino_of(&stat),
+                        // Unknown: the torn check below reads the last byte.
+                        end: u64::MAX,
+                        file,
+                    });
+                    (open, stat.len())
+                }
+            };
+            let torn = len > 0 && len != current.end && {
                 let mut last = [0u8; 1];
-                file.seek(SeekFrom::Start(len - 1))?;
-                file.read_exact(&mut last)?;
-                torn = last[0] != b'\n';
-            }
-            if torn {
+                read_at(&current.file, &mut last, len - 1)?;
+                last[0] != b'\n'
+            };
+            let result = if torn {
                 let mut fixed = Vec::with_capacity(bytes.len() + 1);
                 fixed.push(b'\n');
                 fixed.extend_from_slice(bytes);
-                file.write_all(&fixed)
+                current.file.write_all(&fixed).map(|()| fixed.len())
             } else {
-                file.write_all(bytes)
+                current.file.write_all(bytes).map(|()| bytes.len())
+            };
+            match result {
+                // Another process may have appended in between: then the next append
+                // finds the length changed and looks at the last byte.
+                Ok(n) => current.end = len + n as u64,
+                Err(err) => {
+                    // A failed write may leave a torn line: the next append opens the
+                    // file again and looks.
+                    *appender = None;
+                    return Err(err);
+                }
             }
+            // Without inodes a rewrite by another process cannot be told apart, and an
+            // open handle would stand in the way of its rename: opened for each append.
+            #[cfg(not(unix))]
+            {
+                *appender = None;
+            }
+            Ok(())
         })();
         if let Err(err) = written {
             // The list is then behind until the next scan; nothing else is lost, since
@@ -371,6 +420,17 @@ impl SessionIndex {
             );
         }
     }
+}
+
+#[cfg(unix)]
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+#[cfg(not(unix))]
+fn read_at(mut file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    file.seek(SeekFrom::Start(offset))?;
+    file.read_exact(buf)
 }
 
 fn push_line(bytes: &mut Vec<u8>, line: &Line) {
@@ -552,6 +612,39 @@ mod tests {
         assert!(
             dir.path().join(INDEX).exists(),
             "the index is written again"
+        );
+    }
+
+    /// Issue 31: appends go through one open file. Another writer's torn line between two
+    /// of ours is still followed by a newline, and a file removed or replaced meanwhile is
+    /// opened again (the lines do not go to the old inode).
+    #[test]
+    fn index_appends_through_one_open_file_follow_other_writers() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(dir.path()).unwrap();
+        store.create(new("/w", "a")).unwrap();
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(INDEX))
+            .unwrap();
+        file.write_all(br#"{"t":"9-9","meta":{"session_id":"#)
+            .unwrap();
+        store.create(new("/w", "b")).unwrap();
+        let text = fs::read_to_string(dir.path().join(INDEX)).unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with('{') && l.contains("\"title\":\"b\"")),
+            "{text}"
+        );
+        assert_eq!(titles(&store), ["a", "b"]);
+        fs::remove_file(dir.path().join(INDEX)).unwrap();
+        store.create(new("/w", "c")).unwrap();
+        let text = fs::read_to_string(dir.path().join(INDEX)).unwrap();
+        assert!(text.contains("\"title\":\"c\""), "{text}");
+        store.close();
+        assert_eq!(
+            titles(&SessionStore::new(dir.path()).unwrap()),
+            ["a", "b", "c"]
         );
     }
 

@@ -1,4 +1,4 @@
-//! The on-disk session store: one folder per session with `meta.json` (atomic replace) and `messages.jsonl` (append-only, one message per line, plus `{"compaction": …}` marker lines).
+//! The on-disk session store: one folder per session with `meta.json` (rewritten in place), `messages.jsonl` (append-only, one message per line, plus `{"compaction": …}` marker lines), and `pending.json` only while the queue holds something.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -17,7 +17,7 @@ use crate::session_index::SessionIndex;
 
 const META: &str = "meta.json";
 const MESSAGES: &str = "messages.jsonl";
-/// The pending queue of SPEC §4 (atomic replace on every change).
+/// The pending queue of SPEC §4 (rewritten in place on every change; none while empty).
 const PENDING: &str = "pending.json";
 /// Longest session id taken from a caller (ours are 36-character UUIDs).
 const MAX_ID: usize = 128;
@@ -596,7 +596,7 @@ impl SessionStore {
         self.index.close();
     }
 
-    /// Saves the pending queue (small; replaced whole, atomically).
+    /// Saves the pending queue (small; rewritten whole, in place).
     pub fn write_pending(
         &self,
         id: &str,
@@ -608,6 +608,14 @@ impl SessionStore {
         // Not flushed: reports, the pending messages that matter most, are recovered from
         // the flushed report ledger. In place, like the meta.
         let _one = self.small_write_lock(id);
+        if pending.is_empty() {
+            // An empty queue needs no file (a missing one reads as empty): most sessions,
+            // and every child of a fan-out, never make one (issue 31). One that exists
+            // is emptied in place, not removed, so it keeps its inode for the next change.
+            return crate::fsutil::rewrite_if_present(&path, &bytes)
+                .map(|_| ())
+                .map_err(|err| StoreError::io(&path, err));
+        }
         write_in_place(&path, &bytes)
             .map(|_| ())
             .map_err(|err| StoreError::io(&path, err))
@@ -993,6 +1001,31 @@ mod tests {
             thread.join().unwrap();
         }
         assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
+    }
+
+    /// Issue 31: an empty queue makes no `pending.json` (a missing one reads as empty); one
+    /// that exists is emptied in place, keeping its inode.
+    #[cfg(unix)]
+    #[test]
+    fn an_empty_pending_queue_makes_no_file() {
+        use std::os::unix::fs::MetadataExt;
+        let (_dir, store) = store();
+        let meta = store.create(new("/w")).unwrap();
+        let path = store.dir(&meta.session_id).unwrap().join(PENDING);
+        store.write_pending(&meta.session_id, &[]).unwrap();
+        assert!(!path.exists());
+        let one = crate::protocol::PendingMessage {
+            message_id: "m1".into(),
+            content: "x".into(),
+            status: crate::protocol::MessageStatus::Queued,
+            config: Default::default(),
+            images: Vec::new(),
+        };
+        store.write_pending(&meta.session_id, &[one]).unwrap();
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        store.write_pending(&meta.session_id, &[]).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
+        assert!(store.read_pending(&meta.session_id).unwrap().is_empty());
     }
 
     /// Security review, informational: a very long id is "not found" (404), not a storage

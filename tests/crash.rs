@@ -424,3 +424,94 @@ async fn crash_a_delete_killed_half_way_leaves_the_session_whole_or_gone() {
         .expect("the trash of a killed delete was never emptied");
     }
 }
+
+/// Issue 31: a child waiting for its slot keeps its task only in its meta
+/// (`task_content`), not in a `pending.json` of its own (one inode less per child of a
+/// fan-out). SIGKILL while two of three children wait: after the restart each of them is
+/// interrupted, resumes with its own task, and reports exactly once. If the task were in
+/// neither file, a resumed child would run without it and never report its own work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_while_children_wait_for_their_slot_keeps_their_tasks() {
+    let server = Server::start().await;
+    server
+        .ok(
+            "update_config",
+            json!({"patch": {"subagents": {"max_concurrent": 1}}}),
+        )
+        .await;
+    server.model.open("parent:slots");
+    let (parent, mut events, children) = server.begin("slots", 3, false).await;
+    let ids: Vec<String> = children
+        .iter()
+        .map(|c| c["session_id"].as_str().unwrap().to_string())
+        .collect();
+    // One child holds the only slot (its model call waits for its gate), two wait.
+    let waiting: Vec<String> = loop {
+        let snapshot = server.snapshot(&parent).await;
+        let state = |id: &str| {
+            snapshot["subagents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["session_id"] == id)
+                .and_then(|c| c["state"].as_str())
+                .unwrap_or("")
+                .to_string()
+        };
+        let waiting: Vec<String> = ids
+            .iter()
+            .filter(|id| state(id) == "waiting_for_slot")
+            .cloned()
+            .collect();
+        if waiting.len() == 2 && ids.iter().any(|id| state(id) == "running") {
+            break waiting;
+        }
+        events.next().await;
+    };
+    let sessions = server.dir.path().join("data").join("sessions");
+    for id in &waiting {
+        assert!(
+            !sessions.join(id).join("pending.json").exists(),
+            "{id}: a waiting child wrote its task to a pending queue"
+        );
+    }
+    let mut server = server;
+    server.kill().await;
+    drop(events);
+    let mut server = server.restart().await;
+    check_all_sessions_load(&server).await;
+    let listed = server.ok("list_sessions", json!({})).await;
+    for id in &ids {
+        let info = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["session_id"] == id.as_str())
+            .unwrap();
+        assert_eq!(info["interrupted"], true, "{id}: {info}");
+    }
+    for i in 0..3 {
+        server.model.open(&format!("slots-{i}"));
+    }
+    finish_everything(&mut server, &parent).await;
+    check_reports_exactly_once(&server).await;
+    let history = server.history(&parent).await;
+    for i in 0..3 {
+        assert!(
+            history
+                .iter()
+                .any(|m| m.text().contains(&format!("REPORT:slots-{i}:"))),
+            "child {i} did not report its own task: {history:#?}"
+        );
+    }
+    for id in &ids {
+        let child = server.history(id).await;
+        assert!(
+            child[0]
+                .id
+                .as_deref()
+                .is_some_and(|m| m.starts_with("task:")),
+            "{id} did not begin with its task: {child:#?}"
+        );
+    }
+}

@@ -193,8 +193,11 @@ pub(crate) struct State {
     usage: Usage,
     /// Tokens per provider and model, written with `usage` at the end of a run.
     models: Vec<crate::protocol::ModelUsage>,
-    /// The stored meta, kept current and written through (atomic replace).
+    /// The stored meta, kept current and written through (in place).
     meta: SessionMeta,
+    /// The last write of `meta` failed: the next change writes even if it changes
+    /// nothing more.
+    meta_unsaved: bool,
     /// Why the session must not be written (a damaged history), if so.
     read_only: Option<String>,
     /// The latest compaction marker of the history (what the next request is built from).
@@ -298,6 +301,7 @@ impl SessionController {
             },
             usage: meta.usage,
             models: meta.models.clone(),
+            meta_unsaved: false,
             message_ids: messages.iter().filter_map(|m| m.id.clone()).collect(),
             task_ids,
             history: Some(messages),
@@ -1468,15 +1472,27 @@ impl SessionController {
         self.shared.add_tree_usage(&self.lineage, usage);
     }
 
-    /// Changes the stored meta and writes it through (atomic replace; rare: run start/end).
+    /// Changes the stored meta and writes it through (in place; rare: run start/end).
     fn update_meta(&self, state: &mut State, change: impl FnOnce(&mut SessionMeta)) {
         if matches!(state.phase, Phase::Deleted(_)) {
             return;
         }
+        let before = state.meta.clone();
         change(&mut state.meta);
-        if let Err(err) = self.shared.store.write_meta(&state.meta) {
-            tracing::warn!(session = %self.meta.session_id, "cannot save session meta: {err}");
+        if state.meta == before && !state.meta_unsaved {
+            // The file already says this (a child's run begins "running", as its start
+            // had written): no write and no index line, but the list still hears that
+            // its live state may have changed (issue 31).
+            self.shared.store.touch(&self.meta.session_id);
+            return;
         }
+        state.meta_unsaved = match self.shared.store.write_meta(&state.meta) {
+            Ok(()) => false,
+            Err(err) => {
+                tracing::warn!(session = %self.meta.session_id, "cannot save session meta: {err}");
+                true
+            }
+        };
     }
 
     /// The pending queue survives restarts (SPEC §4, durability).
@@ -1487,9 +1503,19 @@ impl SessionController {
         // A child's run waiting for its slot keeps its messages here too, and so does a
         // run for what was steered into it and is not in its history yet: a crash
         // meanwhile loses none of them (the next start drops those the history has).
-        // Reports are left out: their ledger brings them back.
+        // Reports are left out: their ledger brings them back. So is a child's task
+        // message while it waits for its slot: the meta holds it (`task_content`), and a
+        // child cut off before its run began is interrupted and resumed with it
+        // (`children::resume`; with the default run config, as recovery's own reports
+        // have: the child's run takes only its workspace from it, and that is its own).
+        // A fan-out's children then never make a `pending.json`: one inode less per
+        // child, and inodes are what a fan-out on ext4 waits for (issue 31).
         let waiting: Vec<&QueuedMessage> = match &state.phase {
-            Phase::Starting(starting) => starting.inbox.iter().collect(),
+            Phase::Starting(starting) => starting
+                .inbox
+                .iter()
+                .filter(|m| !is_task_message(&m.message_id))
+                .collect(),
             Phase::Running(run) => run
                 .inbox
                 .iter()
@@ -1535,7 +1561,7 @@ impl SessionController {
                     starting
                         .inbox
                         .into_iter()
-                        .filter(|m| !m.message_id.starts_with("task:")),
+                        .filter(|m| !is_task_message(&m.message_id)),
                 );
                 self.save_pending(&state);
             }
@@ -1569,10 +1595,10 @@ impl SessionController {
         }
         state.meta.workspace = workspace;
         state.meta.worktree = Some(info);
-        self.shared
-            .store
-            .write_meta(&state.meta)
-            .map_err(|err| err.to_string())
+        let written = self.shared.store.write_meta(&state.meta);
+        // Unwritten, the next `update_meta` must write even if it changes nothing more.
+        state.meta_unsaved = written.is_err();
+        written.map_err(|err| err.to_string())
     }
 
     /// Changes what the person may change of the meta (title, archived), written through.
@@ -1699,6 +1725,11 @@ impl SessionController {
             }
         }
     }
+}
+
+/// A child's task message (`task:<task_id>`), which its meta keeps (`task_content`).
+fn is_task_message(message_id: &str) -> bool {
+    message_id.starts_with("task:")
 }
 
 /// The task id of a report's message id (`subagent:<task_id>`).
