@@ -527,15 +527,24 @@ impl Shared {
     /// lock, and no run can start meanwhile.
     pub(crate) fn update_config(
         &self,
-        change: impl FnOnce(&Config) -> Result<Config, crate::error::RuntimeError>,
-        busy: impl Fn() -> Option<String>,
+        change: impl FnOnce(
+            &Config,
+            &dyn Fn(&Config) -> Result<(), crate::error::RuntimeError>,
+        ) -> Result<Config, crate::error::RuntimeError>,
+        busy: impl Fn(&Config, &Config) -> Option<String>,
     ) -> Result<Config, crate::error::RuntimeError> {
         let _update = self.update_lock.lock().unwrap_or_else(|p| p.into_inner());
         let _no_new_runs = self.run_gate.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(why) = busy() {
-            return Err(crate::error::RuntimeError::Busy(why));
-        }
-        let next = change(&self.config())?;
+        let current = self.config();
+        // The busy rule looks at what changes (a named server may change while runs are
+        // active), so it is asked about the next config: by `change` itself before any
+        // side effect of its own (the keyring), and here once more before anything is saved.
+        let check = |next: &Config| match busy(&current, next) {
+            Some(why) => Err(crate::error::RuntimeError::Busy(why)),
+            None => Ok(()),
+        };
+        let next = change(&current, &check)?;
+        check(&next)?;
         if let Some(path) = &self.config_path {
             next.save(path)?;
         }
@@ -605,8 +614,10 @@ impl Shared {
         let entry = pools
             .entry(name.to_string())
             .or_insert_with(|| crate::slots::RequestSlots::new(max));
-        if entry.total() != max.max(1) {
-            // Changed while idle (the busy rule): no permit is out.
+        if entry.total() != max.max(1) && entry.idle() {
+            // A server's block may change while runs are active (the busy rule lets named
+            // servers change): the new count takes over once no request holds or waits
+            // for a slot of the old one, so the server never gets more than either count.
             *entry = crate::slots::RequestSlots::new(max);
         }
         Some(entry.clone())

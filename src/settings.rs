@@ -1,7 +1,8 @@
 //! The Settings page's commands (SPEC §6, §10): config changes (a merge patch, an API key, an MCP server turned on or off or trusted), the provider test, the app's info, and a session's own settings (title, archived, model, agent profile).
 //!
 //! Every config change goes through [`Shared::update_config`]: refused with `busy` while a
-//! run or a sub-agent task exists, and then nothing is changed.
+//! run or a sub-agent task exists, and then nothing is changed; only the named model
+//! servers may change meanwhile (see [`busy`]).
 //! [`crate::service::RuntimeService`] calls these.
 
 use std::path::{Path, PathBuf};
@@ -17,15 +18,33 @@ use crate::runtime::Shared;
 /// need to load first).
 const PROVIDER_TEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// Why a config change must wait, if anything runs.
-fn busy(shared: &Shared) -> Option<String> {
+/// Why a config change must wait, if anything runs (SPEC §6). A change confined to the
+/// named model servers (the `providers` table: a server added, edited or removed) goes
+/// through meanwhile (D15): each run holds the provider its turn context resolved at its
+/// start, a server's request slots take a new count only once idle, and the next turn
+/// resolves the new figures. Everything else (the default server, tools, sandbox, slots
+/// of sub-agents, MCP) waits until nothing runs.
+fn busy(shared: &Shared, current: &Config, next: &Config) -> Option<String> {
     let runs = shared.active_runs();
     let tasks = shared.subagents.len();
-    (runs > 0 || tasks > 0).then(|| {
-        format!(
-            "{runs} run(s) and {tasks} sub-agent task(s) are active; stop them before changing the config"
-        )
-    })
+    if runs == 0 && tasks == 0 || only_named_servers_differ(current, next) {
+        return None;
+    }
+    Some(format!(
+        "{runs} run(s) and {tasks} sub-agent task(s) are active; stop them before changing the config (named model servers can be added or edited meanwhile)"
+    ))
+}
+
+/// Whether two configs differ in nothing but their `providers` table.
+fn only_named_servers_differ(current: &Config, next: &Config) -> bool {
+    let without_servers = |config: &Config| {
+        let mut value = serde_json::to_value(config).unwrap_or_default();
+        if let Some(map) = value.as_object_mut() {
+            map.remove("providers");
+        }
+        value
+    };
+    without_servers(current) == without_servers(next)
 }
 
 /// Applies a merge patch to the config. Fails with `busy` while anything runs, and
@@ -34,7 +53,10 @@ pub(crate) fn update_config(
     shared: &Shared,
     patch: &serde_json::Value,
 ) -> Result<Config, RuntimeError> {
-    shared.update_config(|config| Ok(config.patched(patch)?), || busy(shared))
+    shared.update_config(
+        |config, _| Ok(config.patched(patch)?),
+        |current, next| busy(shared, current, next),
+    )
 }
 
 /// Stores an API key in the OS keyring and points the provider at it. The key is
@@ -59,7 +81,7 @@ pub(crate) async fn set_api_key(
     tokio::task::spawn_blocking(move || {
         let shared = &registry.shared;
         shared.update_config(
-            |config| {
+            |config, busy_check| {
                 // Checked before the keyring is touched: an unknown name stores nothing.
                 let named = match &provider {
                     None => None,
@@ -82,11 +104,12 @@ pub(crate) async fn set_api_key(
                     None => serde_json::json!({"provider": {"api_key_keyring": entry}}),
                 };
                 let next = config.patched(&patch)?;
+                busy_check(&next)?;
                 crate::providers::store_key_blocking(&entry, &key)
                     .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
                 Ok(next)
             },
-            || busy(shared),
+            |current, next| busy(shared, current, next),
         )
     })
     .await

@@ -130,6 +130,12 @@ impl RequestSlots {
     pub fn free(&self) -> usize {
         self.lock().free
     }
+
+    /// No request holds a slot or waits for one.
+    pub fn idle(&self) -> bool {
+        let inner = self.lock();
+        inner.free == self.total && inner.top.is_empty() && inner.children.is_empty()
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,8 @@ struct Server {
     in_flight: AtomicUsize,
     most: AtomicUsize,
     latency: Duration,
+    /// While false, the children's requests are held (counted in flight) until it turns true.
+    open: watch::Sender<bool>,
 }
 
 impl Server {
@@ -38,6 +40,7 @@ impl Server {
             in_flight: AtomicUsize::new(0),
             most: AtomicUsize::new(0),
             latency,
+            open: watch::channel(true).0,
         })
     }
 
@@ -55,6 +58,9 @@ impl ModelProvider for Server {
     ) -> Result<ModelResponse, ProviderError> {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(now, Ordering::SeqCst);
+        if first_user(&request).contains("Task:\n") {
+            let _ = self.open.subscribe().wait_for(|open| *open).await;
+        }
         if !self.latency.is_zero() {
             // The model's own time to answer (what makes requests overlap), not a wait
             // for anything.
@@ -420,6 +426,87 @@ async fn a_server_with_two_slots_never_holds_more_than_two_requests() {
     ids.dedup();
     assert_eq!(ids.len(), 6);
     assert_message_order(&history);
+    service.shutdown().await;
+}
+
+/// D15 (UX review 2): while runs are active, the named model servers may change (a
+/// server added, one edited) and nothing else may (`busy`, nothing changed). A server
+/// whose slot count changes mid-run never holds more requests than the larger of its
+/// two counts: the new count takes over once its old slots are all back. Before, every
+/// change was refused while anything ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d15_named_servers_change_while_runs_are_active_and_nothing_else_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let local = delegating_server(Duration::from_millis(5), 6);
+    let service = slots_service(
+        dir.path(),
+        json!({"kind": "openai", "base_url": "http://local/v1", "model": "m", "max_concurrent": 1}),
+        &local,
+    );
+    // The children's requests are held: the run is surely active while the config changes
+    // below are tried, and one child's request holds the server's one slot.
+    local.open.send_replace(false);
+    let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
+    let parent = service.controller(&info.session_id).unwrap();
+    let (mut events, _) = parent.subscribe();
+    parent.submit("go".into(), None).unwrap();
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let value = serde_json::to_value(events.next_event().await.unwrap()).unwrap();
+            if value["kind"] == "subagent.state" && value["data"]["state"] == "waiting_for_slot" {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("a child waiting for the one slot");
+
+    let added = service.update_config(&json!({"providers": {"other": {
+        "kind": "openai", "base_url": "http://other/v1", "model": "o"}}}));
+    assert!(
+        added.is_ok(),
+        "adding a server while runs are active: {added:?}"
+    );
+    let edited = service.update_config(&json!({"providers": {"local": {"max_concurrent": 2}}}));
+    assert!(
+        edited.is_ok(),
+        "editing a named server while runs are active: {edited:?}"
+    );
+    let before = serde_json::to_value(service.config()).unwrap();
+    for patch in [
+        json!({"subagents": {"max_concurrent": 2}}),
+        json!({"default_provider": "other"}),
+        json!({"tools": {"policy": {"write_file": "allow"}}}),
+        json!({"providers": {"other": {"model": "p"}}, "subagents": {"max_depth": 3}}),
+    ] {
+        let refused = service.update_config(&patch).unwrap_err();
+        assert_eq!(refused.code(), "busy", "{patch}");
+    }
+    assert_eq!(serde_json::to_value(service.config()).unwrap(), before);
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(saved["providers"]["local"]["max_concurrent"], 2);
+    assert_eq!(saved["providers"]["other"]["model"], "o");
+    local.open.send_replace(true);
+
+    tokio::time::timeout(Duration::from_secs(20), service.wait_idle())
+        .await
+        .unwrap();
+    assert!(
+        local.most.load(Ordering::SeqCst) <= 2,
+        "{} requests at once on a server of 1, then 2 slots",
+        local.most.load(Ordering::SeqCst)
+    );
+    let history = service.store().load(&info.session_id).unwrap().messages;
+    assert_eq!(history.iter().filter(|m| is_report(m)).count(), 6);
+    assert_message_order(&history);
+    // Idle now: the rest may change.
+    service
+        .update_config(&json!({"subagents": {"max_concurrent": 2}}))
+        .unwrap();
     service.shutdown().await;
 }
 
