@@ -106,7 +106,13 @@ fn start() -> anyhow::Result<std::process::ExitCode> {
         .max_log_files(LOG_FILES_KEPT)
         .build(&log_dir)
         .with_context(|| format!("cannot write logs in {}", log_dir.display()))?;
-    let (file, _flush_on_exit) = tracing_appender::non_blocking(appender);
+    // A queue of 4,096 lines for the writer thread, not the default 128,000: that queue's
+    // slots are all written when it is made (4 MiB resident for good and ~1,000 page
+    // faults before a one-shot `run` sends its first request), and at the info level a
+    // burst of 4,096 lines before the writer catches up does not happen (issue #31).
+    let (file, _flush_on_exit) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(4096)
+        .finish(appender);
     use tracing_subscriber::prelude::*;
     tracing_subscriber::registry()
         .with(

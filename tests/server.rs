@@ -1119,6 +1119,70 @@ async fn run_exit_codes_say_failed_and_not_started() {
     );
 }
 
+/// E22's documented exit codes 2 and 130: wrong arguments, and Ctrl+C (SIGINT) while the
+/// model is still answering; the stopped session's history stays valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_exit_codes_say_wrong_arguments_and_interrupted() {
+    let mock = MockLlm::start().await;
+    let (held, stream) = MockResponse::live();
+    mock.push(held);
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("project");
+    std::fs::create_dir_all(&ws).unwrap();
+    let config = json!({"provider": {"kind": "openai", "base_url": format!("{}/v1", mock.url()), "model": "scripted", "max_retries": 0}});
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let wrong = run_binary(dir.path(), &ws, &["--no-such-flag", "hello"]).await;
+    assert_eq!(
+        wrong.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+        .arg("--config")
+        .arg(dir.path().join("config.json"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["run", "hello"])
+        .current_dir(&ws)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The model has the request and has begun to answer: the run is under way.
+    tokio::time::timeout(WAIT, mock.wait_for_requests(1))
+        .await
+        .expect("the run's request");
+    stream.send(openai::data(&openai::role()));
+    let pid = child.id().unwrap() as i32;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let out = tokio::time::timeout(WAIT, child.wait_with_output())
+        .await
+        .expect("run did not exit on Ctrl+C")
+        .unwrap();
+    // 130 as a shell reports it: the process ends by SIGINT (128 + 2), or exits with 130.
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        out.status.code() == Some(130) || out.status.signal() == Some(libc::SIGINT),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store = bumblehive::store::SessionStore::new(&dir.path().join("data")).unwrap();
+    let sessions = store.list(None).unwrap();
+    assert_eq!(sessions.len(), 1);
+    let history = store.load(&sessions[0].session_id).unwrap();
+    assert!(
+        history
+            .messages
+            .iter()
+            .any(|m| m.role == bumblehive::protocol::Role::User),
+        "the prompt is kept"
+    );
+}
+
 /// Issue 12's fallback, for real: a server whose PATH has no bubblewrap says in
 /// `app_info` that commands cannot be sandboxed and why (the UI's banner shows that
 /// reason, `firstrun.test.tsx`), and its policy then asks for every command

@@ -1101,6 +1101,45 @@ async fn undo_a_parents_turn_can_include_its_sub_agents_changes() {
     fx.shutdown().await;
 }
 
+/// E6 for rewind: rewinding to before a parent's turn can take its sub-agents' changes
+/// back too (the same path as undo); without `include_children` they stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_rewind_of_a_parents_turn_can_include_its_sub_agents_changes() {
+    let fx = Fx::new().await;
+    fx.put("a.txt", "one\n");
+    let (parent, _child) =
+        delegate_with(&fx, json!({"title": "helper", "task": "rewrite a.txt"})).await;
+    assert_eq!(fx.get("a.txt").as_deref(), Some("child\n"));
+    // Without the sub-agents the parent's own turn changed nothing: the files stay.
+    let alone = fx
+        .ok(
+            "fork_session",
+            json!({"session_id": parent, "message_index": 0, "rewind": true}),
+        )
+        .await;
+    assert_eq!(alone["undo"]["files"], json!([]), "{alone}");
+    assert_eq!(fx.get("a.txt").as_deref(), Some("child\n"));
+    assert_eq!(fx.get("b.txt").as_deref(), Some("new\n"));
+    let with = fx
+        .ok(
+            "fork_session",
+            json!({"session_id": parent, "message_index": 0, "rewind": true, "include_children": true}),
+        )
+        .await;
+    assert_eq!(with["undo"]["applied"], true, "{with}");
+    assert_eq!(fx.get("a.txt").as_deref(), Some("one\n"));
+    assert_eq!(fx.get("b.txt"), None);
+    // The original conversation is kept, with the note that says what went back.
+    let history = fx.history(&parent);
+    let note = history.last().unwrap();
+    assert!(
+        note.is_note() && note.text().contains("b.txt deleted; a.txt restored"),
+        "{note:?}"
+    );
+    assert_message_order(&history);
+    fx.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_worktree_apply_with_a_conflict_applies_nothing_and_discard_removes_it() {
     let fx = Fx::new().await;
