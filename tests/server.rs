@@ -978,6 +978,25 @@ async fn run_binary(
     .unwrap()
 }
 
+/// `bumblehive run <args>` started in `cwd` on `dir`'s config and data folder, its output
+/// piped, for a test that acts while it runs (a signal, an owner's answer).
+fn spawn_run(dir: &std::path::Path, cwd: &std::path::Path, args: &[&str]) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+        .arg("--config")
+        .arg(dir.join("config.json"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("run")
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
 /// UX review E22: `bumblehive run` for people. In the current folder (no --workspace),
 /// the answer as text on stdout, a line per tool call and per sub-agent start and report
 /// on stderr, an approval refused with a line saying why when there is no terminal, the
@@ -1138,19 +1157,7 @@ async fn run_exit_codes_say_wrong_arguments_and_interrupted() {
         "{}",
         String::from_utf8_lossy(&wrong.stderr)
     );
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
-        .arg("--config")
-        .arg(dir.path().join("config.json"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["run", "hello"])
-        .current_dir(&ws)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let child = spawn_run(dir.path(), &ws, &["hello"]);
     // The model has the request and has begun to answer: the run is under way.
     tokio::time::timeout(WAIT, mock.wait_for_requests(1))
         .await
@@ -1662,19 +1669,7 @@ async fn run_beside_the_app_stops_its_run_there_when_it_is_killed() {
     mock.push(response);
     let (dir, ws) = run_dir(&mock);
     let owner = Owner::start(dir.path(), true);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
-        .arg("--config")
-        .arg(dir.path().join("config.json"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["run", "--yes", "a long answer"])
-        .current_dir(&ws)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(dir.path(), &ws, &["--yes", "a long answer"]);
     mock.wait_for_requests(1).await;
     live.send(openai::data(&openai::role()));
     live.send(openai::data(&openai::text("par")));
