@@ -14,7 +14,7 @@ packages=(build-essential pkg-config libssl-dev curl ca-certificates bubblewrap 
 for group in "$@"; do
   case "$group" in
     desktop) packages+=(libwebkit2gtk-4.1-dev libxdo-dev libayatana-appindicator3-dev librsvg2-dev) ;;
-    e2e) packages+=(xvfb xauth x11-utils xdotool xclip imagemagick webkit2gtk-driver chromium) ;;
+    e2e) packages+=(xvfb xauth x11-utils xdotool xclip dbus-daemon dunst imagemagick webkit2gtk-driver chromium) ;;
     package) packages+=(dpkg-dev desktop-file-utils squashfs-tools libsquashfuse-dev libfuse3-dev zlib1g-dev) ;;
     *) echo "unknown group: $group" >&2; exit 2 ;;
   esac

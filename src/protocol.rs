@@ -1441,6 +1441,11 @@ pub mod desktop {
     pub struct Notify {
         pub title: String,
         pub body: String,
+        /// Set when the UI wants to hear of a click on it: the shell then emits
+        /// `bumblehive://notification-clicked` with this id (E21).
+        #[serde(default)]
+        #[ts(optional = nullable)]
+        pub id: Option<i32>,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]

@@ -32,6 +32,9 @@ const SESSIONS_EVENT: &str = "bumblehive://sessions";
 const CLOSE_EVENT: &str = "bumblehive://close-requested";
 /// Sent to the UI when a later start handed over a workspace to open (`OpenRequested`).
 const OPEN_EVENT: &str = "bumblehive://open";
+/// Sent to the UI when the person clicks a notification it asked for with an id (E21):
+/// the payload is that id, and the UI opens what the notification announced.
+const NOTIFICATION_CLICKED_EVENT: &str = "bumblehive://notification-clicked";
 /// The UI's remembered choices (last workspace and session, recents), in the data dir so
 /// that a start with no arguments (from the menu) reopens where the person was.
 const UI_STATE_FILE: &str = "ui-state.json";
@@ -206,7 +209,7 @@ fn is_external_link(url: &str) -> bool {
 /// An OS notification (the UI asks only while the window is not focused).
 #[tauri::command]
 async fn notify(app: tauri::AppHandle, args: desktop::Notify) -> Result<(), Value> {
-    let desktop::Notify { title, body } = args;
+    let desktop::Notify { title, body, id } = args;
     // Logged too: a desktop without a notification daemon shows nothing, and the log is
     // then the only trace that the person was asked.
     tracing::info!(%title, %body, "notification requested");
@@ -218,10 +221,11 @@ async fn notify(app: tauri::AppHandle, args: desktop::Notify) -> Result<(), Valu
     {
         let _ = window.request_user_attention(Some(tauri::UserAttentionType::Informational));
     }
-    app.notification()
-        .builder()
-        .title(title)
-        .body(body)
+    let mut builder = app.notification().builder().title(title).body(body);
+    if let Some(id) = id {
+        builder = builder.id(id);
+    }
+    builder
         .show()
         .map_err(|err| error("unavailable", format!("cannot show a notification: {err}")))
 }
@@ -592,6 +596,28 @@ fn main() -> anyhow::Result<()> {
                 }
             }
             tauri::async_runtime::spawn(settled.clone().write_when_settled());
+            // A click on a notification brings the window forward and tells the UI which
+            // one it was (the notification server reports it as the `default` action; the
+            // plugin offers that action only while a handler is registered, so before this
+            // a click did nothing).
+            let clicked = app.handle().clone();
+            app.notification().on_action(move |performed| {
+                if performed.action_id() != "tap" {
+                    return;
+                }
+                let Some(id) = performed.notification().map(|n| n.id()) else {
+                    return;
+                };
+                tracing::info!(id, "notification clicked");
+                if let Some(window) = clicked.get_webview_window("main") {
+                    let _ = window.unminimize();
+                    let _ = window.show();
+                    let _ = window.set_focus();
+                    if let Err(err) = window.emit(NOTIFICATION_CLICKED_EVENT, id) {
+                        tracing::warn!("cannot tell the window of a notification click: {err}");
+                    }
+                }
+            })?;
             // Later starts hand their request over to this window from now on.
             let _entered = runtime_handle.enter();
             if let Err(err) = bumblehive::owner::listen_with_runs(

@@ -105,9 +105,12 @@ try {
     await context.addInitScript(() => {
       const seen = [];
       window.__e2eNotifications = seen;
+      window.__e2eShown = [];
       function Recorder(title, options) {
         seen.push(`${title}: ${options?.body ?? ''}`);
+        window.__e2eShown.push(this);
       }
+      Recorder.prototype.close = function () {};
       Recorder.permission = 'granted';
       Recorder.requestPermission = async () => 'granted';
       window.Notification = Recorder;
@@ -147,6 +150,8 @@ try {
     return { before: before.token, after: server.token };
   };
   const notifications = () => page.evaluate('window.__e2eNotifications ?? []');
+  // A click on the last notification shown, as the browser calls its onclick.
+  const clickNotification = () => page.evaluate('window.__e2eShown.at(-1).onclick()');
   const ctx = {
     workspace: space?.workspace ?? '',
     data: space?.data ?? '',
@@ -154,6 +159,7 @@ try {
     mock: mock ?? { requests: [] },
     opened: () => opened,
     notifications,
+    clickNotification,
     freshPage,
     restartServer,
   };

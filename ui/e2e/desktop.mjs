@@ -5,13 +5,13 @@
 //
 //   node ui/e2e/desktop.mjs          (E2E_NO_BUILD=1 skips `npm run build` / `cargo build`)
 //
-// Needs: Xvfb, xdotool, xclip, import and convert (ImageMagick), WebKitWebDriver (webkit2gtk-driver), and
+// Needs: Xvfb, dbus-daemon, dunst, xdotool, xclip, import and convert (ImageMagick), WebKitWebDriver (webkit2gtk-driver), and
 // tauri-driver (`cargo install tauri-driver --locked`); scripts/e2e.sh installs them.
 // Screenshots (WebDriver's, and the X screen's with `import -window root`) and logs go to
 // test-output/e2e-desktop/. Prints "N passed, N failed"; exits non-zero on failure.
 
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { flowSteps } from './flow.mjs';
@@ -30,6 +30,8 @@ let mock;
 let space;
 let display;
 let wd;
+/** The test's own session bus, where dunst shows the app's notifications. */
+let busAddress;
 
 try {
   await runner.step('the UI and the desktop app are built; the tools are there', async () => {
@@ -59,10 +61,21 @@ try {
     writeFileSync(OPENED, '');
     writeFileSync(join(stubs, 'xdg-open'), `#!/bin/sh\nprintf '%s\\n' "$*" >> '${OPENED}'\n`);
     chmodSync(join(stubs, 'xdg-open'), 0o755);
+    // A session bus of this test's own with a real notification server on it (dunst, on
+    // the virtual display): the app's notifications are shown, and a click on one is made
+    // the way the server reports a person's click (`dunstctl action`).
+    const bus = join(out, 'session-bus');
+    rmSync(bus, { force: true });
+    busAddress = `unix:path=${bus}`;
+    start('dbus-daemon', ['--session', '--nofork', '--address', busAddress], { log: join(out, 'dbus.log') });
+    await until('the session bus', () => existsSync(bus), Boolean, { timeout: 10000 });
+    start('dunst', [], { log: join(out, 'dunst.log'), env: { DISPLAY: display, DBUS_SESSION_BUS_ADDRESS: busAddress } });
+    await until('dunst on the session bus', () => spawnSync('dunstctl', ['is-paused'], { env: { ...process.env, DBUS_SESSION_BUS_ADDRESS: busAddress } }).status === 0, Boolean, { timeout: 10000 });
     start(tauriDriver, ['--port', String(port), '--native-port', String(nativePort)], {
       log: join(out, 'tauri-driver.log'),
       env: {
         DISPLAY: display,
+        DBUS_SESSION_BUS_ADDRESS: busAddress,
         WAYLAND_DISPLAY: '',
         GDK_BACKEND: 'x11',
         XDG_DATA_HOME: join(profile, 'data'),
@@ -139,6 +152,14 @@ try {
       .flatMap((f) => readFileSync(join(logs, f), 'utf8').split('\n'))
       .filter((l) => l.includes('notification requested'));
   };
+  // The newest notification dunst shows, clicked: dunst sends the app `ActionInvoked`
+  // with the `default` action, as for a person's click on it.
+  const clickNotification = async () => {
+    const env = { ...process.env, DBUS_SESSION_BUS_ADDRESS: busAddress };
+    await until('dunst showing the notification', () => spawnSync('dunstctl', ['count', 'displayed'], { env }).stdout.toString().trim(), (n) => Number(n) > 0, { timeout: 10000 });
+    const r = spawnSync('dunstctl', ['action', '0'], { env });
+    check(r.status === 0, `dunstctl action: ${r.stderr}`);
+  };
   const opened = () => (existsSync(OPENED) ? readFileSync(OPENED, 'utf8').split('\n').filter(Boolean) : []);
   // First of the window's own steps: the fresh composer of a new conversation, before the
   // flow puts anything on the clipboard.
@@ -175,7 +196,7 @@ try {
     check(!(await wd.execute("return document.querySelector('[data-testid=prompt-input]').value;")), 'an image paste put text into the composer');
   });
 
-  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', data: space?.data ?? '', mock: mock ?? { requests: [] }, timeout: 30000, opened, windowTitle, notifications })) {
+  for (const [title, fn] of flowSteps(driver, { workspace: space?.workspace ?? '', data: space?.data ?? '', mock: mock ?? { requests: [] }, timeout: 30000, opened, windowTitle, notifications, clickNotification })) {
     await runner.step(title, fn);
   }
 
@@ -193,6 +214,45 @@ try {
     const windows = spawnSync('xdotool', ['search', '--onlyvisible', '--name', TITLE], { env }).stdout.toString().trim().split('\n').filter(Boolean);
     check(windows.length === 1, `expected one window, found ${windows.length}`);
     await driver.shot('e1-second-start-handed-over');
+  });
+
+  // Last: it ends the app and starts it again.
+  await runner.step("the window's size and position come back after the app is closed and started again (E23)", async () => {
+    const env = { ...process.env, DISPLAY: display };
+    const geometry = () => {
+      const id = spawnSync('xdotool', ['search', '--onlyvisible', '--name', TITLE], { env }).stdout.toString().trim().split('\n')[0];
+      if (!id) return null;
+      // "Position: 130,90 (screen: 0)" and "Geometry: 1000x700", as X has the window.
+      const text = spawnSync('xdotool', ['getwindowgeometry', id], { env }).stdout.toString();
+      const at = /Position: (-?\d+),(-?\d+)/.exec(text);
+      const size = /Geometry: (\d+)x(\d+)/.exec(text);
+      return at && size ? { id, x: +at[1], y: +at[2], width: +size[1], height: +size[2] } : null;
+    };
+    const before = geometry();
+    check(before, 'the window is not found');
+    // Moved and resized the way a person's drag would end (X has no window manager here,
+    // so the window gets exactly these figures).
+    const wanted = { x: 130, y: 90, width: before.width === 1000 ? 1040 : 1000, height: 700 };
+    spawnSync('xdotool', ['windowsize', before.id, String(wanted.width), String(wanted.height)], { env });
+    spawnSync('xdotool', ['windowmove', before.id, String(wanted.x), String(wanted.y)], { env });
+    const moved = await until('the window moved and resized', geometry, (g) => g && g.width === wanted.width && g.height === wanted.height && g.x === wanted.x && g.y === wanted.y, { timeout: 10000 });
+    // The app writes where the window is once it rests; the restart must not race that.
+    const saved = join(space.data, 'window.json');
+    await until('the app to remember where its window is', () => (existsSync(saved) ? JSON.parse(readFileSync(saved, 'utf8')) : null),
+      (g) => g && g.width === wanted.width && g.height === wanted.height, { timeout: 10000 });
+    await wd.close();
+    await until('the window to close', () => geometry(), (g) => g === null, { timeout: 20000 });
+    await wd.open({
+      'tauri:options': {
+        application: APP,
+        args: ['--workspace', space.workspace, '--config', space.config, '--data-dir', space.data],
+      },
+    });
+    const again = await until('the window to open again where it was', geometry, (g) => g && g.width === moved.width && g.height === moved.height && g.x === moved.x && g.y === moved.y, { timeout: 30000 }).catch(() => geometry());
+    check(again && again.width === moved.width && again.height === moved.height && again.x === moved.x && again.y === moved.y,
+      `the window came back at ${JSON.stringify(again)}, it was at ${JSON.stringify(moved)}`);
+    await until('the UI to load again', () => wd.execute("return !!document.querySelector('[data-testid=prompt-input]');"), Boolean, { timeout: 30000 });
+    await driver.shot('e23-window-geometry-remembered');
   });
 } finally {
   if (runner.failed && display) {

@@ -435,6 +435,19 @@ export function flowSteps(driver, ctx) {
         }
         await driver.query('delete document.hasFocus; return true;');
         await driver.shot('15-approval-in-other-session');
+        // A click on the notification itself (desktop: the notification server on the
+        // test's own session bus reports it, as a person's click would; browser: the
+        // recorded notification's onclick) opens the Writer's approval in its session.
+        if (ctx.clickNotification) {
+          await ctx.clickNotification();
+          await waitFor(
+            "the notification's click opening the Writer's approval in its session",
+            (x) => x.session === second && x.approvals.some((a) => a.text.includes('Sub-agent “Writer”')),
+          );
+          await driver.shot('15b-notification-clicked');
+          await driver.click(`[data-testid=session-item][data-session-id="${ctx.firstSession}"] .session-open`);
+          await waitFor('the first session selected again', (x) => x.session === ctx.firstSession && x.inbox);
+        }
         await driver.click('[data-testid=inbox-button]');
         const open = await waitFor('the inbox naming the Writer and its conversation', (x) => x.inboxOpen && x.inboxApprovals.length === 1);
         check(/Writer.* wants to run write_file.* in “/.test(open.inboxApprovals[0]), `the inbox item says ${open.inboxApprovals[0]}`);
@@ -847,8 +860,7 @@ export function flowSteps(driver, ctx) {
         git('init', '-q');
         git('add', '-A');
         git('commit', '-q', '-m', 'e2e base');
-        // A new conversation: its one child tab fits the strip (see the report: with more tabs
-        // than fit, WebKitGTK's scrollbar of the strip lies over the tabs' lower half).
+        // A new conversation, so that the Isolated child is its only tab.
         await driver.keys('Control+n');
         await waitFor('a new conversation', (x) => x.newConversation && x.session == null);
         await driver.type('[data-testid=prompt-input]', 'Worktree child please');

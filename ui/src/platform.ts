@@ -201,6 +201,10 @@ export const TAURI_SESSIONS_EVENT = 'bumblehive://sessions';
 export const TAURI_CLOSE_EVENT = 'bumblehive://close-requested';
 /** Sent by the shell when a later start of the app handed over a workspace to open. */
 export const TAURI_OPEN_EVENT = 'bumblehive://open';
+/** Sent by the shell when the person clicks a notification: the payload is its id. */
+export const TAURI_NOTIFICATION_CLICKED_EVENT = 'bumblehive://notification-clicked';
+/** How many shown notifications keep their click handler (older ones open nothing). */
+const NOTIFICATIONS_KEPT = 50;
 
 export function createTauriPlatform(tauri: TauriGlobals): Platform {
   const handlers = new Map<string, (event: WireEvent) => void>();
@@ -211,6 +215,10 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
   let counter = 0;
   const listHandlers = new Map<string, (event: SessionListEvent) => void>();
   let listListening: Promise<unknown> | null = null;
+  // The click handlers of the notifications shown, by the id the shell reports back.
+  const clicks = new Map<number, () => void>();
+  let notificationCounter = 0;
+  let notificationListening: Promise<unknown> | null = null;
 
   // The shell sends one frame's events of a subscription together (`events`, in order);
   // a single `event` is still understood.
@@ -365,8 +373,24 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
       const info: Partial<DesktopCommandResults['app_info']> | null = await shell('app_info', {}).catch(() => null);
       return { home_dir: info?.home_dir ?? null, provider_configured: info?.provider_configured ?? null };
     },
-    notify(title, body) {
-      shell('notify', { title, body }).catch((err) => console.warn('cannot notify', toCommandError(err).message));
+    notify(title, body, onClick) {
+      let id: number | null = null;
+      if (onClick) {
+        id = ++notificationCounter;
+        clicks.set(id, onClick);
+        // Oldest first in a Map's order: a day's notifications do not pile up.
+        while (clicks.size > NOTIFICATIONS_KEPT) clicks.delete(clicks.keys().next().value as number);
+        notificationListening ??= tauri.event.listen(TAURI_NOTIFICATION_CLICKED_EVENT, (e) => {
+          const clicked = clicks.get(Number(e.payload));
+          if (!clicked) return;
+          clicks.delete(Number(e.payload));
+          clicked();
+        });
+      }
+      // Listening before the notification is shown: a click cannot come before the listener.
+      void Promise.resolve(notificationListening)
+        .then(() => shell('notify', { title, body, id }))
+        .catch((err) => console.warn('cannot notify', toCommandError(err).message));
     },
     setTitle(title) {
       if (globalThis.document) document.title = title;

@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from 'vitest';
-import { CommandError, TAURI_EVENT, TAURI_OPEN_EVENT, createTauriPlatform, createWebPlatform, detectPlatform, readToken, toCommandError } from '../platform';
+import { CommandError, TAURI_EVENT, TAURI_NOTIFICATION_CLICKED_EVENT, TAURI_OPEN_EVENT, createTauriPlatform, createWebPlatform, detectPlatform, readToken, toCommandError } from '../platform';
 
 class FakeEventSource {
   static last: FakeEventSource | null = null;
@@ -195,9 +195,38 @@ describe('tauri platform', () => {
     platform.setCloseGuard!(true);
     expect(invoke).toHaveBeenCalledWith('set_close_guard', { args: { active: true } });
     platform.notify!('t', 'b');
-    expect(invoke).toHaveBeenCalledWith('notify', { args: { title: 't', body: 'b' } });
+    await vi.waitFor(() => expect(invoke).toHaveBeenCalledWith('notify', { args: { title: 't', body: 'b', id: null } }));
     platform.quit!();
     expect(invoke).toHaveBeenCalledWith('quit', { args: {} });
+  });
+
+  it('a click on a desktop notification runs what the UI asked for that one, once (E21)', async () => {
+    let clicked: ((e: { payload: any }) => void) | null = null;
+    const invoke = vi.fn(async (): Promise<any> => null);
+    const tauri = {
+      core: { invoke },
+      event: {
+        listen: vi.fn(async (name: string, fn: (e: { payload: any }) => void) => {
+          if (name === TAURI_NOTIFICATION_CLICKED_EVENT) clicked = fn;
+          return () => undefined;
+        }),
+      },
+    };
+    const platform = createTauriPlatform(tauri as any);
+    const opened: string[] = [];
+    platform.notify!('Bumblehive needs your approval', 'Writer asks', () => opened.push('writer'));
+    platform.notify!('Bumblehive: reports are in', 'Reader reported', () => opened.push('reader'));
+    await vi.waitFor(() => expect(invoke).toHaveBeenCalledTimes(2));
+    // Each notification carries its own id; the shell reports the clicked one's id back.
+    const ids = invoke.mock.calls.map((c: any[]) => c[1].args.id);
+    expect(new Set(ids).size).toBe(2);
+    expect(invoke).toHaveBeenCalledWith('notify', { args: { title: 'Bumblehive needs your approval', body: 'Writer asks', id: ids[0] } });
+    clicked!({ payload: ids[1] });
+    clicked!({ payload: ids[1] });
+    clicked!({ payload: 999 });
+    expect(opened).toEqual(['reader']);
+    clicked!({ payload: ids[0] });
+    expect(opened).toEqual(['reader', 'writer']);
   });
 
   it("checks a folder with the runtime's check_workspace through the command table (refusals said at once, D8)", async () => {
