@@ -133,10 +133,10 @@ try {
       await wd.execute(empty);
       return text;
     },
-    async shot(name) {
+    async shot(name, { screenOnly = false } = {}) {
       // The DOM is ahead of the pixels: let the window paint what the test just saw.
       await wd.painted();
-      await wd.screenshot(join(out, `${name}.png`));
+      if (!screenOnly) await wd.screenshot(join(out, `${name}.png`));
       execFileSync('import', ['-window', 'root', join(out, `${name}-screen.png`)], { env: { ...process.env, DISPLAY: display } });
     },
   };

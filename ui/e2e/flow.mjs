@@ -444,7 +444,12 @@ export function flowSteps(driver, ctx) {
             "the notification's click opening the Writer's approval in its session",
             (x) => x.session === second && x.approvals.some((a) => a.text.includes('Sub-agent “Writer”')),
           );
-          await driver.shot('15b-notification-clicked');
+          // The X server's picture only in the desktop engine: WebKitWebDriver's own
+          // screenshot, asked right after the click brought the window forward, never
+          // answered (3 runs of 3, 60 s each) although the page had painted (two
+          // animation frames ran, the X picture shows the approval) and the next step's
+          // screenshots answer at once.
+          await driver.shot('15b-notification-clicked', { screenOnly: true });
           await driver.click(`[data-testid=session-item][data-session-id="${ctx.firstSession}"] .session-open`);
           await waitFor('the first session selected again', (x) => x.session === ctx.firstSession && x.inbox);
         }
