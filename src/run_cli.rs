@@ -366,12 +366,19 @@ impl Asker {
     }
 }
 
-/// "sub-agent "x" wants to run write_file on a.txt".
+/// "sub-agent "x" (tiny on local) wants to run write_file on a.txt": a sub-agent named
+/// with where it runs (UX review E3), since a child may run on another server than the
+/// one the person started `run` with, and the call's content goes there.
 fn describe(ask: &ApprovalInfo) -> String {
+    let runs_on = match (&ask.model, &ask.provider) {
+        (Some(model), Some(provider)) => format!(" ({model} on {provider})"),
+        (Some(one), None) | (None, Some(one)) => format!(" ({one})"),
+        (None, None) => String::new(),
+    };
     let who = ask
         .title
         .as_ref()
-        .map(|t| format!("sub-agent \"{t}\""))
+        .map(|t| format!("sub-agent \"{t}\"{runs_on}"))
         .unwrap_or_else(|| "the agent".into());
     let hint = argument_hint(&ask.arguments);
     if hint.is_empty() {

@@ -978,6 +978,95 @@ async fn run_binary(
     .unwrap()
 }
 
+/// UX review E3 in the CLI: a sub-agent's approval on the terminal names the model and
+/// server it runs on (here a profile's model on a named server, not the one `run` was
+/// started with), as the window's approval does, so the person sees where the call's
+/// content goes before answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_names_where_an_asking_sub_agent_runs() {
+    let mock = MockLlm::start().await;
+    mock.respond_with(move |request| {
+        let messages = request.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let results = messages.iter().filter(|m| m["role"] == "tool").count();
+        let child = request.body["model"] == "tiny";
+        let body = match (child, results) {
+            (true, 0) => openai::tool_answer(
+                &[(
+                    "w1",
+                    "write_file",
+                    json!({"path": "child.txt", "content": "from the child"}),
+                )],
+                (5, 5),
+            ),
+            (false, 0) => openai::tool_answer(
+                &[(
+                    "s1",
+                    "sub_agent",
+                    json!({"title": "helper", "task": "write", "agent": "scout"}),
+                )],
+                (5, 5),
+            ),
+            _ => openai::text_answer(&["done"], (5, 5)),
+        };
+        MockResponse::sse(body)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("project");
+    let agents = ws.join(".bumblehive/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("scout.md"),
+        "---\nname: scout\ndescription: Writes\nprovider: local\nmodel: tiny\n---\nScout.\n",
+    )
+    .unwrap();
+    let url = format!("{}/v1", mock.url());
+    let config = json!({
+        "providers": {
+            "remote": {"kind": "openai", "base_url": url, "model": "big", "max_retries": 0},
+            "local": {"kind": "openai", "base_url": url, "model": "small", "max_retries": 0}
+        },
+        "default_provider": "remote",
+        "tools": {"command": {"policy": "off"}}
+    });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
+        .arg("--config")
+        .arg(dir.path().join("config.json"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["run", "delegate the write"])
+        .current_dir(&ws)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"y\n").await.unwrap();
+    drop(stdin);
+    let output = tokio::time::timeout(WAIT * 4, child.wait_with_output())
+        .await
+        .expect("run did not exit")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr
+            .contains("sub-agent \"helper\" (tiny on local) wants to run write_file on child.txt"),
+        "the approval does not say where the sub-agent runs:\n{stderr}"
+    );
+    assert!(stderr.contains("Approve? [y/N]"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("child.txt")).unwrap(),
+        "from the child",
+        "the approval answered on the terminal"
+    );
+}
+
 /// `bumblehive run <args>` started in `cwd` on `dir`'s config and data folder, its output
 /// piped, for a test that acts while it runs (a signal, an owner's answer).
 fn spawn_run(dir: &std::path::Path, cwd: &std::path::Path, args: &[&str]) -> tokio::process::Child {
