@@ -18,7 +18,8 @@
 // - frames: a requestAnimationFrame loop's gaps; "dropped" = gaps over 50 ms, and the
 //   longest; long tasks where the engine has the observer (Chromium; WebKit has none);
 // - the UI's own accounting (`window.__bumblehivePerf`: apply + render), when the build
-//   has it.
+//   has it, and its delay from a shown session's `content.delta` reaching the page to its
+//   text painted (per frame, the oldest delta it applied; p50, p95 and the longest).
 // Then it clicks the long session in the sidebar and times click → chat painted (the
 // first rendered message in the DOM, then a frame and the task after it).
 // Prints one JSON line per run and the medians; --json writes them. --smoke: one short run
@@ -142,7 +143,7 @@ const mainThreadMs = (pids) => pids.reduce((sum, pid) => sum + (procStat(pid)?.t
 // Playwright's evaluate.
 const PROBE_START = `
   const w = window;
-  const p = { gaps: [], long: [], last: performance.now(), on: true, perf0: w.__bumblehivePerf ? { ...w.__bumblehivePerf } : null, t0: performance.now() };
+  const p = { gaps: [], long: [], last: performance.now(), on: true, perf0: w.__bumblehivePerf ? { ...w.__bumblehivePerf, paint0: (w.__bumblehivePerf.deltaToPaint || []).length } : null, t0: performance.now() };
   const loop = (t) => { if (!p.on) return; p.gaps.push(t - p.last); p.last = t; requestAnimationFrame(loop); };
   requestAnimationFrame((t) => { p.last = t; requestAnimationFrame(loop); });
   try {
@@ -164,6 +165,9 @@ const PROBE_STOP = `
   const gaps = p.gaps;
   const perf = w.__bumblehivePerf;
   const own = perf && p.perf0 ? (perf.applyMs - p.perf0.applyMs + perf.renderMs - p.perf0.renderMs) : null;
+  // The samples of this window only (the UI keeps the newest 20,000; 6 s is far fewer).
+  const paint = perf && perf.deltaToPaint && p.perf0 ? perf.deltaToPaint.slice(p.perf0.paint0).sort((a, b) => a - b) : [];
+  const pct = (q) => (paint.length ? paint[Math.min(paint.length - 1, Math.floor(q * paint.length))] : null);
   done({
     wallMs: wall,
     frames: gaps.length,
@@ -174,6 +178,10 @@ const PROBE_STOP = `
     uiOwnMs: own,
     uiEvents: perf && p.perf0 ? perf.events - p.perf0.events : null,
     uiFrames: perf && p.perf0 ? perf.frames - p.perf0.frames : null,
+    deltaPaintSamples: paint.length,
+    deltaPaintP50: pct(0.5),
+    deltaPaintP95: pct(0.95),
+    deltaPaintMax: paint.length ? paint[paint.length - 1] : null,
     contentVisibility: typeof CSS !== 'undefined' && CSS.supports('content-visibility', 'auto'),
     engine: navigator.userAgent,
   });
@@ -343,6 +351,10 @@ async function oneRun(engine, index) {
       maxFrameGapMs: probe.maxGapMs,
       longTasks: probe.longTasks,
       uiEventsPerFrame: probe.uiFrames ? probe.uiEvents / probe.uiFrames : null,
+      deltaPaintSamples: probe.deltaPaintSamples,
+      deltaPaintP50Ms: probe.deltaPaintP50,
+      deltaPaintP95Ms: probe.deltaPaintP95,
+      deltaPaintMaxMs: probe.deltaPaintMax,
       contentVisibility: probe.contentVisibility,
       userAgent: probe.engine,
       openMs: open.ms,
@@ -389,7 +401,7 @@ for (const engine of engines) {
   const mine = results.filter((r) => r.engine === engine);
   if (!mine.length) continue;
   summary[engine] = Object.fromEntries(
-    ['mainThreadCpuPct', 'devtoolsBusyPct', 'uiOwnPct', 'framesPerS', 'framesOver50', 'maxFrameGapMs', 'longTasks', 'uiEventsPerFrame', 'openMs', 'openDomMs'].map((k) => [
+    ['mainThreadCpuPct', 'devtoolsBusyPct', 'uiOwnPct', 'framesPerS', 'framesOver50', 'maxFrameGapMs', 'longTasks', 'uiEventsPerFrame', 'deltaPaintP50Ms', 'deltaPaintP95Ms', 'deltaPaintMaxMs', 'openMs', 'openDomMs'].map((k) => [
       k,
       median(mine.map((r) => r[k])),
     ]),

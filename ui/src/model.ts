@@ -291,10 +291,38 @@ export function nextFrame(run: () => void): void {
  * `ui/e2e/bench-stream.mjs` as `window.__bumblehivePerf`: WebKit has no long-task
  * observer, so the UI accounts for its own work.
  */
-export const uiPerf = { applyMs: 0, renderMs: 0, frames: 0, events: 0 };
+export const uiPerf = {
+  applyMs: 0,
+  renderMs: 0,
+  frames: 0,
+  events: 0,
+  /**
+   * Delay from a shown session's `content.delta` reaching the page to its text painted (ms;
+   * issue 31): per frame, the oldest such delta it applied, until the task after that
+   * frame's paint. The newest `DELTA_PAINT_KEPT` frames are kept.
+   */
+  deltaToPaint: [] as number[],
+};
 (globalThis as any).__bumblehivePerf = uiPerf;
+const DELTA_PAINT_KEPT = 20_000;
 
 const now = () => (globalThis.performance?.now?.() ?? Date.now());
+
+/**
+ * Runs `run` as the first task after the frame being drawn now has painted: a message
+ * posted from a frame callback is handled once the engine has rendered that frame, the
+ * way schedulers measure paint without a paint event.
+ */
+function afterPaint(run: () => void): void {
+  const Channel = (globalThis as any).MessageChannel as typeof MessageChannel | undefined;
+  if (!Channel) return void setTimeout(run, 0);
+  const channel = new Channel();
+  channel.port1.onmessage = () => {
+    channel.port1.close();
+    run();
+  };
+  channel.port2.postMessage(null);
+}
 
 export interface ModelOptions {
   /** Called when something that the sessions list shows may have changed. */
@@ -317,6 +345,8 @@ export class SessionModel {
   private unsubscribe: (() => void) | null = null;
   /** The transcripts on screen (null: assume all): a hidden one's text streams silently. */
   private shown: Set<string> | null = null;
+  /** When the oldest shown `content.delta` not yet applied reached the page (`uiPerf`). */
+  private deltaSince: number | null = null;
   /** Whether a frame is scheduled (events queued or listeners to tell). */
   private framePending = false;
   private queue: WireEvent[] = [];
@@ -447,6 +477,8 @@ export class SessionModel {
     this.framePending = false;
     if (this.disposed) return;
     const start = now();
+    const deltaSince = this.deltaSince;
+    this.deltaSince = null;
     const events = this.queue;
     this.queue = [];
     this.inFrame = true;
@@ -464,6 +496,13 @@ export class SessionModel {
     // Preact renders in a microtask queued by the listeners' state updates: this one runs
     // after it, so the render is counted too.
     void Promise.resolve().then(() => (uiPerf.renderMs += now() - applied));
+    if (deltaSince !== null) {
+      afterPaint(() => {
+        const kept = uiPerf.deltaToPaint;
+        kept.push(now() - deltaSince);
+        if (kept.length > DELTA_PAINT_KEPT) kept.splice(0, kept.length - DELTA_PAINT_KEPT);
+      });
+    }
   }
 
   /** Applies what is queued now, ahead of the frame (listeners are still told at the frame). */
@@ -478,6 +517,14 @@ export class SessionModel {
   receive(event: WireEvent): void {
     if (this.disposed) return;
     if (this.immediate) return this.apply(event);
+    if (
+      this.deltaSince === null &&
+      event.type === 'event' &&
+      event.kind === 'content.delta' &&
+      (!this.shown || this.shown.has(event.session_id))
+    ) {
+      this.deltaSince = now();
+    }
     this.queue.push(event);
     this.scheduleFrame();
   }

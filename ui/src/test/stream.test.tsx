@@ -3,7 +3,7 @@
 // and long histories rendered from their end, a slice at a time.
 import { afterEach, describe, expect, it } from 'vitest';
 import { CHAT_STEP, CHAT_WINDOW } from '../components/Chat';
-import { SessionModel, mergeDeltas } from '../model';
+import { SessionModel, mergeDeltas, uiPerf } from '../model';
 import { TAURI_EVENT, createTauriPlatform } from '../platform';
 import { streamingBlocks } from '../markdown';
 import type { Event as WireEvent } from '../bindings/Event';
@@ -81,6 +81,34 @@ describe('SessionModel per frame', () => {
     clock.frame();
     expect(model.state.transcripts.p.streaming).toBe('only');
     expect(clock.waiting).toBe(0);
+    model.dispose();
+  });
+
+  it('times each frame from its oldest shown delta to after its paint; a hidden child’s deltas are not timed (issue 31)', async () => {
+    const fake = new FakePlatform({ get_session: () => ({ info: info('p'), messages: [] }) });
+    const clock = frames();
+    const model = new SessionModel(fake, 'p', { schedule: clock.schedule });
+    model.start();
+    await new Promise((r) => setTimeout(r, 0));
+    clock.frame();
+    model.setShown(['p']);
+    const before = uiPerf.deltaToPaint.length;
+    // Two deltas in one frame: one sample, from the first.
+    fake.emit('p', delta('p', 'a'));
+    const first = performance.now();
+    await new Promise((r) => setTimeout(r, 20));
+    fake.emit('p', delta('p', 'b'));
+    clock.frame();
+    await new Promise((r) => setTimeout(r, 0));
+    expect(uiPerf.deltaToPaint.length).toBe(before + 1);
+    const sample = uiPerf.deltaToPaint[uiPerf.deltaToPaint.length - 1];
+    expect(sample).toBeGreaterThanOrEqual(15);
+    expect(sample).toBeLessThanOrEqual(performance.now() - first + 1);
+    // A child that is not shown: its frame is not timed.
+    fake.emit('p', delta('c', 'x'));
+    clock.frame();
+    await new Promise((r) => setTimeout(r, 0));
+    expect(uiPerf.deltaToPaint.length).toBe(before + 1);
     model.dispose();
   });
 
