@@ -5,7 +5,7 @@
 //
 //   node ui/e2e/bench-stream.mjs [--engine desktop|chromium|both] [--runs 3] [--children 8]
 //        [--rate 100] [--seconds 6] [--messages 2000] [--app PATH] [--bin PATH] [--ui DIR]
-//        [--label NAME] [--json FILE] [--smoke]
+//        [--label NAME] [--json FILE] [--cpu-profile FILE] [--smoke]
 //
 // Each run: a fresh data dir holding a session of --messages messages (meta.json +
 // messages.jsonl written directly), the app opened on a new conversation; the message
@@ -44,6 +44,7 @@ const RUNS = Number(option('--runs', smoke ? 1 : 3));
 const CHILDREN = Number(option('--children', smoke ? 2 : 8));
 const RATE = Number(option('--rate', 100));
 const SECONDS = Number(option('--seconds', smoke ? 1 : 6));
+const CPU_PROFILE = option('--cpu-profile', null);
 const MESSAGES = Number(option('--messages', smoke ? 200 : 2000));
 const APP = option('--app', process.env.E2E_DESKTOP_APP || join(TARGET_DIR, 'debug', 'bumblehive-desktop'));
 const BIN = option('--bin', join(TARGET_DIR, 'debug', 'bumblehive'));
@@ -280,6 +281,19 @@ async function openChromium(space) {
     run: (body) => page.evaluate(`new Promise((done) => {${body}\n})`),
     type: (css, text) => page.fill(css, text, { timeout: 10000 }),
     click: (css) => page.click(css, { timeout: 10000 }),
+    async profile(on) {
+      // --cpu-profile FILE (Chromium only): the page's JavaScript profile over the window,
+      // for `--ui` builds made with `vite build --minify false` to read the names.
+      if (!CPU_PROFILE) return;
+      if (on) {
+        await cdp.send('Profiler.enable');
+        await cdp.send('Profiler.setSamplingInterval', { interval: 200 });
+        await cdp.send('Profiler.start');
+      } else {
+        const { profile } = await cdp.send('Profiler.stop');
+        writeFileSync(CPU_PROFILE, JSON.stringify(profile));
+      }
+    },
     async tasks() {
       const { metrics } = await cdp.send('Performance.getMetrics');
       return (metrics.find((m) => m.name === 'TaskDuration')?.value ?? 0) * 1000;
@@ -319,6 +333,7 @@ async function oneRun(engine, index) {
     await sleep(500);
     const pids = contentProcesses(ui.root, engine);
     await ui.run(PROBE_START);
+    await ui.profile?.(true);
     const cpu0 = mainThreadMs(pids);
     const task0 = ui.tasks ? await ui.tasks() : null;
     const wall0 = Date.now();
@@ -326,6 +341,7 @@ async function oneRun(engine, index) {
     const cpu1 = mainThreadMs(pids);
     const task1 = ui.tasks ? await ui.tasks() : null;
     const wall = Date.now() - wall0;
+    await ui.profile?.(false);
     const probe = await ui.run(PROBE_STOP);
     const still = await state();
     const streamingThroughout = still.tabs.filter((t) => t === 'running').length >= CHILDREN;

@@ -1,4 +1,4 @@
-import { memo } from 'preact/compat';
+import { memo } from '../memo';
 import { useLayoutEffect, useMemo, useRef } from 'preact/hooks';
 import { afterRender, copyText, renderMarkdown } from '../markdown';
 import { usePlatform } from './context';
