@@ -1032,26 +1032,7 @@ async fn run_names_where_an_asking_sub_agent_runs() {
         "tools": {"command": {"policy": "off"}}
     });
     std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bumblehive"))
-        .arg("--config")
-        .arg(dir.path().join("config.json"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["run", "delegate the write"])
-        .current_dir(&ws)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"y\n").await.unwrap();
-    drop(stdin);
-    let output = tokio::time::timeout(WAIT * 4, child.wait_with_output())
-        .await
-        .expect("run did not exit")
-        .unwrap();
+    let output = run_with_input(dir.path(), &ws, "delegate the write", "y\n").await;
     let stderr = String::from_utf8_lossy(&output.stderr).to_string();
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(
@@ -1598,8 +1579,9 @@ impl Owner {
     }
 }
 
-/// The real `bumblehive run` on `dir` in `ws` with `stdin` written to it.
-async fn run_beside(
+/// The real `bumblehive run` on `dir` in `ws` with `stdin` written to it (the answers to
+/// its approvals), beside an app owning the folder or alone.
+async fn run_with_input(
     dir: &std::path::Path,
     ws: &std::path::Path,
     prompt: &str,
@@ -1702,7 +1684,7 @@ async fn run_beside_the_app_is_run_by_the_app_and_listed_there_at_once() {
         !format!("{listed:?}").contains("Write out.txt"),
         "{listed:?}"
     );
-    let output = run_beside(dir.path(), &ws, "Write out.txt\nand delegate", "y\n").await;
+    let output = run_with_input(dir.path(), &ws, "Write out.txt\nand delegate", "y\n").await;
     let stdout = String::from_utf8_lossy(&output.stdout).to_string();
     let stderr = String::from_utf8_lossy(&output.stderr).to_string();
     assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
@@ -1798,7 +1780,7 @@ async fn run_beside_an_owner_taking_no_runs_is_refused_naming_it() {
     let mock = MockLlm::start().await;
     let (dir, ws) = run_dir(&mock);
     let owner = Owner::start(dir.path(), false);
-    let output = run_beside(dir.path(), &ws, "hello", "").await;
+    let output = run_with_input(dir.path(), &ws, "hello", "").await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(3), "{stderr}");
     assert!(
