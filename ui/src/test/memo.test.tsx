@@ -1,3 +1,4 @@
+/// <reference types="vite/client" />
 // `memo` without preact/compat (issue 31): a component renders again only when a prop
 // changed, and the app's bundle no longer installs compat's props hook.
 import { render } from 'preact';
