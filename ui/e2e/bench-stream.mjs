@@ -26,11 +26,10 @@
 // per engine with small sizes (what scripts/test-all.sh may run; no figure is checked).
 // No assertion on any time: this only measures.
 
-import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
-import { homedir } from 'node:os';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createWriteStream } from 'node:fs';
-import { TARGET_DIR, UI_DIR, WebDriver, firstLine, freePort, outputDir, scratch, sleep, start, startXvfb, stopAll, until, which } from './lib.mjs';
+import { TARGET_DIR, UI_DIR, cmdline, descendants, firstLine, openDesktopApp, outputDir, procStat, scratch, sleep, start, stopAll, until } from './lib.mjs';
 import { startMockModel } from './mock-model.mjs';
 
 const args = process.argv.slice(2);
@@ -85,45 +84,6 @@ function writeConfig(config, baseUrl) {
 }
 
 // ------------------------------------------------------------------ processes (/proc)
-
-function procStat(pid, tid = pid) {
-  try {
-    const text = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-    const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
-    // Fields after the name: state(3) ppid(4) … utime(14) stime(15), counted from 3.
-    return { ppid: Number(rest[1]), ticks: Number(rest[11]) + Number(rest[12]) };
-  } catch {
-    return null;
-  }
-}
-
-function descendants(root) {
-  const children = new Map();
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    const stat = procStat(Number(name));
-    if (!stat) continue;
-    if (!children.has(stat.ppid)) children.set(stat.ppid, []);
-    children.get(stat.ppid).push(Number(name));
-  }
-  const all = [];
-  const walk = (pid) => {
-    for (const c of children.get(pid) ?? []) {
-      all.push(c);
-      walk(c);
-    }
-  };
-  walk(root);
-  return all;
-}
-
-const cmdline = (pid) => {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-  } catch {
-    return [];
-  }
-};
 
 /** The web content processes under `root` (WebKitWebProcess, or Chromium renderers). */
 function contentProcesses(root, engine) {
@@ -227,30 +187,9 @@ const STATE = `
 // ------------------------------------------------------------------ engines
 
 async function openDesktop(space) {
-  const display = await startXvfb();
-  const port = await freePort();
-  const nativePort = await freePort();
-  const tauriDriver = which('tauri-driver', [join(homedir(), '.cargo', 'bin')]);
-  if (!tauriDriver) throw new Error('tauri-driver is missing: cargo install tauri-driver --locked');
-  const profile = join(space.dir, 'profile');
-  for (const d of ['data', 'config', 'cache']) mkdirSync(join(profile, d), { recursive: true });
-  const driverProcess = start(tauriDriver, ['--port', String(port), '--native-port', String(nativePort)], {
-    log: join(out, 'tauri-driver.log'),
-    env: {
-      DISPLAY: display,
-      WAYLAND_DISPLAY: '',
-      GDK_BACKEND: 'x11',
-      XDG_DATA_HOME: join(profile, 'data'),
-      XDG_CONFIG_HOME: join(profile, 'config'),
-      XDG_CACHE_HOME: join(profile, 'cache'),
-      RUST_LOG: 'warn',
-    },
-  });
-  const wd = new WebDriver(`http://127.0.0.1:${port}`);
-  await until('tauri-driver to answer /status', () => wd.call('GET', '/status'), (v) => v?.ready !== false, { timeout: 20000 });
-  await wd.open({ 'tauri:options': { application: APP, args: ['--workspace', space.workspace, '--config', space.config, '--data-dir', space.data] } });
+  const { wd, root } = await openDesktopApp(APP, space, join(out, 'tauri-driver.log'));
   return {
-    root: driverProcess.pid,
+    root,
     run: (body) => wd.call('POST', '/session/:session/execute/async', { script: `const done = arguments[arguments.length - 1];\n${body}`, args: [] }),
     type: (css, text) => wd.type(css, text),
     click: (css) => wd.click(css),

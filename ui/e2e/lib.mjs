@@ -2,9 +2,9 @@
 // are always stopped, a scratch folder with a config pointing at the mock model.
 
 import { spawn, spawnSync } from 'node:child_process';
-import { createWriteStream, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { homedir, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -351,3 +351,78 @@ export class WebDriver {
   }
 }
 
+
+// ---------------------------------------------------------------------------------------
+// The benches' view of processes (/proc) and of the real window.
+
+/** A thread's parent pid and CPU ticks (user + system) from /proc; null when it is gone. */
+export function procStat(pid, tid = pid) {
+  try {
+    const text = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+    const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    // Fields after the name: state(3) ppid(4) … utime(14) stime(15), counted from 3.
+    return { ppid: Number(rest[1]), ticks: Number(rest[11]) + Number(rest[12]) };
+  } catch {
+    return null;
+  }
+}
+
+/** Every process below `root`, at any depth. */
+export function descendants(root) {
+  const children = new Map();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const stat = procStat(Number(name));
+    if (!stat) continue;
+    if (!children.has(stat.ppid)) children.set(stat.ppid, []);
+    children.get(stat.ppid).push(Number(name));
+  }
+  const all = [];
+  const walk = (pid) => {
+    for (const c of children.get(pid) ?? []) {
+      all.push(c);
+      walk(c);
+    }
+  };
+  walk(root);
+  return all;
+}
+
+export const cmdline = (pid) => {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  } catch {
+    return [];
+  }
+};
+
+/**
+ * Opens the desktop build `app` in its real window on a fresh Xvfb through tauri-driver,
+ * on `space` (from `scratch`), with XDG folders of its own under it. Resolves to the
+ * WebDriver session and tauri-driver's pid (the app and WebKit's processes are below it).
+ */
+export async function openDesktopApp(app, space, log) {
+  const display = await startXvfb();
+  const port = await freePort();
+  const nativePort = await freePort();
+  const tauriDriver = which('tauri-driver', [join(homedir(), '.cargo', 'bin')]);
+  if (!tauriDriver) throw new Error('tauri-driver is missing: cargo install tauri-driver --locked');
+  const profile = join(space.dir, 'profile');
+  for (const d of ['data', 'config', 'cache']) mkdirSync(join(profile, d), { recursive: true });
+  const driverProcess = start(tauriDriver, ['--port', String(port), '--native-port', String(nativePort)], {
+    log,
+    env: {
+      DISPLAY: display,
+      WAYLAND_DISPLAY: '',
+      GDK_BACKEND: 'x11',
+      XDG_DATA_HOME: join(profile, 'data'),
+      XDG_CONFIG_HOME: join(profile, 'config'),
+      XDG_CACHE_HOME: join(profile, 'cache'),
+      RUST_LOG: 'warn',
+    },
+  });
+  const wd = new WebDriver(`http://127.0.0.1:${port}`);
+  await until('tauri-driver to answer /status', () => wd.call('GET', '/status'), (v) => v?.ready !== false, { timeout: 20000 });
+  await wd.open({ 'tauri:options': { application: app, args: ['--workspace', space.workspace, '--config', space.config, '--data-dir', space.data] } });
+  return { wd, root: driverProcess.pid };
+}
