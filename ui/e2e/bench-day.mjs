@@ -69,12 +69,18 @@ const pssKiB = (pid) => {
   }
 };
 
-/** PSS and PSS alone (MiB) of each of the app's process kinds and of all. */
+/**
+ * PSS and PSS alone (MiB) of each of the app's process kinds and of all, from one run of
+ * pss-alone.py --by-mapping (its unindented lines: pid, rss, alone, private in KiB; the
+ * indented ones, each process's top mappings, are kept as `mappings`).
+ */
 function memory(root) {
   const procs = appProcesses(root);
   const alone = new Map();
-  const result = spawnSync('python3', [join(ROOT, 'scripts', 'pss-alone.py'), ...procs.map((p) => String(p.pid))], { encoding: 'utf8' });
-  for (const line of (result.stdout ?? '').split('\n')) {
+  const result = spawnSync('python3', [join(ROOT, 'scripts', 'pss-alone.py'), '--by-mapping', '12', ...procs.map((p) => String(p.pid))], { encoding: 'utf8' });
+  const mappings = result.stdout ?? '';
+  for (const line of mappings.split('\n')) {
+    if (/^\s/.test(line)) continue;
     const [pid, , aloneKiB] = line.trim().split(/\s+/).map(Number);
     if (pid && Number.isFinite(aloneKiB)) alone.set(pid, aloneKiB);
   }
@@ -90,6 +96,7 @@ function memory(root) {
     pssMiB: mib(all.pss),
     aloneMiB: alone.size ? mib(all.alone) : null,
     byKind: Object.fromEntries(Object.entries(byKind).map(([kind, k]) => [kind, { pssMiB: mib(k.pss), aloneMiB: alone.size ? mib(k.alone) : null }])),
+    mappings,
   };
 }
 
@@ -127,16 +134,23 @@ async function open(space) {
 }
 
 const reading = (label, ui, extra = {}) => {
-  const line = { label, at: new Date().toISOString(), ...memory(ui.root), ...extra };
+  const { mappings, ...figures } = memory(ui.root);
+  const line = { label, at: new Date().toISOString(), ...figures, ...extra };
   // Where it is, by mapping (test-output/bench-day/<n>-<label>.txt), to compare readings.
-  const pids = appProcesses(ui.root).map((p) => String(p.pid));
-  const map = spawnSync('python3', [join(ROOT, 'scripts', 'pss-alone.py'), '--by-mapping', '12', ...pids], { encoding: 'utf8' });
-  writeFileSync(join(out, `${readings.length}-${label.replace(/[^a-z0-9]+/gi, '-')}.txt`), map.stdout ?? '');
+  writeFileSync(join(out, `${readings.length}-${label.replace(/[^a-z0-9]+/gi, '-')}.txt`), mappings);
   console.log(JSON.stringify(line));
   return line;
 };
 
 // ------------------------------------------------------------------ the day
+
+/** Throws when the page shows a failed run: the day would measure nothing after it. */
+const noError = (s) => {
+  if (s.errors.length) throw new Error(`the run failed: ${s.errors.join(' | ')}`);
+  return true;
+};
+/** The shown session neither streams nor runs, and none of its children runs or waits. */
+const idle = (s) => noError(s) && !s.streaming && !s.running && !s.tabs.some((t) => t.state === 'running' || t.state === 'waiting');
 
 const mock = await startMockModel({ rate: RATE, delay: 5 });
 const space = scratch('bench-day', mock.baseUrl);
@@ -167,10 +181,7 @@ try {
     await ui.wd.type('[data-testid=prompt-input]', delegate ? `Stream bench ${CHILDREN} children ${DELTAS} deltas` : 'Slow answer please');
     await ui.wd.click('[data-testid=send-button]');
     if (delegate) {
-      const s = await until('the children running', ui.state, (s) => {
-        if (s.errors.length) throw new Error(`the run failed: ${s.errors.join(' | ')}`);
-        return s.tabs.length >= tabsBefore + CHILDREN;
-      }, { timeout: 60000, interval: 100 });
+      const s = await until('the children running', ui.state, (s) => noError(s) && s.tabs.length >= tabsBefore + CHILDREN, { timeout: 60000, interval: 100 });
       children += CHILDREN;
       // Tab switches while they stream: each new child's tab, then the parent's.
       for (const tab of s.tabs.slice(tabsBefore)) {
@@ -179,13 +190,10 @@ try {
       }
       await ui.wd.click('[data-testid=tab-main]').catch(() => undefined);
     }
-    await until('the turn and its children to end', ui.state, (s) => {
-      if (s.errors.length) throw new Error(`the run failed: ${s.errors.join(' | ')}`);
-      return s.chatSession && !s.streaming && !s.running && !s.tabs.some((t) => t.state === 'running' || t.state === 'waiting');
-    }, { timeout: 180000, interval: 250 });
+    await until('the turn and its children to end', ui.state, (s) => s.chatSession && idle(s), { timeout: 180000, interval: 250 });
     // A report can wake the parent just after its last child ended: quiet twice, 500 ms apart.
     await sleep(500);
-    await until('the parent to stay idle', ui.state, (s) => !s.streaming && !s.running && !s.tabs.some((t) => t.state === 'running' || t.state === 'waiting'), { timeout: 180000, interval: 250 });
+    await until('the parent to stay idle', ui.state, idle, { timeout: 180000, interval: 250 });
     if (slot >= sessions.length) sessions.push((await ui.state()).chatSession);
     turns++;
     await sleep(PAUSE_S * 1000);
