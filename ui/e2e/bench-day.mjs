@@ -20,7 +20,9 @@
 // --sample minutes of the day, 10 s after the day's last turn ended and 60 s after that;
 // then the app is started again on the day's data (the last session open) and read after
 // 10 s, which separates what the day's data costs from what the day left behind. Each
-// reading's top mappings per process go to test-output/bench-day/.
+// reading's top mappings per process go to test-output/bench-day/. After the day and after the
+// fresh start, the page's elements are also counted by owner (`dom`: the ten largest groups by
+// nearest data-testid), which tells what the DOM holds from what the allocators keep.
 // Prints one JSON line per reading and a summary; no assertion: this only measures.
 
 import { readFileSync, readlinkSync, writeFileSync } from 'node:fs';
@@ -117,6 +119,18 @@ const STATE = `
     domNodes: document.getElementsByTagName('*').length,
   });
 `;
+// Where the page's elements are: counted by their nearest element with a data-testid (or
+// class), the ten largest groups, to tell what a day leaves in the DOM from what a fresh
+// start on the same data shows.
+const CENSUS = `
+  const count = {};
+  for (const e of document.getElementsByTagName('*')) {
+    const owner = e.closest('[data-testid]');
+    const key = owner ? owner.dataset.testid : (e.className && typeof e.className === 'string' ? '.' + e.className.split(' ')[0] : e.tagName.toLowerCase());
+    count[key] = (count[key] ?? 0) + 1;
+  }
+  done(Object.fromEntries(Object.entries(count).sort((a, b) => b[1] - a[1]).slice(0, 10)));
+`;
 const OPEN_SESSION = (id) => `
   const item = [...document.querySelectorAll('[data-testid=session-item]')].find((e) => e.dataset.sessionId === ${JSON.stringify(id)});
   if (!item) return done(false);
@@ -204,7 +218,7 @@ try {
     }
   }
   await sleep(10000);
-  readings.push(reading('after the day', ui, { turns, children, domNodes: (await ui.state()).domNodes }));
+  readings.push(reading('after the day', ui, { turns, children, domNodes: (await ui.state()).domNodes, dom: await ui.run(CENSUS) }));
   await sleep(60000);
   readings.push(reading('after the day +60 s', ui, { turns, children, domNodes: (await ui.state()).domNodes }));
 
@@ -213,7 +227,7 @@ try {
   await stopAll();
   ui = await open(space);
   await sleep(10000);
-  readings.push(reading('fresh start on the day\'s data', ui, { domNodes: (await ui.state()).domNodes }));
+  readings.push(reading('fresh start on the day\'s data', ui, { domNodes: (await ui.state()).domNodes, dom: await ui.run(CENSUS) }));
   await ui.wd.close();
 } catch (err) {
   console.error(`the day failed after ${turns} turns: ${err?.stack ?? err}`);
