@@ -14,7 +14,8 @@ use crate::protocol::{Message, ToolCall, Usage};
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    pub parameters: Value,
+    /// Shared, not copied, by every registry that offers the tool (`tools::ToolRegistry`).
+    pub parameters: std::sync::Arc<Value>,
 }
 
 /// Settings of one call, taken from the provider config.

@@ -335,7 +335,7 @@ fn tools() -> Vec<ToolSpec> {
     vec![ToolSpec {
         name: "read_file".into(),
         description: "Reads a file of the workspace.".into(),
-        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}).into(),
     }]
 }
 

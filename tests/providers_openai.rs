@@ -116,7 +116,7 @@ pub fn read_file_spec() -> ToolSpec {
     ToolSpec {
         name: "read_file".into(),
         description: "Read a text file.".into(),
-        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}).into(),
     }
 }
 

@@ -411,7 +411,7 @@ mod tests {
         let tool = ToolSpec {
             name: "t".into(),
             description: "d".into(),
-            parameters: serde_json::json!({"type": "object"}),
+            parameters: std::sync::Arc::new(serde_json::json!({"type": "object"})),
         };
         let tools_bytes = serde_json::to_vec(std::slice::from_ref(&tool))
             .unwrap()

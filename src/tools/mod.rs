@@ -229,9 +229,19 @@ impl ToolOutput {
 /// The tools a session may use, in the order the model sees them.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
-    tools: Vec<Arc<dyn Tool>>,
+    tools: Vec<Entry>,
     /// Built once: the model is sent them on every call.
     specs: Arc<std::sync::OnceLock<Vec<ToolSpec>>>,
+}
+
+/// A tool and its JSON schema, built at most once and shared by every registry cloned or
+/// narrowed from this one: each turn narrows the registry (a child has no `sub_agent`, a
+/// profile its own list), and a schema rebuilt per turn cost every running child its own
+/// copy of every schema (≈ 30 KiB each; BENCHMARKS.md, child memory).
+#[derive(Clone)]
+struct Entry {
+    tool: Arc<dyn Tool>,
+    schema: Arc<std::sync::OnceLock<Arc<Value>>>,
 }
 
 impl ToolRegistry {
@@ -257,8 +267,11 @@ impl ToolRegistry {
     }
 
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        self.tools.retain(|t| t.name() != tool.name());
-        self.tools.push(tool);
+        self.tools.retain(|e| e.tool.name() != tool.name());
+        self.tools.push(Entry {
+            tool,
+            schema: Default::default(),
+        });
         self.specs = Default::default();
     }
 
@@ -268,7 +281,7 @@ impl ToolRegistry {
             tools: self
                 .tools
                 .iter()
-                .filter(|t| keep(t.name()))
+                .filter(|e| keep(e.tool.name()))
                 .cloned()
                 .collect(),
             specs: Default::default(),
@@ -276,17 +289,23 @@ impl ToolRegistry {
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.iter().find(|t| t.name() == name)
+        self.tools
+            .iter()
+            .find(|e| e.tool.name() == name)
+            .map(|e| &e.tool)
     }
 
     pub fn specs(&self) -> &[ToolSpec] {
         self.specs.get_or_init(|| {
             self.tools
                 .iter()
-                .map(|t| ToolSpec {
-                    name: t.name().to_string(),
-                    description: t.description().to_string(),
-                    parameters: t.parameters(),
+                .map(|e| ToolSpec {
+                    name: e.tool.name().to_string(),
+                    description: e.tool.description().to_string(),
+                    parameters: e
+                        .schema
+                        .get_or_init(|| Arc::new(e.tool.parameters()))
+                        .clone(),
                 })
                 .collect()
         })
@@ -312,7 +331,7 @@ impl ToolRegistry {
         arguments: Value,
     ) -> Result<ToolOutput, ToolError> {
         let Some(tool) = self.get(name) else {
-            let known: Vec<_> = self.tools.iter().map(|t| t.name()).collect();
+            let known: Vec<_> = self.tools.iter().map(|e| e.tool.name()).collect();
             return Err(ToolError::InvalidArguments(format!(
                 "unknown tool {name:?}; available tools: {}",
                 known.join(", ")
