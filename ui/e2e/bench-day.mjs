@@ -115,7 +115,6 @@ const STATE = `
     streaming: !!document.querySelector('[data-streaming=true]'),
     running: document.querySelector('[data-testid=session-pane]')?.dataset.running === 'true',
     errors: all('[data-testid=run-error]').map((e) => e.textContent),
-    sidebar: all('[data-testid=session-item]').map((e) => e.dataset.sessionId),
     domNodes: document.getElementsByTagName('*').length,
   });
 `;
@@ -140,7 +139,7 @@ const OPEN_SESSION = (id) => `
 
 async function open(space) {
   const { wd, root } = await openDesktopApp(APP, space, join(out, 'tauri-driver.log'));
-  const run = (body) => wd.call('POST', '/session/:session/execute/async', { script: `const done = arguments[arguments.length - 1];\n${body}`, args: [] });
+  const run = (body) => wd.run(body);
   const state = () => run(STATE);
   await until('the composer', state, (s) => s.prompt, { timeout: 60000 });
   if ((await state()).setup) await wd.click('[data-testid=setup-dismiss]');

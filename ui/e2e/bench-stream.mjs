@@ -190,7 +190,7 @@ async function openDesktop(space) {
   const { wd, root } = await openDesktopApp(APP, space, join(out, 'tauri-driver.log'));
   return {
     root,
-    run: (body) => wd.call('POST', '/session/:session/execute/async', { script: `const done = arguments[arguments.length - 1];\n${body}`, args: [] }),
+    run: (body) => wd.run(body),
     type: (css, text) => wd.type(css, text),
     click: (css) => wd.click(css),
     tasks: null,

@@ -338,12 +338,14 @@ export class WebDriver {
     const actions = [...text].flatMap((value) => [{ type: 'keyDown', value }, { type: 'keyUp', value }]);
     await this.call('POST', '/session/:session/actions', { actions: [{ type: 'key', id: 'keyboard', actions }] });
   }
+  /** Runs `body` in the page with `done(value)` in scope (WebDriver's execute/async);
+   * resolves to the value it hands `done`. */
+  run(body) {
+    return this.call('POST', '/session/:session/execute/async', { script: `const done = arguments[arguments.length - 1];\n${body}`, args: [] });
+  }
   /** Resolves after the page has painted twice (WebKit paints lazily under Xvfb). */
   painted() {
-    return this.call('POST', '/session/:session/execute/async', {
-      script: 'const done = arguments[arguments.length - 1]; requestAnimationFrame(() => requestAnimationFrame(() => done(true)));',
-      args: [],
-    });
+    return this.run('requestAnimationFrame(() => requestAnimationFrame(() => done(true)));');
   }
   async screenshot(file) {
     const data = await this.call('GET', '/session/:session/screenshot');
