@@ -215,7 +215,7 @@ export function flowSteps(driver, ctx) {
         await driver.click('[data-testid=child-tab][data-title=Writer]');
         await waitFor("the Writer's transcript", (s) => s.childView?.includes('Wrote notes.txt'));
         // The model it ran on (the config's `m`), from the session list's usage per model.
-        await waitFor("the Writer's model on its tab and in its header", (s) => /(^|· )m$/.test(s.tabAgents.Writer ?? '') && /(^|· )m$/.test(s.childAgent ?? ''));
+        await waitFor("the Writer's model and server on its tab and in its header (E3)", (s) => /(^| · )m on [\w.-]+$/.test(s.tabAgents.Writer ?? '') && /(^| · )m on [\w.-]+$/.test(s.childAgent ?? ''));
         await driver.shot('05-writer-tab');
         await driver.click('[data-testid=tab-main]');
         await waitFor('the main chat again', (s) => s.childView == null && says(s, 'report', 'Wrote notes.txt'));

@@ -13,9 +13,23 @@ export function lastModel(info: SessionInfo | null | undefined): string | null {
   return last?.model || info?.model || null;
 }
 
-/** "explore · qwen2.5-coder-7b": a child's profile and model, whichever is known. */
+/** The server (provider name) a session ran on last, else the one chosen for it. */
+export function lastServer(info: SessionInfo | null | undefined): string | null {
+  const models = info?.models ?? [];
+  const last = models[models.length - 1];
+  return (last ? last.provider : info?.provider) || null;
+}
+
+/**
+ * "explore · qwen2.5-coder-7b on local": a child's profile, model and server, whichever
+ * are known. The server too (E3): a child follows its parent's pick or its profile, and
+ * the person sees where its content goes, as the approval dock says it.
+ */
 export function agentLabel(info: SessionInfo | null | undefined): string {
-  return [info?.agent, lastModel(info)].filter(Boolean).join(' · ');
+  const model = lastModel(info);
+  const server = lastServer(info);
+  const where = model && server ? `${model} on ${server}` : model || server;
+  return [info?.agent, where].filter(Boolean).join(' · ');
 }
 
 export interface ModelTokens {

@@ -292,7 +292,7 @@ function ChildView(props: {
           <Icon name={LIVE[status].icon} /> {LIVE[status].label}
         </span>
         {agent && (
-          <span class="child-agent" data-testid="child-agent" title="The sub-agent's profile and the model it ran on last">
+          <span class="child-agent" data-testid="child-agent" title="The sub-agent's profile, and the model and server it ran on last">
             {agent}
           </span>
         )}

@@ -53,7 +53,7 @@ describe('profile and model of children, tokens per model', () => {
     expect(treeModels(sessions(), 'missing')).toEqual([]);
   });
 
-  it("shows each child's profile and last model on its tab, in the sidebar and in its pane; its own tokens on the tab's tooltip", async () => {
+  it("shows each child's profile, last model and its server (E3) on its tab, in the sidebar and in its pane; its own tokens on the tab's tooltip", async () => {
     const fake = workspacePlatform(sessions());
     const mounted = await mountApp(fake, P);
     unmount = mounted.unmount;
@@ -61,9 +61,9 @@ describe('profile and model of children, tokens per model', () => {
 
     const tabs = $$(root, 'child-tab');
     expect(tabs.map((t) => t.dataset.title)).toEqual(['Explore auth', 'Review db', 'Look closer']);
-    expect(tabs.map((t) => $(t, 'tab-agent')?.textContent ?? null)).toEqual(['explore · qwen2.5-coder-7b', 'review · big-model', 'tiny']);
+    expect(tabs.map((t) => $(t, 'tab-agent')?.textContent ?? null)).toEqual(['explore · qwen2.5-coder-7b on local', 'review · big-model on hosted', 'tiny on local']);
     // The tooltip: its own tokens, and per model when it used more than one.
-    expect(tabs[0].title).toBe('Explore auth (done)\nexplore · qwen2.5-coder-7b\n350 tokens (300 in, 50 out)');
+    expect(tabs[0].title).toBe('Explore auth (done)\nexplore · qwen2.5-coder-7b on local\n350 tokens (300 in, 50 out)');
     expect(tabs[1].title).toContain('770 tokens (700 in, 70 out)');
     expect(tabs[1].title).toContain('qwen2.5-coder-7b (local): 550 tokens (500 in, 50 out)');
     expect(tabs[1].title).toContain('big-model (hosted): 220 tokens (200 in, 20 out)');
@@ -72,17 +72,17 @@ describe('profile and model of children, tokens per model', () => {
     const items = $$(root, 'session-item');
     const agentOf = (id: string) => $(items.find((i) => i.dataset.sessionId === id)!, 'session-agent')?.textContent ?? null;
     expect(agentOf(P)).toBeNull();
-    expect(agentOf(C1)).toBe('explore · qwen2.5-coder-7b');
-    expect(agentOf(C2)).toBe('review · big-model');
-    expect(agentOf(G)).toBe('tiny');
+    expect(agentOf(C1)).toBe('explore · qwen2.5-coder-7b on local');
+    expect(agentOf(C2)).toBe('review · big-model on hosted');
+    expect(agentOf(G)).toBe('tiny on local');
     const c1Button = items.find((i) => i.dataset.sessionId === C1)!.querySelector('.session-open') as HTMLElement;
-    expect(c1Button.title).toBe('Explore auth · done · explore · qwen2.5-coder-7b · 350 tokens');
+    expect(c1Button.title).toBe('Explore auth · done · explore · qwen2.5-coder-7b on local · 350 tokens');
 
     // The child's pane header.
     await inAct(() => tabs[1].click());
     const view = $(root, 'child-view')!;
     expect(view.dataset.sessionId).toBe(C2);
-    expect($(view, 'child-agent')!.textContent).toBe('review · big-model');
+    expect($(view, 'child-agent')!.textContent).toBe('review · big-model on hosted');
     expect($(view, 'child-usage')!.textContent).toBe('770 tokens');
     expect($(view, 'child-usage')!.title).toContain('big-model (hosted): 220 tokens');
   });
@@ -112,17 +112,18 @@ describe('profile and model of children, tokens per model', () => {
     expect($(root, 'usage-by-model')).toBeNull();
   });
 
-  it('a child that has not run yet shows its profile alone, and the chosen model once set', async () => {
+  it('a child that has not run yet shows its profile alone, and the model and server chosen for it once set (E3)', async () => {
     const list = [
       info(P, { title: 'Refactor' }),
       info(C1, { title: 'Waiting one', parent_session_id: P, task_id: 'call-1', agent: 'explore', state: 'running' }),
-      info(C2, { title: 'Picked', parent_session_id: P, task_id: 'call-2', model: 'chosen-model' }),
+      info(C2, { title: 'Picked', parent_session_id: P, task_id: 'call-2', model: 'chosen-model', provider: 'local' }),
+      info('c3', { title: 'Model only', parent_session_id: P, task_id: 'call-4', model: 'other-model' }),
     ];
     const fake = workspacePlatform(list);
     const mounted = await mountApp(fake, P);
     unmount = mounted.unmount;
     const tabs = $$(mounted.root, 'child-tab');
-    expect(tabs.map((t) => $(t, 'tab-agent')?.textContent ?? null)).toEqual(['explore', 'chosen-model']);
+    expect(tabs.map((t) => $(t, 'tab-agent')?.textContent ?? null)).toEqual(['explore', 'chosen-model on local', 'other-model']);
     // No model usage yet: the status line's tokens are plain text.
     expect($(mounted.root, 'status-tokens')!.tagName).toBe('SPAN');
   });
