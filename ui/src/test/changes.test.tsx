@@ -249,6 +249,33 @@ describe('changes view', () => {
     expect(fake.callsOf('undo_turn').at(-1)).toEqual({ session_id: 's1', message_index: 0, force: false, include_children: true });
   });
 
+  it('its rewind offers the sub-agents’ changes too and sends them with the fork (UX E6)', async () => {
+    const fake = new FakePlatform({
+      turn_changes: () => ({
+        available: true,
+        turns: [],
+        children: [{ session_id: 'c1', title: 'helper', message_index: 0, turns: [{ message_index: 0, files: [file('child-y.txt', 'added')], skipped: [], undone: false, pruned: false }] }],
+      }),
+      undo_turn: (args) => ({ applied: false, files: args.include_children ? [file('child-y.txt', 'deleted')] : [], conflicts: [], skipped: [] }),
+      fork_session: (args) => ({
+        session: info('f', { forked_from: 's1', forked_at: args.message_index }),
+        draft: 'write it',
+        undo: { applied: true, files: args.include_children ? [file('child-y.txt', 'deleted')] : [], conflicts: [], skipped: [] },
+      }),
+    });
+    const view = await mount(fake);
+    const turn = $$(view, 'changes-turn')[0];
+    await inAct(() => $(turn, 'turn-rewind')!.click());
+    await settle();
+    expect(fake.callsOf('undo_turn')).toEqual([{ session_id: 's1', message_index: 0, preview: true, include_children: true }]);
+    expect(($(view, 'undo-include-children-box') as HTMLInputElement).checked).toBe(true);
+    expect($$($(view, 'undo-preview-files')!, 'change-file').map((f) => f.dataset.path)).toEqual(['child-y.txt']);
+    await inAct(() => $(view, 'undo-confirm')!.click());
+    await settle();
+    expect(fake.callsOf('fork_session')).toEqual([{ session_id: 's1', message_index: 0, rewind: true, force: false, include_children: true }]);
+    expect($(view, 'changes-done')!.textContent).toContain('Rewound: 1 file(s) restored');
+  });
+
   it('shows an undo’s note in the chat as a note, not as the person’s message (UX E7)', async () => {
     const history = [
       { role: 'user', content: 'write hello', id: 'm1' },
