@@ -233,16 +233,55 @@ pub fn undo_note_text(
     with_children: bool,
     files: &[commands::FileChange],
 ) -> String {
-    let mut turns = if last_turn > first_turn {
-        format!("turns {first_turn} to {last_turn}")
-    } else {
-        format!("turn {first_turn}")
-    };
+    let mut turns = turns_text(first_turn, last_turn);
     if with_children {
         turns.push_str(" and of the sub-agents started there");
     }
-    // `files` say how each file changes back: an added file is deleted again, the rest
-    // get their earlier content back.
+    let what = undone_files_text(files);
+    if rewind {
+        format!(
+            "Note: the person rewound to before turn {first_turn} and went on in a fork of this conversation. The file changes of {turns} were undone ({what}); the files no longer match what this conversation says about them."
+        )
+    } else {
+        format!(
+            "Note: the person undid the file changes of {turns}: {what}. The files are as they were before {}; the conversation above is unchanged.",
+            if last_turn > first_turn {
+                "those turns"
+            } else {
+                "that turn"
+            }
+        )
+    }
+}
+
+/// The note in a sub-agent's parent when the person undid that sub-agent's own turns
+/// from its tab (E7): the parent holds the sub-agent's report of those changes, and its
+/// next turn must not take them for still there.
+pub fn child_undone_note_text(
+    child_title: &str,
+    first_turn: usize,
+    last_turn: usize,
+    files: &[commands::FileChange],
+) -> String {
+    let turns = turns_text(first_turn, last_turn);
+    format!(
+        "Note: the person undid the file changes of sub-agent \"{child_title}\" (its {turns}): {}. Its report above may name changes that are no longer in the files.",
+        undone_files_text(files)
+    )
+}
+
+/// "turn 3" or "turns 3 to 5".
+fn turns_text(first_turn: usize, last_turn: usize) -> String {
+    if last_turn > first_turn {
+        format!("turns {first_turn} to {last_turn}")
+    } else {
+        format!("turn {first_turn}")
+    }
+}
+
+/// Each file by what undoing does to it: an added file is deleted again, the rest get
+/// their earlier content back ("hello.t deleted; a.txt restored").
+fn undone_files_text(files: &[commands::FileChange]) -> String {
     let mut deleted = Vec::new();
     let mut restored = Vec::new();
     for file in files {
@@ -272,21 +311,7 @@ pub fn undo_note_text(
     if !restored.is_empty() {
         what.push(format!("{} restored", named(&restored)));
     }
-    let what = what.join("; ");
-    if rewind {
-        format!(
-            "Note: the person rewound to before turn {first_turn} and went on in a fork of this conversation. The file changes of {turns} were undone ({what}); the files no longer match what this conversation says about them."
-        )
-    } else {
-        format!(
-            "Note: the person undid the file changes of {turns}: {what}. The files are as they were before {}; the conversation above is unchanged.",
-            if last_turn > first_turn {
-                "those turns"
-            } else {
-                "that turn"
-            }
-        )
-    }
+    what.join("; ")
 }
 
 /// What happened to a message handed to a session (SPEC §4).

@@ -1101,6 +1101,55 @@ async fn undo_a_parents_turn_can_include_its_sub_agents_changes() {
     fx.shutdown().await;
 }
 
+/// E7 from a sub-agent's tab: undoing the sub-agent's own turn notes it in the
+/// sub-agent and in its parent, whose history holds the report of those changes; the
+/// parent's next model request reads the note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_in_a_sub_agents_tab_tells_its_parent_too() {
+    let fx = Fx::new().await;
+    fx.put("a.txt", "one\n");
+    let (parent, child) =
+        delegate_with(&fx, json!({"title": "helper", "task": "rewrite a.txt"})).await;
+    let parent_before = fx.history(&parent).len();
+    fx.ok(
+        "undo_turn",
+        json!({"session_id": child, "message_index": 0}),
+    )
+    .await;
+    assert_eq!(fx.get("a.txt").as_deref(), Some("one\n"));
+    assert_eq!(fx.get("b.txt"), None);
+    let theirs = fx.history(&child);
+    assert!(theirs.last().unwrap().is_note(), "{theirs:#?}");
+    let history = fx.history(&parent);
+    assert_eq!(history.len(), parent_before + 1, "one note: {history:#?}");
+    let note = history.last().unwrap().clone();
+    assert!(note.is_note() && !note.is_from_person(), "{note:?}");
+    assert_eq!(
+        note.text(),
+        "Note: the person undid the file changes of sub-agent \"helper\" (its turn 1): \
+         b.txt deleted; a.txt restored. Its report above may name changes that are no \
+         longer in the files."
+    );
+    assert_message_order(&history);
+    let sent = fx.mock.requests().len();
+    fx.ok(
+        "submit",
+        json!({"session_id": parent, "content": "is b.txt there?"}),
+    )
+    .await;
+    tokio::time::timeout(std::time::Duration::from_secs(20), fx.service.wait_idle())
+        .await
+        .expect("the parent's turn did not end");
+    let request = &fx.mock.requests()[sent].body;
+    let messages = request["messages"].as_array().unwrap();
+    let at = messages
+        .iter()
+        .position(|m| m["role"] == "user" && m["content"] == note.text())
+        .unwrap_or_else(|| panic!("the note is not in the request: {request}"));
+    assert_eq!(messages[at + 1]["content"], "is b.txt there?");
+    fx.shutdown().await;
+}
+
 /// E6 for rewind: rewinding to before a parent's turn can take its sub-agents' changes
 /// back too (the same path as undo); without `include_children` they stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -243,6 +243,23 @@ async fn undo_and_note(
                 crate::protocol::CHILD_UNDO_NOTE.to_string(),
             ));
         }
+        // A sub-agent's own turns undone from its tab: its parent holds the report of
+        // those changes, so it is told as well (E7). A parent that is gone or read-only
+        // only loses the note, as below.
+        if let Some(parent) = &loaded.meta.parent_session_id {
+            match registry.controller(parent) {
+                Ok(parent) => notes.push((
+                    parent,
+                    crate::protocol::child_undone_note_text(
+                        &loaded.meta.title,
+                        first,
+                        last,
+                        &result.files,
+                    ),
+                )),
+                Err(err) => tracing::warn!(%parent, "cannot tell the parent of the undo: {err}"),
+            }
+        }
         for (controller, text) in notes {
             let id = controller.session_id().to_string();
             let noted = tokio::task::spawn_blocking(move || controller.add_note(text))
