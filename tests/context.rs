@@ -1732,6 +1732,24 @@ mod runtime {
             5000,
             "the window set in Settings was ignored"
         );
+        // Changed in Settings while the app runs: the next turn takes the new figure,
+        // and once cleared, what the server said (remembered) comes back.
+        service
+            .update_config(&json!({"provider": {"context_window": 7000}}))
+            .unwrap();
+        assert_eq!(
+            one_turn_window(&service, &ws).await,
+            7000,
+            "a changed window"
+        );
+        service
+            .update_config(&json!({"provider": {"context_window": null}}))
+            .unwrap();
+        assert_eq!(
+            one_turn_window(&service, &ws).await,
+            6144,
+            "the window cleared in Settings"
+        );
         service.shutdown().await;
         server.abort();
     }
