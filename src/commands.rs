@@ -261,6 +261,14 @@ pub async fn execute(
                 listed
             })
         }
+        // A workspace just opened: its MCP servers (the config's, and the trusted ones of
+        // its `.mcp.json`) start now instead of with its first turn, which waited about
+        // 1.5 s for them after every start (UX review E13). The answer comes once they are
+        // ready (the UI does not wait for it). Nothing untrusted starts: `prepare` is the
+        // turn's own path.
+        Command::WarmWorkspace(a) => CommandOutput::WarmWorkspace(
+            crate::settings::start_mcp_workspace(service.shared(), &a.workspace).await,
+        ),
         Command::ListWorkspaces(_) => {
             CommandOutput::ListWorkspaces(blocking(service, |s| s.list_workspaces()).await?)
         }

@@ -1229,7 +1229,7 @@ pub mod commands {
         pub turns: Vec<TurnChange>,
     }
 
-    /// `undo_history` / `clear_undo_history`: a workspace.
+    /// `undo_history` / `clear_undo_history` / `warm_workspace`: a workspace.
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]
     #[ts(export)]
     pub struct WorkspaceRef {
@@ -1359,6 +1359,7 @@ pub mod commands {
         set_mcp_server_enabled => SetMcpServerEnabled(SetMcpServerEnabled) -> Vec<McpServerInfo>;
         restart_mcp_server => RestartMcpServer(RestartMcpServer) -> Empty;
         trust_mcp_workspace => TrustMcpWorkspace(TrustMcpWorkspace) -> Vec<McpServerInfo>;
+        warm_workspace => WarmWorkspace(WorkspaceRef) -> Vec<McpServerInfo>;
         list_skills => ListSkills(ListSkills) -> SkillCatalog;
         expand_command => ExpandCommand(ExpandCommand) -> ExpandedCommand;
     }

@@ -919,6 +919,51 @@ async fn mcp_trust_and_start_starts_the_workspace_servers_and_answers_when_ready
     fx.shutdown().await;
 }
 
+/// E13: opening a workspace starts its trusted servers (`warm_workspace`), so the first
+/// turn after a start does not wait for them; an untrusted `.mcp.json` starts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_opening_a_workspace_starts_its_trusted_servers_before_any_turn() {
+    let Some(python) = python() else { return };
+    let fx = Fixture::new(json!({}), Arc::new(|_| text("ok"))).await;
+    let file = json!({"mcpServers": {"wsserver": {"command": python, "args": [python_server()]}}});
+    std::fs::write(fx.ws.join(".mcp.json"), file.to_string()).unwrap();
+    let untrusted = fx
+        .command("warm_workspace", json!({"workspace": fx.ws}))
+        .await;
+    assert_eq!(
+        server_named(&untrusted, "wsserver")["state"],
+        "waiting_for_trust",
+        "{untrusted}"
+    );
+    let list = fx
+        .command("list_mcp_servers", json!({"workspace": fx.ws}))
+        .await;
+    let sha = server_named(&list, "wsserver")["trust_sha256"].clone();
+    // Trusted without "start": before, it then waited for the first turn.
+    let trusted = fx
+        .command(
+            "trust_mcp_workspace",
+            json!({"workspace": fx.ws, "allow": true, "sha256": sha}),
+        )
+        .await;
+    assert_ne!(server_named(&trusted, "wsserver")["state"], "ready");
+    let warmed = fx
+        .command("warm_workspace", json!({"workspace": fx.ws}))
+        .await;
+    let server = server_named(&warmed, "wsserver");
+    assert_eq!(server["state"], "ready", "{warmed}");
+    assert!(
+        server["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["full_name"] == "mcp__wsserver__wait"),
+        "{warmed}"
+    );
+    assert!(fx.mock.requests().is_empty(), "no turn ran");
+    fx.shutdown().await;
+}
+
 /// Every event up to the session's next result.
 async fn events_until_result(events: &mut Subscription, session_id: &str) -> Vec<Value> {
     let mut seen = Vec::new();

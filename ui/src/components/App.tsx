@@ -162,6 +162,9 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
       setSelected(null);
       rememberWorkspace(real);
       remember(withWorkspace(uiState.current, real));
+      // Its MCP servers start now rather than with its first turn (E13); not awaited, and
+      // a failure here is the server list's to show, not the opening's.
+      platform.invoke('warm_workspace', { workspace: real }).catch(() => undefined);
       const list = await loadSessions(real);
       const last = uiState.current.lastSessions[real] ?? lastSession(real);
       if (list && last && list.some((s) => s.session_id === last && !s.parent_session_id)) setSelected(last);

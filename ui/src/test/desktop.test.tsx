@@ -108,6 +108,8 @@ describe('reopening where the person was (D16)', () => {
     fake.uiState = { lastWorkspace: '/ws', lastSessions: { '/ws': 's2' }, recents: ['/ws', '/old'] };
     const root = await open(fake, null);
     expect(fake.callsOf('list_sessions')).toEqual([{ workspace: '/ws' }]);
+    // Its MCP servers are started as it opens, not with its first turn (E13).
+    expect(fake.callsOf('warm_workspace')).toEqual([{ workspace: '/ws' }]);
     expect($(root, 'session-pane')!.dataset.sessionId).toBe('s2');
     // Choosing another session is remembered in the same file.
     await inAct(() => ($$(root, 'session-item').find((i) => i.dataset.sessionId === 's1')!.querySelector('.session-open') as HTMLElement).click());
@@ -124,6 +126,7 @@ describe('reopening where the person was (D16)', () => {
     expect($(root, 'workspace-picker')).not.toBeNull();
     expect($(root, 'pick-error')!.textContent).toContain('/gone does not exist');
     expect(fake.callsOf('list_sessions')).toEqual([]);
+    expect(fake.callsOf('warm_workspace')).toEqual([]);
   });
 });
 
@@ -135,6 +138,7 @@ describe('one app per data folder (E1)', () => {
     expect(fake.callsOf('list_sessions')).toEqual([{ workspace: '/ws' }]);
     await inAct(() => fake.openHandler!('/home/me/other'));
     expect(fake.callsOf('list_sessions').at(-1)).toEqual({ workspace: '/home/me/other' });
+    expect(fake.callsOf('warm_workspace')).toEqual([{ workspace: '/ws' }, { workspace: '/home/me/other' }]);
     expect(fake.uiState).toMatchObject({ lastWorkspace: '/home/me/other' });
     // A folder that is gone by then is said (in the sidebar), and the open workspace stays.
     await inAct(() => fake.openHandler!('/gone'));
