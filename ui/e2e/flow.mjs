@@ -299,7 +299,7 @@ export function flowSteps(driver, ctx) {
       },
     ],
     [
-      'wide content stays in its own box: no sideways scrolling at 1920 px or at 900 × 600',
+      'wide content stays in its own box, and titles keep their room: no sideways scrolling at 1920 px or at 900 × 600 (E15)',
       async () => {
         await driver.type('[data-testid=prompt-input]', 'Wide please');
         await driver.click('[data-testid=send-button]');
@@ -310,11 +310,17 @@ export function flowSteps(driver, ctx) {
           const m = await driver.query(String.raw`
             const chat = document.querySelector('[data-testid=chat]');
             const table = chat.querySelector('.markdown table');
+            const titles = [...document.querySelectorAll('[data-testid=session-item] .session-title, [data-testid=child-tab] .tab-title')]
+              .filter((e) => e.getClientRects().length)
+              .map((e) => [e.textContent, e.clientWidth, e.scrollWidth]);
             return { page: document.documentElement.scrollWidth, view: innerWidth, chat: chat.scrollWidth, chatBox: chat.clientWidth,
-                     table: table.clientWidth, tableScroll: table.scrollWidth };`);
+                     table: table.clientWidth, tableScroll: table.scrollWidth, titles };`);
           check(m.page <= m.view, `the page scrolls sideways at ${w}px: ${JSON.stringify(m)}`);
           check(m.chat <= m.chatBox + 1, `the chat scrolls sideways at ${w}px: ${JSON.stringify(m)}`);
           check(m.tableScroll > m.table, `the table does not scroll in its own box: ${JSON.stringify(m)}`);
+          // E15 in the real engine: a title fits, or keeps at least 80 px to be read by.
+          const squeezed = m.titles.filter(([, shown, whole]) => shown < Math.min(whole, 80));
+          check(m.titles.length > 0 && squeezed.length === 0, `titles squeezed at ${w}px: ${JSON.stringify(m.titles)}`);
           await driver.shot(`09-wide-${w || 'window'}`);
         }
       },
