@@ -162,18 +162,30 @@ fn remember<T>(cache: &BlockCache<T>, name: &str, block: &ProviderConfig, value:
 /// data dir), so a start need not ask again before its first request.
 const WINDOWS_FILE: &str = "windows.json";
 
+/// How many requests model servers said they serve at once, by server (`slots.json` in
+/// the data dir): asking costs a start three probes (llama.cpp, Ollama, LM Studio)
+/// before its first request, about a third of a one-shot `bumblehive run`'s start
+/// (issue #31).
+const SLOTS_FILE: &str = "slots.json";
+
 fn window_key(block: &ProviderConfig) -> String {
     format!("{} {} {}", block.kind, block.base_url, block.model)
 }
 
-/// How long a remembered server window is used before it is asked again (in the
+fn server_key(block: &ProviderConfig) -> String {
+    format!("{} {}", block.kind, block.base_url)
+}
+
+/// How long a remembered server fact is used before it is asked again (in the
 /// background: the start never waits for it).
 const WINDOW_FRESH: Duration = Duration::from_secs(600);
 
-/// A remembered window and when the server said it (seconds since the epoch).
-#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
-struct SeenWindow {
-    window: ContextWindow,
+/// What a server said and when (seconds since the epoch).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Seen<T> {
+    /// `window` in the `windows.json` of builds that kept nothing else.
+    #[serde(alias = "window")]
+    value: T,
     at: u64,
 }
 
@@ -183,32 +195,60 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn read_windows(path: &Path) -> std::collections::BTreeMap<String, SeenWindow> {
+fn read_seen<T: serde::de::DeserializeOwned>(
+    path: &Path,
+) -> std::collections::BTreeMap<String, Seen<T>> {
     std::fs::read(path)
         .ok()
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_default()
 }
 
-/// Records what asking a server found: its window, or (a server that says nothing, or
-/// a hosted API) the table's or the default figure, so that is not asked each start
-/// either. A figure from the config is never asked for, so never recorded. A lost race
-/// between two starts loses only a cache entry.
-fn save_window(path: &Path, key: &str, window: ContextWindow) {
-    if window.source == crate::context::window::WindowSource::Config {
-        return;
-    }
-    let mut windows = read_windows(path);
-    windows.insert(
+/// Records what asking a server found, also "nothing" (a server that does not say, or a
+/// hosted API: the table's or the default figure, no slot limit), so that is not asked
+/// each start either. A lost race between two starts loses only a cache entry.
+fn save_seen<T: serde::Serialize + serde::de::DeserializeOwned>(path: &Path, key: &str, value: T) {
+    let mut seen = read_seen::<T>(path);
+    seen.insert(
         key.to_string(),
-        SeenWindow {
-            window,
+        Seen {
+            value,
             at: now_secs(),
         },
     );
-    let bytes = serde_json::to_vec_pretty(&windows).unwrap_or_default();
+    let bytes = serde_json::to_vec_pretty(&seen).unwrap_or_default();
     if let Err(err) = crate::fsutil::write_atomic(path, &bytes, false) {
-        tracing::debug!("cannot save the context window cache: {err}");
+        tracing::debug!("cannot save {}: {err}", path.display());
+    }
+}
+
+/// What a server said at an earlier start (`path`, under `key`) is used at once, and
+/// asked again in the background for the next start once older than [`WINDOW_FRESH`]
+/// (quick repeated starts ask nothing at all); with nothing remembered it is asked now
+/// and kept. A stale figure costs little: a too-large window is caught by "context too
+/// long" and one compaction, a wrong slot count by the server's own queue until the
+/// next start.
+async fn ask_once<T, F, Fut>(path: PathBuf, key: String, ask: F) -> T
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    match read_seen::<T>(&path).remove(&key) {
+        Some(seen) => {
+            if now_secs().saturating_sub(seen.at) > WINDOW_FRESH.as_secs() {
+                tokio::spawn(async move {
+                    let fresh = ask().await;
+                    save_seen(&path, &key, fresh);
+                });
+            }
+            seen.value
+        }
+        None => {
+            let value = ask().await;
+            save_seen(&path, &key, value.clone());
+            value
+        }
     }
 }
 
@@ -284,30 +324,13 @@ impl Shared {
         if let Some(window) = cached_for(&self.windows, name, block) {
             return window;
         }
-        // What a server said at an earlier start is used at once, and asked again in the
-        // background for the next start: asking costs every `bumblehive run` a round trip
-        // (a too-large stale figure is caught by "context too long" and one compaction).
-        let path = self.data_dir.join(WINDOWS_FILE);
-        let key = window_key(block);
-        let window = match read_windows(&path).get(&key).copied() {
-            Some(cached) => {
-                // Asked again in the background once the figure is older than
-                // [`WINDOW_FRESH`]: quick repeated starts ask nothing at all.
-                if now_secs().saturating_sub(cached.at) > WINDOW_FRESH.as_secs() {
-                    let block = block.clone();
-                    tokio::spawn(async move {
-                        let fresh = crate::context::window::resolve(&block).await;
-                        save_window(&path, &key, fresh);
-                    });
-                }
-                cached.window
-            }
-            None => {
-                let window = crate::context::window::resolve(block).await;
-                save_window(&path, &key, window);
-                window
-            }
-        };
+        let asked = block.clone();
+        let window = ask_once(
+            self.data_dir.join(WINDOWS_FILE),
+            window_key(block),
+            move || async move { crate::context::window::resolve(&asked).await },
+        )
+        .await;
         remember(&self.windows, name, block, window);
         window
     }
@@ -628,9 +651,14 @@ impl Shared {
         if let Some(slots) = cached_for(&self.server_slots, name, block) {
             return slots;
         }
-        let slots = crate::context::window::server_slots(block)
-            .await
-            .map(|n| n as usize);
+        let asked = block.clone();
+        let slots = ask_once(
+            self.data_dir.join(SLOTS_FILE),
+            server_key(block),
+            move || async move { crate::context::window::server_slots(&asked).await },
+        )
+        .await
+        .map(|n| n as usize);
         if let Some(slots) = slots {
             tracing::info!(
                 provider = name,

@@ -550,6 +550,61 @@ async fn a_llama_cpp_server_that_says_three_slots_gets_two_children_at_once() {
     props_server.abort();
 }
 
+/// The slot count a server said is remembered in the data dir (`slots.json`), like its
+/// window: the next start uses it at once instead of probing the server before its
+/// first request (#31: three probes, about a third of `bumblehive run`'s start). Here
+/// the second start finds `/props` gone and still keeps to the three slots; unasked
+/// and unremembered, all six children would run at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_slot_count_is_remembered_for_the_next_start() {
+    let props_up = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let up = props_up.clone();
+    let props = axum::Router::new().route(
+        "/props",
+        axum::routing::get(move || {
+            let up = up.clone();
+            async move {
+                if up.load(Ordering::SeqCst) {
+                    Ok(axum::Json(json!({"total_slots": 3})))
+                } else {
+                    Err(axum::http::StatusCode::NOT_FOUND)
+                }
+            }
+        }),
+    );
+    let (url, props_server) = serve(props).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    for round in 0..2 {
+        let local = delegating_server(Duration::from_millis(20), 6);
+        let service = slots_service(
+            dir.path(),
+            json!({"kind": "openai", "base_url": url, "model": "m"}),
+            &local,
+        );
+        let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
+        service
+            .controller(&info.session_id)
+            .unwrap()
+            .submit("go".into(), None)
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(20), service.wait_idle())
+            .await
+            .unwrap();
+        let most = local.most.load(Ordering::SeqCst);
+        assert!(
+            most <= 3,
+            "round {round}: {most} requests at once on a 3-slot server"
+        );
+        service.shutdown().await;
+        // The server stops saying: only the remembered count can bound the next start.
+        props_up.store(false, Ordering::SeqCst);
+    }
+    assert!(dir.path().join("data").join("slots.json").exists());
+    props_server.abort();
+}
+
 /// Ollama does not say how many requests it serves at once: with no `max_concurrent`,
 /// one child at a time on it (the parent's own turn beside it), the safe guess for a
 /// local model. Before, all four ran at once.
