@@ -148,4 +148,13 @@ describe('one live state everywhere (E4, E5)', () => {
     await inAct(() => fake.emit(P, kind(P, 'message.discarded', { message_id: `subagent:${T}:1` })));
     expect(badge()).toBe('1');
   });
+  it('a worktree sub-agent, working in a folder outside the workspace, is opened from its card (E2)', async () => {
+    const worktree = { origin: '/ws', path: '/data/worktrees/c', branch: `bumblehive/${C}`, base: 'abc', applied: false };
+    const { root } = await open({ state: 'idle', workspace: '/data/worktrees/c', worktree });
+    const card = $$(root, 'tool-card').find((c) => c.dataset.tool === 'sub_agent')!;
+    const open_ = Array.from(card.querySelectorAll('button')).find((b) => b.textContent === 'Open tab') as HTMLElement;
+    expect(open_).toBeTruthy();
+    await inAct(() => open_.click());
+    expect($(root, 'child-view')!.dataset.sessionId).toBe(C);
+  });
 });
