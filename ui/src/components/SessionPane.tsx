@@ -23,6 +23,7 @@ import { NeedsBadge } from './Sidebar';
 import { Meter } from './StatusLine';
 import { focusComposer } from './focus';
 import { typedText } from '../mentions';
+import { useThrottled } from '../throttle';
 import { childState, isActive, LIVE, rootState, type LiveState } from '../status';
 import { namesSkill, type SlashCommand } from '../commands';
 import type { SkillCatalog } from '../bindings/SkillCatalog';
@@ -474,7 +475,13 @@ export function SessionPane(props: {
   const treeTokens = state ? totalTokens(state.treeUsage) : 0;
   const context = (model && state?.transcripts[model.sessionId]?.context) || null;
   const instructions = state?.instructions ?? NO_FILES;
-  const streamingTokens = state ? streamingEstimate(Object.values(state.transcripts).reduce((n, t) => n + t.streaming.length, 0)) : 0;
+  // Handed to the status line four times a second, not at every frame: it lives in the
+  // app's state, and each change re-rendered the whole app (#31: nine streams changed it
+  // about 45 times a second).
+  const streamingTokens = useThrottled(
+    state ? streamingEstimate(Object.values(state.transcripts).reduce((n, t) => n + t.streaming.length, 0)) : 0,
+    250,
+  );
   useEffect(() => {
     props.onStats?.({ treeTokens, streamingTokens, context, instructions });
   }, [treeTokens, streamingTokens, context?.used, context?.window, context?.percent, instructions]);
