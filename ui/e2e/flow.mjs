@@ -725,9 +725,10 @@ export function flowSteps(driver, ctx) {
           };
           return { over: strip.scrollWidth > strip.clientWidth, left: strip.scrollLeft, lows: tabs.map(low), count: tabs.length,
                    bar: strip.offsetHeight - strip.clientHeight - 1 };`;
-        await driver.query("const s = document.querySelector('.tabs'); s.style.maxWidth = '300px'; s.scrollLeft = 0; return true;");
+        // 400 px: a sub-agent's tab names its model and server too (E3), about 200 px wide.
+        await driver.query("const s = document.querySelector('.tabs'); s.style.maxWidth = '400px'; s.scrollLeft = 0; return true;");
         const narrow = await driver.query(probe);
-        check(narrow.over, `the strip does not overflow at 300 px (${narrow.count} tabs)`);
+        check(narrow.over, `the strip does not overflow at 400 px (${narrow.count} tabs)`);
         check(narrow.lows[0] && narrow.lows[1], `the first tabs' lower edge does not take a click: ${JSON.stringify(narrow)}`);
         check(narrow.bar <= 0, `the strip keeps ${narrow.bar} px for a scrollbar`);
         await driver.shot('30b-tab-strip-narrow');
