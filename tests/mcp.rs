@@ -815,8 +815,7 @@ async fn mcp_a_childs_mcp_approval_reaches_the_parents_window_naming_the_child()
 async fn mcp_workspace_file_servers_wait_for_trust_once_per_content() {
     let Some(python) = python() else { return };
     let fx = Fixture::new(json!({}), Arc::new(|_| text("ok"))).await;
-    let file = json!({"mcpServers": {"wsserver": {"command": python, "args": [python_server()]}}});
-    std::fs::write(fx.ws.join(".mcp.json"), file.to_string()).unwrap();
+    workspace_python_server(&fx, &python);
     let (id, mut events) = fx.session();
     fx.submit(&id, "first").await;
     // The session is told (the window asks the person), and the turn goes on without them.
@@ -882,14 +881,33 @@ async fn mcp_workspace_file_servers_wait_for_trust_once_per_content() {
     fx.shutdown().await;
 }
 
+/// A workspace `.mcp.json` naming the Python SDK's small server as `wsserver`.
+fn workspace_python_server(fx: &Fixture, python: &Path) {
+    let file = json!({"mcpServers": {"wsserver": {"command": python, "args": [python_server()]}}});
+    std::fs::write(fx.ws.join(".mcp.json"), file.to_string()).unwrap();
+}
+
+/// `wsserver` in a server listing is ready, with its tools.
+fn assert_ready_with_its_tools(list: &Value) {
+    let server = server_named(list, "wsserver");
+    assert_eq!(server["state"], "ready", "{list}");
+    assert!(
+        server["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["full_name"] == "mcp__wsserver__wait"),
+        "{list}"
+    );
+}
+
 /// E13: "Trust and start" starts the workspace's servers now, without a turn, and its
 /// answer lists them ready with their tools (not "starts with the first turn").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_trust_and_start_starts_the_workspace_servers_and_answers_when_ready() {
     let Some(python) = python() else { return };
     let fx = Fixture::new(json!({}), Arc::new(|_| text("ok"))).await;
-    let file = json!({"mcpServers": {"wsserver": {"command": python, "args": [python_server()]}}});
-    std::fs::write(fx.ws.join(".mcp.json"), file.to_string()).unwrap();
+    workspace_python_server(&fx, &python);
     let list = fx
         .command("list_mcp_servers", json!({"workspace": fx.ws}))
         .await;
@@ -904,16 +922,7 @@ async fn mcp_trust_and_start_starts_the_workspace_servers_and_answers_when_ready
             json!({"workspace": fx.ws, "allow": true, "start": true, "sha256": sha}),
         )
         .await;
-    let server = server_named(&started, "wsserver");
-    assert_eq!(server["state"], "ready", "{started}");
-    assert!(
-        server["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|t| t["full_name"] == "mcp__wsserver__wait"),
-        "{started}"
-    );
+    assert_ready_with_its_tools(&started);
     // No model request was made: it started from the answer, not from a turn.
     assert!(fx.mock.requests().is_empty());
     fx.shutdown().await;
@@ -925,8 +934,7 @@ async fn mcp_trust_and_start_starts_the_workspace_servers_and_answers_when_ready
 async fn mcp_opening_a_workspace_starts_its_trusted_servers_before_any_turn() {
     let Some(python) = python() else { return };
     let fx = Fixture::new(json!({}), Arc::new(|_| text("ok"))).await;
-    let file = json!({"mcpServers": {"wsserver": {"command": python, "args": [python_server()]}}});
-    std::fs::write(fx.ws.join(".mcp.json"), file.to_string()).unwrap();
+    workspace_python_server(&fx, &python);
     let untrusted = fx
         .command("warm_workspace", json!({"workspace": fx.ws}))
         .await;
@@ -950,16 +958,7 @@ async fn mcp_opening_a_workspace_starts_its_trusted_servers_before_any_turn() {
     let warmed = fx
         .command("warm_workspace", json!({"workspace": fx.ws}))
         .await;
-    let server = server_named(&warmed, "wsserver");
-    assert_eq!(server["state"], "ready", "{warmed}");
-    assert!(
-        server["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|t| t["full_name"] == "mcp__wsserver__wait"),
-        "{warmed}"
-    );
+    assert_ready_with_its_tools(&warmed);
     assert!(fx.mock.requests().is_empty(), "no turn ran");
     fx.shutdown().await;
 }

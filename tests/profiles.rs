@@ -510,6 +510,36 @@ async fn d15_named_servers_change_while_runs_are_active_and_nothing_else_does() 
     service.shutdown().await;
 }
 
+/// A parent turn in a new session of `dir` that delegates `children` sub-agents at once
+/// on the server at `url` (a block without `max_concurrent`, so the server's own slots
+/// bound it): the parent's history, and the most requests the model server held at once.
+async fn delegate_at_once(
+    dir: &std::path::Path,
+    url: &str,
+    children: usize,
+) -> (Vec<bumblehive::protocol::Message>, usize) {
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let local = delegating_server(Duration::from_millis(20), children);
+    let service = slots_service(
+        dir,
+        json!({"kind": "openai", "base_url": url, "model": "m"}),
+        &local,
+    );
+    let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
+    service
+        .controller(&info.session_id)
+        .unwrap()
+        .submit("go".into(), None)
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(20), service.wait_idle())
+        .await
+        .unwrap();
+    let history = service.store().load(&info.session_id).unwrap().messages;
+    service.shutdown().await;
+    (history, local.most.load(Ordering::SeqCst))
+}
+
 /// llama-server says how many requests it serves at once (`GET /props` → `total_slots`,
 /// its `-np`); with no `max_concurrent` in the config, that bounds its children to two,
 /// one slot kept for the parent. Before the server was asked, all six ran at once.
@@ -523,30 +553,11 @@ async fn a_llama_cpp_server_that_says_three_slots_gets_two_children_at_once() {
     );
     let (url, props_server) = serve(props).await;
     let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    let local = delegating_server(Duration::from_millis(20), 6);
-    let service = slots_service(
-        dir.path(),
-        json!({"kind": "openai", "base_url": url, "model": "m"}),
-        &local,
-    );
-    let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
-    service
-        .controller(&info.session_id)
-        .unwrap()
-        .submit("go".into(), None)
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(20), service.wait_idle())
-        .await
-        .unwrap();
-    let most = local.most.load(Ordering::SeqCst);
+    let (history, most) = delegate_at_once(dir.path(), &url, 6).await;
     // Two children and the parent's own turn at most: the server's three slots.
     assert!(most <= 3, "{most} requests at once on a 3-slot server");
-    let history = service.store().load(&info.session_id).unwrap().messages;
     assert_eq!(history.iter().filter(|m| is_report(m)).count(), 6);
     assert_message_order(&history);
-    service.shutdown().await;
     props_server.abort();
 }
 
@@ -574,30 +585,12 @@ async fn a_servers_slot_count_is_remembered_for_the_next_start() {
     );
     let (url, props_server) = serve(props).await;
     let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     for round in 0..2 {
-        let local = delegating_server(Duration::from_millis(20), 6);
-        let service = slots_service(
-            dir.path(),
-            json!({"kind": "openai", "base_url": url, "model": "m"}),
-            &local,
-        );
-        let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
-        service
-            .controller(&info.session_id)
-            .unwrap()
-            .submit("go".into(), None)
-            .unwrap();
-        tokio::time::timeout(Duration::from_secs(20), service.wait_idle())
-            .await
-            .unwrap();
-        let most = local.most.load(Ordering::SeqCst);
+        let (_, most) = delegate_at_once(dir.path(), &url, 6).await;
         assert!(
             most <= 3,
             "round {round}: {most} requests at once on a 3-slot server"
         );
-        service.shutdown().await;
         // The server stops saying: only the remembered count can bound the next start.
         props_up.store(false, Ordering::SeqCst);
     }
@@ -616,28 +609,9 @@ async fn an_ollama_server_without_max_concurrent_gets_one_child_at_a_time() {
     );
     let (url, version_server) = serve(ollama).await;
     let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    let local = delegating_server(Duration::from_millis(20), 4);
-    let service = slots_service(
-        dir.path(),
-        json!({"kind": "openai", "base_url": url, "model": "m"}),
-        &local,
-    );
-    let info = service.create_session(ws.to_str().unwrap(), None).unwrap();
-    service
-        .controller(&info.session_id)
-        .unwrap()
-        .submit("go".into(), None)
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(20), service.wait_idle())
-        .await
-        .unwrap();
-    let most = local.most.load(Ordering::SeqCst);
+    let (history, most) = delegate_at_once(dir.path(), &url, 4).await;
     assert!(most <= 2, "{most} requests at once on an Ollama server");
-    let history = service.store().load(&info.session_id).unwrap().messages;
     assert_eq!(history.iter().filter(|m| is_report(m)).count(), 4);
-    service.shutdown().await;
     version_server.abort();
 }
 

@@ -450,12 +450,7 @@ async fn undo_leaves_a_note_the_model_reads_at_its_next_turn() {
         &[("c3", "read_file", json!({"path": "a.txt"}))],
     )
     .await;
-    let request = &fx.mock.requests()[sent].body;
-    let messages = request["messages"].as_array().unwrap();
-    let at = messages
-        .iter()
-        .position(|m| m["role"] == "user" && m["content"] == note.text())
-        .unwrap_or_else(|| panic!("the note is not in the request: {request}"));
+    let (messages, at) = note_in_request(&fx, sent, note.text());
     assert_eq!(messages[at - 1]["role"], "assistant");
     assert_eq!(messages[at + 1]["content"], "is hello.t there?");
     // The note is no turn: the second turn is the person's message after it.
@@ -829,17 +824,41 @@ async fn delegate_isolated(fx: &Fx) -> (String, String) {
     delegate_with(fx, worktree_call()).await
 }
 
-async fn delegate_with(fx: &Fx, delegation: Value) -> (String, String) {
-    isolated_script(&fx.mock, delegation);
-    let (parent, _events) = fx.session();
-    fx.ok(
-        "submit",
-        json!({"session_id": parent, "content": "delegate"}),
-    )
-    .await;
+/// The messages of the model request numbered `sent`, and where `note` is among them
+/// (as a user message: the model reads it).
+fn note_in_request(fx: &Fx, sent: usize, note: &str) -> (Vec<Value>, usize) {
+    let request = fx.mock.requests()[sent].body.clone();
+    let messages = request["messages"].as_array().unwrap().clone();
+    let at = messages
+        .iter()
+        .position(|m| m["role"] == "user" && m["content"] == note)
+        .unwrap_or_else(|| panic!("the note is not in the request: {request}"));
+    (messages, at)
+}
+
+/// Hands `content` to `session` and waits until the whole tree is idle.
+async fn submit_until_idle(fx: &Fx, session: &str, content: &str) {
+    fx.ok("submit", json!({"session_id": session, "content": content}))
+        .await;
     tokio::time::timeout(std::time::Duration::from_secs(20), fx.service.wait_idle())
         .await
         .expect("the tree did not finish");
+}
+
+/// A parent whose turn delegated "helper", which rewrote a.txt ("one" to "child") and
+/// added b.txt.
+async fn helper_delegated() -> (Fx, String, String) {
+    let fx = Fx::new().await;
+    fx.put("a.txt", "one\n");
+    let (parent, child) =
+        delegate_with(&fx, json!({"title": "helper", "task": "rewrite a.txt"})).await;
+    (fx, parent, child)
+}
+
+async fn delegate_with(fx: &Fx, delegation: Value) -> (String, String) {
+    isolated_script(&fx.mock, delegation);
+    let (parent, _events) = fx.session();
+    submit_until_idle(fx, &parent, "delegate").await;
     let sessions = fx.ok("list_sessions", json!({})).await;
     let child = sessions
         .as_array()
@@ -1020,10 +1039,7 @@ async fn undo_worktree_child_stays_listed_under_its_parents_workspace_after_a_re
 /// when asked (and leaves them when not), in one undo with its note.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_a_parents_turn_can_include_its_sub_agents_changes() {
-    let fx = Fx::new().await;
-    fx.put("a.txt", "one\n");
-    let (parent, child) =
-        delegate_with(&fx, json!({"title": "helper", "task": "rewrite a.txt"})).await;
+    let (fx, parent, child) = helper_delegated().await;
     assert_eq!(fx.get("a.txt").as_deref(), Some("child\n"));
     let changes = fx.ok("turn_changes", json!({"session_id": parent})).await;
     let children = changes["children"].as_array().expect("children");
@@ -1106,10 +1122,7 @@ async fn undo_a_parents_turn_can_include_its_sub_agents_changes() {
 /// parent's next model request reads the note.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_in_a_sub_agents_tab_tells_its_parent_too() {
-    let fx = Fx::new().await;
-    fx.put("a.txt", "one\n");
-    let (parent, child) =
-        delegate_with(&fx, json!({"title": "helper", "task": "rewrite a.txt"})).await;
+    let (fx, parent, child) = helper_delegated().await;
     let parent_before = fx.history(&parent).len();
     fx.ok(
         "undo_turn",
@@ -1132,20 +1145,8 @@ async fn undo_in_a_sub_agents_tab_tells_its_parent_too() {
     );
     assert_message_order(&history);
     let sent = fx.mock.requests().len();
-    fx.ok(
-        "submit",
-        json!({"session_id": parent, "content": "is b.txt there?"}),
-    )
-    .await;
-    tokio::time::timeout(std::time::Duration::from_secs(20), fx.service.wait_idle())
-        .await
-        .expect("the parent's turn did not end");
-    let request = &fx.mock.requests()[sent].body;
-    let messages = request["messages"].as_array().unwrap();
-    let at = messages
-        .iter()
-        .position(|m| m["role"] == "user" && m["content"] == note.text())
-        .unwrap_or_else(|| panic!("the note is not in the request: {request}"));
+    submit_until_idle(&fx, &parent, "is b.txt there?").await;
+    let (messages, at) = note_in_request(&fx, sent, note.text());
     assert_eq!(messages[at + 1]["content"], "is b.txt there?");
     fx.shutdown().await;
 }
@@ -1154,10 +1155,7 @@ async fn undo_in_a_sub_agents_tab_tells_its_parent_too() {
 /// back too (the same path as undo); without `include_children` they stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_rewind_of_a_parents_turn_can_include_its_sub_agents_changes() {
-    let fx = Fx::new().await;
-    fx.put("a.txt", "one\n");
-    let (parent, _child) =
-        delegate_with(&fx, json!({"title": "helper", "task": "rewrite a.txt"})).await;
+    let (fx, parent, _child) = helper_delegated().await;
     assert_eq!(fx.get("a.txt").as_deref(), Some("child\n"));
     // Without the sub-agents the parent's own turn changed nothing: the files stay.
     let alone = fx
