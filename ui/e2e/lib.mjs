@@ -322,6 +322,10 @@ export class WebDriver {
   async type(css, text) {
     const id = await until(`the element ${css}`, () => this.element(css), Boolean, { timeout: 10000 });
     await this.call('POST', `/session/:session/element/${id}/clear`, {});
+    // WebKitWebDriver's clear empties the field without an input event, so a controlled
+    // field (the composer) kept its old text in its state and put it back at its next
+    // render, which could come between the clear and the typing ('/e2e-sum/e2e-summary').
+    await this.execute("arguments[0].dispatchEvent(new Event('input', { bubbles: true })); return true;", [{ [ELEMENT]: id }]);
     await this.call('POST', `/session/:session/element/${id}/value`, { text });
   }
   /**
