@@ -6,18 +6,18 @@ import type { SessionInfo } from './bindings/SessionInfo';
 import { tokens, totalTokens, type Tokens } from './model';
 import { formatTokens } from './util';
 
-/** The model a session ran on last (the last `models` entry), or the one chosen for it. */
-export function lastModel(info: SessionInfo | null | undefined): string | null {
+/** The model and server (provider name) a session ran on last (the last `models` entry), or those chosen for it. */
+function lastRun(info: SessionInfo | null | undefined): { model: string | null; server: string | null } {
   const models = info?.models ?? [];
   const last = models[models.length - 1];
-  return last?.model || info?.model || null;
+  return last
+    ? { model: last.model || info?.model || null, server: last.provider || null }
+    : { model: info?.model || null, server: info?.provider || null };
 }
 
-/** The server (provider name) a session ran on last, else the one chosen for it. */
-export function lastServer(info: SessionInfo | null | undefined): string | null {
-  const models = info?.models ?? [];
-  const last = models[models.length - 1];
-  return (last ? last.provider : info?.provider) || null;
+/** "tiny on local": where something runs, with whichever of the two is known. */
+export function modelOnServer(model: string | null | undefined, server: string | null | undefined): string | null {
+  return model && server ? `${model} on ${server}` : model || server || null;
 }
 
 /**
@@ -26,10 +26,8 @@ export function lastServer(info: SessionInfo | null | undefined): string | null 
  * the person sees where its content goes, as the approval dock says it.
  */
 export function agentLabel(info: SessionInfo | null | undefined): string {
-  const model = lastModel(info);
-  const server = lastServer(info);
-  const where = model && server ? `${model} on ${server}` : model || server;
-  return [info?.agent, where].filter(Boolean).join(' · ');
+  const { model, server } = lastRun(info);
+  return [info?.agent, modelOnServer(model, server)].filter(Boolean).join(' · ');
 }
 
 export interface ModelTokens {

@@ -1,6 +1,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { ApprovalInfo } from '../bindings/ApprovalInfo';
 import { toCommandError } from '../platform';
+import { modelOnServer } from '../usage';
 import { argumentHint, pretty } from '../util';
 import { DiffView } from './DiffView';
 import { ErrorBox } from './ErrorBox';
@@ -13,8 +14,7 @@ export type Decide = (approval: ApprovalInfo, approved: boolean, remember: boole
  * the call's content goes to before deciding. Null for a top-level session's approval.
  */
 export function runsOn(approval: ApprovalInfo): string | null {
-  if (approval.model && approval.provider) return `${approval.model} on ${approval.provider}`;
-  return approval.model || approval.provider || null;
+  return modelOnServer(approval.model, approval.provider);
 }
 
 /** What "Always" says on its button: exactly what it covers (the runtime's label). */
