@@ -402,6 +402,9 @@ async fn check_delegation(
 /// A child made on disk (not yet started).
 struct Made {
     meta: crate::store::SessionMeta,
+    /// The child's controller once announced, held until its run starts: dropped in
+    /// between, it would be loaded from disk again (a fan-out's children, issue 31).
+    child: Option<Arc<SessionController>>,
     task_id: String,
     title: String,
     parent: crate::protocol::SessionId,
@@ -442,8 +445,9 @@ fn make_child(
             model,
         })
         .map_err(|err| err.to_string())?;
-    let made = Made {
+    let mut made = Made {
         meta,
+        child: None,
         task_id,
         title,
         parent: parent.session_id().to_string(),
@@ -451,7 +455,7 @@ fn make_child(
         worktree: request.worktree,
     };
     if !made.worktree {
-        announce(registry, &made)?;
+        made.child = Some(announce(registry, &made)?);
     }
     Ok(made)
 }
@@ -480,9 +484,13 @@ fn child_model(
 
 /// `session_created` for the child, to its parent's subscribers (SPEC §3).
 fn announce(registry: &Registry, made: &Made) -> Result<Arc<SessionController>, String> {
-    let child = registry
-        .controller(&made.meta.session_id)
-        .map_err(|err| err.to_string())?;
+    // A worktree child's meta was changed since it was made (its workspace): read back.
+    let child = if made.worktree {
+        registry.controller(&made.meta.session_id)
+    } else {
+        registry.made(made.meta.clone())
+    }
+    .map_err(|err| err.to_string())?;
     child.emit(Event::SessionCreated {
         session_id: made.meta.session_id.clone(),
         parent_session_id: Some(made.parent.clone()),
@@ -510,14 +518,16 @@ async fn start_delegation(
         ..
     } = &made;
     let (meta, task_id, content) = (meta.clone(), task_id.clone(), content.clone());
-    let child = if *worktree {
-        // The child's meta now names its worktree as its workspace.
-        isolate(&registry, meta.clone(), &ctx.workspace).await?;
-        announce(&registry, &made)?
-    } else {
-        registry
+    let child = match made.child.clone() {
+        Some(child) => child,
+        None if *worktree => {
+            // The child's meta now names its worktree as its workspace.
+            isolate(&registry, meta.clone(), &ctx.workspace).await?;
+            announce(&registry, &made)?
+        }
+        None => registry
             .controller(&meta.session_id)
-            .map_err(|err| err.to_string())?
+            .map_err(|err| err.to_string())?,
     };
     if ctx.cancel.is_cancelled() {
         // The parent's run was stopped while the child was made: it never starts.

@@ -75,10 +75,53 @@ impl Registry {
         };
         let controller =
             SessionController::new(loaded, pending, task_ids, self.shared.clone(), parent);
+        Ok(self.keep_first(session_id, controller))
+    }
+
+    /// The controller of a session [`crate::store::SessionStore::create`] has just made,
+    /// from its meta, without reading back what was just written: a new session has no
+    /// history, no pending queue and no ledger. A sub-agent's child is made this way, one
+    /// load per child fewer in a fan-out (issue 31).
+    pub(crate) fn made(
+        &self,
+        meta: crate::store::SessionMeta,
+    ) -> Result<Arc<SessionController>, RuntimeError> {
+        if let Some(controller) = self.get(&meta.session_id) {
+            return Ok(controller);
+        }
+        let parent = match &meta.parent_session_id {
+            Some(parent) => Some(self.controller(parent)?),
+            None => None,
+        };
+        let session_id = meta.session_id.clone();
+        let loaded = crate::store::LoadedSession {
+            meta,
+            messages: Vec::new(),
+            compactions: Vec::new(),
+            notice: None,
+            damaged: false,
+        };
+        let controller = SessionController::new(
+            loaded,
+            Vec::new(),
+            HashSet::new(),
+            self.shared.clone(),
+            parent,
+        );
+        Ok(self.keep_first(&session_id, controller))
+    }
+
+    /// Registers a controller just built, unless another caller registered one for the
+    /// session meanwhile: then that one is the session's, and this one is dropped.
+    fn keep_first(
+        &self,
+        session_id: &str,
+        controller: Arc<SessionController>,
+    ) -> Arc<SessionController> {
         let mut live = self.live();
         // Another caller may have loaded it meanwhile: keep the first.
         if let Some(existing) = live.controllers.get(session_id).and_then(Weak::upgrade) {
-            return Ok(existing);
+            return existing;
         }
         live.controllers
             .insert(session_id.to_string(), Arc::downgrade(&controller));
@@ -86,7 +129,7 @@ impl Registry {
             live.controllers.retain(|_, weak| weak.strong_count() > 0);
             live.sweep_at = (live.controllers.len() * 2).max(64);
         }
-        Ok(controller)
+        controller
     }
 
     pub(crate) fn remove(&self, session_id: &str) {

@@ -47,8 +47,23 @@ pub fn prepare(
     policy: &compaction::Policy,
     force: bool,
 ) -> Prepared {
+    let tools = window::tools_json(tools);
+    prepare_sized(system, history, marker, tools, window, policy, force)
+}
+
+/// [`prepare`] with the tools' JSON size counted already ([`window::tools_json`]): a run
+/// counts it once for all its calls.
+pub fn prepare_sized(
+    system: Message,
+    history: &[Message],
+    marker: Option<&compaction::Compaction>,
+    tools_json: usize,
+    window: usize,
+    policy: &compaction::Policy,
+    force: bool,
+) -> Prepared {
     let messages = compaction::build_messages(system, history, marker);
-    let used = window::used_tokens(history, marker.map(|m| m.at), &messages, tools);
+    let used = window::used_tokens(history, marker.map(|m| m.at), &messages, tools_json);
     let plan = compaction::plan(history, marker, window, used, policy, force);
     Prepared {
         messages,

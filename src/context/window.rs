@@ -297,22 +297,26 @@ pub fn message_tokens(message: &Message) -> usize {
 /// Tokens of a request, estimated as a quarter of the JSON size of its messages and tools:
 /// the figure before a provider has reported any, and the one compaction plans with.
 pub fn estimate_tokens(messages: &[Message], tools: &[ToolSpec]) -> usize {
+    estimate_sized(messages, tools_json(tools))
+}
+
+/// The JSON size of the tools a request offers, as [`estimate_tokens`] counts it (none
+/// offered: nothing, not the two bytes of an empty list).
+pub fn tools_json(tools: &[ToolSpec]) -> usize {
+    if tools.is_empty() {
+        0
+    } else {
+        serialized_len(tools)
+    }
+}
+
+/// [`estimate_tokens`] with the tools' JSON size counted already.
+fn estimate_sized(messages: &[Message], tools_json: usize) -> usize {
     if messages.iter().any(|m| !m.images.is_empty()) {
         let messages: usize = messages.iter().map(message_tokens).sum();
-        return messages
-            + if tools.is_empty() {
-                0
-            } else {
-                serialized_len(tools).div_ceil(4)
-            };
+        return messages + tools_json.div_ceil(4);
     }
-    (serialized_len(messages)
-        + if tools.is_empty() {
-            0
-        } else {
-            serialized_len(tools)
-        })
-    .div_ceil(4)
+    (serialized_len(messages) + tools_json).div_ceil(4)
 }
 
 /// The tokens the next request will use: the provider's count for the last answer of
@@ -328,7 +332,7 @@ pub fn used_tokens(
     history: &[Message],
     compacted_at: Option<usize>,
     request: &[Message],
-    tools: &[ToolSpec],
+    tools_json: usize,
 ) -> usize {
     let since = compacted_at.unwrap_or(0).min(history.len());
     let reported = history[since..]
@@ -347,9 +351,9 @@ pub fn used_tokens(
             let counted = usize::try_from(usage.input_tokens + usage.output_tokens)
                 .unwrap_or(usize::MAX)
                 .saturating_add(after);
-            counted.max(estimate_tokens(request, tools))
+            counted.max(estimate_sized(request, tools_json))
         }
-        None => estimate_tokens(request, tools),
+        None => estimate_sized(request, tools_json),
     }
 }
 
@@ -433,18 +437,18 @@ mod tests {
         let history = vec![Message::user("1", "q"), answer, next.clone()];
         let request = vec![Message::system("s")];
         assert_eq!(
-            used_tokens(&history, None, &request, &[]),
+            used_tokens(&history, None, &request, 0),
             1020 + message_tokens(&next)
         );
         // A count below the request's own estimate does not hide it.
         let big = vec![Message::system("s".repeat(8000))];
         assert_eq!(
-            used_tokens(&history, None, &big, &[]),
+            used_tokens(&history, None, &big, 0),
             estimate_tokens(&big, &[])
         );
         // The answer predates the compaction: its count was for another request.
         assert_eq!(
-            used_tokens(&history, Some(2), &request, &[]),
+            used_tokens(&history, Some(2), &request, 0),
             estimate_tokens(&request, &[])
         );
     }

@@ -689,11 +689,11 @@ impl Run {
 
     /// The request for the next call and whether to compact first.
     fn prepare(&self, force: bool) -> crate::context::Prepared {
-        crate::context::prepare(
+        crate::context::prepare_sized(
             self.context.system.clone(),
             &self.history,
             self.context.marker.as_ref(),
-            &self.turn.specs,
+            self.context.tools_json,
             self.context.window,
             &self.turn.compaction,
             force,
