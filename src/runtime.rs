@@ -32,8 +32,9 @@ pub struct TurnContext {
     pub settings: ModelSettings,
     /// The tools the run may call (already narrowed for children and by depth).
     pub tools: ToolRegistry,
-    /// What the model is offered: `tools` minus those switched off by policy.
-    pub specs: Vec<ToolSpec>,
+    /// What the model is offered: `tools` minus those switched off by policy (shared
+    /// with every request of the run).
+    pub specs: Arc<[ToolSpec]>,
     /// `tools.policy` as it was when the run started.
     pub policy: Arc<std::collections::BTreeMap<String, ToolPolicy>>,
     pub delegator: Option<Arc<dyn Delegator>>,

@@ -152,7 +152,7 @@ pub(crate) async fn test_provider(
         Ok(provider) => {
             let request = crate::provider::ModelRequest {
                 messages: vec![crate::protocol::Message::user("test", "Say OK.")],
-                tools: Vec::new(),
+                tools: Vec::new().into(),
                 settings: crate::provider::ModelSettings {
                     model: model.clone(),
                     temperature: block.temperature,

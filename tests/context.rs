@@ -469,7 +469,7 @@ impl Session {
             self.sent.push(prepared.messages.clone());
             let request = ModelRequest {
                 messages: prepared.messages.clone(),
-                tools: tools(),
+                tools: tools().into(),
                 settings: self.settings.clone(),
             };
             let sink = |_: ProviderEvent| {};

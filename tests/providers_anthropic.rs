@@ -24,7 +24,7 @@ fn anthropic_config(mock: &MockLlm) -> ProviderConfig {
 fn simple_request(text: &str) -> ModelRequest {
     ModelRequest {
         messages: vec![Message::system("S"), Message::user("m", text)],
-        tools: Vec::new(),
+        tools: Vec::new().into(),
         settings: ModelSettings {
             model: "claude-sonnet-4-5".into(),
             temperature: None,
@@ -58,7 +58,7 @@ fn conversation() -> ModelRequest {
             Message::assistant(None, vec![call("toolu_c", "c.txt")]),
             Message::tool("toolu_c", ""),
         ],
-        tools: vec![read_file_spec()],
+        tools: vec![read_file_spec()].into(),
         settings: ModelSettings {
             model: "claude-sonnet-4-5".into(),
             temperature: Some(0.7),

@@ -145,7 +145,7 @@ pub fn conversation(model: &str) -> ModelRequest {
                 "[Background tool result]\nTask ID: t1\n\ndone",
             ),
         ],
-        tools: vec![read_file_spec()],
+        tools: vec![read_file_spec()].into(),
         settings: ModelSettings {
             model: model.into(),
             temperature: Some(0.2),
@@ -158,7 +158,7 @@ pub fn conversation(model: &str) -> ModelRequest {
 fn simple_request(text: &str) -> ModelRequest {
     ModelRequest {
         messages: vec![Message::system("S"), Message::user("m", text)],
-        tools: Vec::new(),
+        tools: Vec::new().into(),
         settings: ModelSettings {
             model: "gpt-4o-mini".into(),
             temperature: None,

@@ -58,7 +58,7 @@ async fn real_model_streams_a_text_answer() {
             Message::user("m1", "Count from 1 to 5, separated by commas."),
         ],
         // The 0.5B model calls a tool whenever tools are offered: none here.
-        tools: Vec::new(),
+        tools: Vec::new().into(),
         settings: ModelSettings::from(&config),
     };
     let deltas = std::sync::Mutex::new(Vec::new());
@@ -103,7 +103,7 @@ impl ModelProvider for OneToolRound {
         sink: ProviderSink<'_>,
     ) -> Result<ModelResponse, ProviderError> {
         if request.messages.iter().any(|m| m.role == Role::Tool) {
-            request.tools.clear();
+            request.tools = Vec::new().into();
         }
         self.0.generate(request, sink).await
     }

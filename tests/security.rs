@@ -1279,7 +1279,7 @@ async fn security_model_calls_do_not_follow_redirects_to_other_origins() {
             bumblehive::protocol::Message::system("S"),
             bumblehive::protocol::Message::user("m", "hi"),
         ],
-        tools: Vec::new(),
+        tools: Vec::new().into(),
         settings: bumblehive::provider::ModelSettings {
             model: "m".into(),
             temperature: None,

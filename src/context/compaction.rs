@@ -644,7 +644,7 @@ pub async fn summarize(
         .generate(
             ModelRequest {
                 messages,
-                tools: Vec::new(),
+                tools: Vec::new().into(),
                 settings,
             },
             sink,
