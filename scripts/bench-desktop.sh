@@ -16,7 +16,8 @@
 # that build of ours (so the next one can be built meanwhile). BENCH_BEFORE="NAME=PATH ..."
 # adds older builds of ours, each with 2 and 300 messages (kinds NAME-2, NAME-300; a bare
 # PATH is named "before"), to every round, so a change is measured against its
-# predecessors under the same load.
+# predecessors under the same load. BENCH_IDLE_S=N reads memory and CPU N s after the paint
+# (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 floor_mode=""
@@ -196,8 +197,9 @@ measure() {
   fi
   [ -n "$painted" ] || { echo "$label: never painted" >&2; exit 1; }
   # Idle: let start-up work settle, then read the shell's and WebKit's processes (3 s after
-  # the first paint, or once the window is quiet if that is later).
-  sleep 3
+  # the first paint, or once the window is quiet if that is later). BENCH_IDLE_S=20 reads
+  # later, once JavaScriptCore has collected the start-up's garbage by itself (5-15 s).
+  sleep "${BENCH_IDLE_S:-3}"
   if [ -n "$paint_pid" ]; then
     wait "$paint_pid" 2>/dev/null || true
     settled=$(sed -n 3p "$tmp/paint")
