@@ -7,6 +7,7 @@
   interleave BIN LIST G OUT      an ordering of LIST in groups of G, each group followed by
                                  at least 4 KiB of functions not in LIST, so that a page read
                                  at start names one group
+  union LIST MORE OUT            LIST, then the names of MORE it does not hold
 """
 import ctypes
 import mmap
@@ -59,7 +60,13 @@ def cached_pages(path):
 
 def evict(path):
     fd = os.open(path, os.O_RDONLY)
+    # Pages not yet written back (a binary the linker has just written) are not dropped:
+    # they would all read as "read at start".
+    os.fsync(fd)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    left = len(cached_pages(path))
+    if left > 16:
+        sys.exit("%s: %d pages still in the page cache after the drop (mapped elsewhere?)" % (path, left))
 
 
 def touched(path, out, prev=None):
@@ -107,12 +114,23 @@ def interleave(path, listed, group, out):
         f.write("\n".join(lines) + "\n")
 
 
+def union(listed, more, out):
+    names = open(listed).read().split()
+    known = set(names)
+    added = [n for n in open(more).read().split() if n not in known]
+    with open(out, "w") as f:
+        f.write("\n".join(names + added) + "\n")
+    print("%d functions added" % len(added))
+
+
 if __name__ == "__main__":
     command, args = sys.argv[1], sys.argv[2:]
     if command == "evict":
         evict(*args)
     elif command == "touched":
         touched(*args)
+    elif command == "union":
+        union(*args)
     elif command == "interleave":
         interleave(args[0], args[1], int(args[2]), args[3])
     else:

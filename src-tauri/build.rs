@@ -15,7 +15,7 @@ fn main() {
 /// The functions the shell runs while it starts and paints a session
 /// (`scripts/startup-order.sh` lists them), placed side by side by the linker: the kernel
 /// maps code 64 KiB around each page faulted in, so spread over the binary's 22 MB of text
-/// they kept 15 MiB of it resident, packed about 9 (BENCHMARKS.md, issue #31). Release
+/// they kept 15 MiB of it resident, packed 6-8 (BENCHMARKS.md, issue #31). Release
 /// builds only, and only where the linker is rust-lld, which reads the list: Rust's own
 /// default for x86_64 Linux since 1.90 (GNU ld, the default before, has no such option).
 /// `BUMBLEHIVE_NO_STARTUP_ORDER=1` leaves the layout to the linker.
