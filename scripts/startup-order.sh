@@ -52,21 +52,15 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-for n in $(seq 90 120); do
-  [ -e "/tmp/.X11-unix/X$n" ] || [ -e "/tmp/.X$n-lock" ] || { display=":$n"; break; }
-done
-Xvfb "$display" -screen 0 1280x800x24 -nolisten tcp >/dev/null 2>&1 &
-xvfb=$!
-export DISPLAY=$display
-for _ in $(seq 100); do xdpyinfo >/dev/null 2>&1 && break; sleep 0.05; done
+# shellcheck source=scripts/desktop-fixture.sh
+. scripts/desktop-fixture.sh
+start_xvfb
+wait_for_display
 
 # A workspace with a 2-message session open at start, as the bench has.
-id=0190a0a0-0000-7000-8000-000000000001
 ws=$tmp/ws data=$tmp/data
-mkdir -p "$ws" "$data/sessions/$id"
-printf '{"session_id":"%s","workspace":"%s","title":"Bench","parent_session_id":null,"created_at":"2026-01-01T00:00:00.000Z","updated_at":"2026-01-01T00:00:00.000Z","state":"idle"}' "$id" "$ws" > "$data/sessions/$id/meta.json"
-printf '{"role":"user","content":"hi","id":"m1"}\n{"role":"assistant","content":"Hello! How can I help?"}\n' > "$data/sessions/$id/messages.jsonl"
-printf '{"lastWorkspace":"%s","recents":["%s"],"lastSessions":{"%s":"%s"}}' "$ws" "$ws" "$ws" "$id" > "$data/ui-state.json"
+mkdir -p "$ws"
+make_session "$data" "$ws" 0190a0a0-0000-7000-8000-000000000001 2
 
 helper=scripts/startup-order.py
 # One cold start of the build at $bin: its pages read in its first 6 s.
