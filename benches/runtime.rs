@@ -237,7 +237,7 @@ async fn fan_out(
     let flushes = service.store().flush_stats();
     let timers = timers_alone(children, max_concurrent, latency_ms).await;
     println!(
-        "fan-out [{label}]: {children} children x 3 turns, {latency_ms} ms latency, max_concurrent {max_concurrent}: wall {:.3} s, ideal {:.3} s, ratio {:.2} (with the parent's own 2 calls: {:.3} s, {:.2}; the same waits alone on this runtime: {:.3} s, {:.2}); peak RSS {} MiB; RSS per idle child {:.1} KiB; flushes: {} asked, {} fdatasyncs",
+        "fan-out [{label}]: {children} children x 3 turns, {latency_ms} ms latency, max_concurrent {max_concurrent}: wall {:.3} s, ideal {:.3} s, ratio {:.2} (with the parent's own 2 calls: {:.3} s, {:.2}; the same waits alone on this runtime: {:.3} s, {:.2}); model calls of the parent {}; peak RSS {} MiB; RSS per idle child {:.1} KiB; flushes: {} asked, {} fdatasyncs",
         wall.as_secs_f64(),
         ideal.as_secs_f64(),
         wall.as_secs_f64() / ideal.as_secs_f64(),
@@ -245,6 +245,7 @@ async fn fan_out(
         wall.as_secs_f64() / floor.as_secs_f64(),
         timers.as_secs_f64(),
         wall.as_secs_f64() / timers.as_secs_f64(),
+        provider.calls.load(Ordering::Relaxed) - 3 * children,
         rss_kib("VmHWM:") / 1024,
         rss_after.saturating_sub(rss_before) as f64 / children as f64,
         flushes.requests,
@@ -1057,7 +1058,7 @@ async fn soak(base: &Path, label: &str, sessions: usize, checkpoints: &[usize]) 
 /// after the compaction.
 async fn context(messages: usize, window: usize, calls: usize) {
     use bumblehive::context::compaction::{self, Compaction, CompactionKind, Policy};
-    use bumblehive::context::window::estimate_tokens;
+    use bumblehive::context::window::estimate_request;
     let mut history = Vec::with_capacity(messages);
     let mut turn = 0;
     while history.len() < messages {
@@ -1084,13 +1085,15 @@ async fn context(messages: usize, window: usize, calls: usize) {
         turn += 1;
     }
     history.truncate(messages);
+    // Shared with each request as the run shares its own (`RequestMessages`).
+    let history = Arc::new(history);
     let system = Message::system(
         "You are Bumblehive, a coding agent working with a person on the files of one workspace.\nWorkspace: /w",
     );
     let policy = Policy::default();
-    let full = estimate_tokens(
+    let full = estimate_request(
         &compaction::build_messages(system.clone(), &history, None),
-        &[],
+        0,
     );
     let start = Instant::now();
     let plan = compaction::plan(&history, None, window, full, &policy, true).expect("a plan");
@@ -1107,19 +1110,19 @@ async fn context(messages: usize, window: usize, calls: usize) {
         tokens_after: plan.tokens_after,
         note: None,
     };
-    let after = estimate_tokens(
+    let after = estimate_request(
         &compaction::build_messages(system.clone(), &history, Some(&marker)),
-        &[],
+        0,
     );
     let mut times = Vec::with_capacity(calls);
     let mut kept = 0;
     for _ in 0..calls {
         let start = Instant::now();
-        let prepared = bumblehive::context::prepare(
+        let prepared = bumblehive::context::prepare_sized(
             system.clone(),
             &history,
             Some(&marker),
-            &[],
+            0,
             window,
             &policy,
             false,
@@ -1133,7 +1136,7 @@ async fn context(messages: usize, window: usize, calls: usize) {
     for _ in 0..calls.min(50) {
         let start = Instant::now();
         let messages = compaction::build_messages(system.clone(), &history, None);
-        let _ = estimate_tokens(&messages, &[]);
+        let _ = estimate_request(&messages, 0);
         plain.push(start.elapsed());
     }
     plain.sort();

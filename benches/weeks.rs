@@ -40,8 +40,9 @@ impl ModelProvider for Scripted {
             .rposition(|m| m.role == Role::User)
             .unwrap_or(0);
         let turn = messages[start].text().to_string();
-        let step = messages[start..]
+        let step = messages
             .iter()
+            .skip(start)
             .filter(|m| m.role == Role::Assistant)
             .count();
         let call = |name: &str, arguments| {

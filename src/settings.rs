@@ -151,7 +151,7 @@ pub(crate) async fn test_provider(
         Err(err) => Err(err.to_string()),
         Ok(provider) => {
             let request = crate::provider::ModelRequest {
-                messages: vec![crate::protocol::Message::user("test", "Say OK.")],
+                messages: vec![crate::protocol::Message::user("test", "Say OK.")].into(),
                 tools: Vec::new().into(),
                 settings: crate::provider::ModelSettings {
                     model: model.clone(),

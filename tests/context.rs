@@ -465,8 +465,8 @@ impl Session {
         }
         let mut retried = false;
         loop {
-            assert_request_shape(&prepared.messages, &self.history);
-            self.sent.push(prepared.messages.clone());
+            assert_request_shape(&prepared.messages.to_vec(), &self.history);
+            self.sent.push(prepared.messages.to_vec());
             let request = ModelRequest {
                 messages: prepared.messages.clone(),
                 tools: tools().into(),
@@ -877,7 +877,7 @@ async fn context_a_report_that_arrives_while_the_summary_is_made_is_sent_once_af
         .position(|m| m.text().starts_with(SUMMARY_HEADER))
         .unwrap();
     assert!(summary < reports[0]);
-    assert_eq!(check_message_order(&prepared.messages), Ok(()));
+    assert_eq!(check_message_order(&prepared.messages.to_vec()), Ok(()));
     // And the same after a reload.
     let (history, marker) = session.reload();
     let reloaded = prepare(

@@ -23,7 +23,7 @@ fn anthropic_config(mock: &MockLlm) -> ProviderConfig {
 
 fn simple_request(text: &str) -> ModelRequest {
     ModelRequest {
-        messages: vec![Message::system("S"), Message::user("m", text)],
+        messages: vec![Message::system("S"), Message::user("m", text)].into(),
         tools: Vec::new().into(),
         settings: ModelSettings {
             model: "claude-sonnet-4-5".into(),
@@ -57,7 +57,8 @@ fn conversation() -> ModelRequest {
             ),
             Message::assistant(None, vec![call("toolu_c", "c.txt")]),
             Message::tool("toolu_c", ""),
-        ],
+        ]
+        .into(),
         tools: vec![read_file_spec()].into(),
         settings: ModelSettings {
             model: "claude-sonnet-4-5".into(),

@@ -144,7 +144,8 @@ pub fn conversation(model: &str) -> ModelRequest {
                 "subagent:t1",
                 "[Background tool result]\nTask ID: t1\n\ndone",
             ),
-        ],
+        ]
+        .into(),
         tools: vec![read_file_spec()].into(),
         settings: ModelSettings {
             model: model.into(),
@@ -157,7 +158,7 @@ pub fn conversation(model: &str) -> ModelRequest {
 
 fn simple_request(text: &str) -> ModelRequest {
     ModelRequest {
-        messages: vec![Message::system("S"), Message::user("m", text)],
+        messages: vec![Message::system("S"), Message::user("m", text)].into(),
         tools: Vec::new().into(),
         settings: ModelSettings {
             model: "gpt-4o-mini".into(),

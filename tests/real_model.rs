@@ -56,7 +56,8 @@ async fn real_model_streams_a_text_answer() {
         messages: vec![
             Message::system("You are a helpful assistant. Answer briefly."),
             Message::user("m1", "Count from 1 to 5, separated by commas."),
-        ],
+        ]
+        .into(),
         // The 0.5B model calls a tool whenever tools are offered: none here.
         tools: Vec::new().into(),
         settings: ModelSettings::from(&config),

@@ -405,7 +405,7 @@ async fn c7_a_history_with_open_calls_is_repaired_when_the_next_run_starts() {
     ctl.submit("again".into(), None).unwrap();
     receive(&mut events, "result", Some(&meta.session_id), None).await;
     for request in provider.requests() {
-        assert_message_order(&request.messages);
+        assert_message_order(&request.messages.to_vec());
     }
     assert_message_order(&service.store().load(&meta.session_id).unwrap().messages);
     service.shutdown().await;
@@ -511,7 +511,7 @@ async fn c10_a_reused_call_id_still_delivers_both_reports() {
         if let Some(task) = first.split("Task:\n").nth(1) {
             return ModelResponse::text(format!("REPORT {task}"));
         }
-        let seen = reports(&request.messages).len();
+        let seen = reports(&request.messages.to_vec()).len();
         let last = request.messages.last().unwrap();
         match (last.role, seen) {
             (Role::Tool, _) => ModelResponse::text(format!("waiting {seen}")),

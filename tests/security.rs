@@ -1278,7 +1278,8 @@ async fn security_model_calls_do_not_follow_redirects_to_other_origins() {
         messages: vec![
             bumblehive::protocol::Message::system("S"),
             bumblehive::protocol::Message::user("m", "hi"),
-        ],
+        ]
+        .into(),
         tools: Vec::new().into(),
         settings: bumblehive::provider::ModelSettings {
             model: "m".into(),

@@ -94,7 +94,7 @@ impl ModelProvider for Model {
         request: ModelRequest,
         _sink: ProviderSink<'_>,
     ) -> Result<ModelResponse, ProviderError> {
-        if let Err(err) = check_message_order(&request.messages) {
+        if let Err(err) = check_message_order(&request.messages.to_vec()) {
             self.violations
                 .lock()
                 .unwrap()

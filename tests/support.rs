@@ -177,7 +177,7 @@ impl ModelProvider for DelegationProvider {
         request: ModelRequest,
         sink: ProviderSink<'_>,
     ) -> Result<ModelResponse, ProviderError> {
-        let response = self.respond(request.messages).await?;
+        let response = self.respond(request.messages.to_vec()).await?;
         if let Some(content) = &response.content {
             sink(ProviderEvent::ContentDelta(content.clone()));
         }

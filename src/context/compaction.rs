@@ -7,12 +7,15 @@
 //! calls and their results.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use super::window::{message_tokens, serialized_len};
 use crate::config::ContextConfig;
 pub use crate::protocol::{Compaction, CompactionKind};
 use crate::protocol::{Message, Role};
-use crate::provider::{ModelProvider, ModelRequest, ModelSettings, ProviderError, ProviderSink};
+use crate::provider::{
+    ModelProvider, ModelRequest, ModelSettings, ProviderError, ProviderSink, RequestMessages,
+};
 
 /// The first line of the message that stands for the summarised part of a conversation
 /// (the UI shows it as the divider "Earlier conversation summarised").
@@ -241,18 +244,15 @@ fn summary_message(marker: &Compaction) -> Message {
 /// next message a request may start at, and indices that name no such message are skipped.
 pub fn build_messages(
     system: Message,
-    history: &[Message],
+    history: &Arc<Vec<Message>>,
     marker: Option<&Compaction>,
-) -> Vec<Message> {
+) -> RequestMessages {
     let Some(marker) = marker else {
-        let mut messages = Vec::with_capacity(history.len() + 1);
-        messages.push(system);
-        messages.extend_from_slice(history);
-        return messages;
+        return RequestMessages::new(vec![system], history.clone(), 0, Vec::new());
     };
     let first_kept = first_cut_at_or_after(history, marker.first_kept);
-    let mut messages = Vec::with_capacity(history.len() - first_kept + marker.kept_user.len() + 2);
-    messages.push(system);
+    let mut head = Vec::with_capacity(marker.kept_user.len() + 2);
+    head.push(system);
     if first_kept > 0 {
         let mut last = None;
         for &index in &marker.kept_user {
@@ -261,24 +261,27 @@ pub fn build_messages(
                 && last.is_none_or(|l| index > l)
                 && history[index].role == Role::User
             {
-                messages.push(history[index].clone());
+                head.push(history[index].clone());
                 last = Some(index);
             }
         }
-        messages.push(summary_message(marker));
+        head.push(summary_message(marker));
     }
-    for (offset, message) in history[first_kept..].iter().enumerate() {
-        let index = first_kept + offset;
-        if message.role == Role::Tool && marker.elided.binary_search(&index).is_ok() {
+    let stubs = history[first_kept..]
+        .iter()
+        .enumerate()
+        .map(|(offset, message)| (first_kept + offset, message))
+        .filter(|(index, message)| {
+            message.role == Role::Tool && marker.elided.binary_search(index).is_ok()
+        })
+        .map(|(index, message)| {
             let mut stub = message.clone();
             stub.content = Some(elided_text(message));
             stub.images.clear();
-            messages.push(stub);
-        } else {
-            messages.push(message.clone());
-        }
-    }
-    messages
+            (index, stub)
+        })
+        .collect();
+    RequestMessages::new(head, history.clone(), first_kept, stubs)
 }
 
 /// Decides whether to compact before a model call and what the result keeps.
@@ -643,7 +646,7 @@ pub async fn summarize(
     let response = provider
         .generate(
             ModelRequest {
-                messages,
+                messages: messages.into(),
                 tools: Vec::new().into(),
                 settings,
             },
@@ -759,7 +762,7 @@ mod tests {
 
     fn request_tokens(history: &[Message], marker: Option<&Compaction>) -> usize {
         super::super::window::estimate_tokens(
-            &build_messages(Message::system("s"), history, marker),
+            &build_messages(Message::system("s"), &Arc::new(history.to_vec()), marker).to_vec(),
             &[],
         )
     }
@@ -827,7 +830,12 @@ mod tests {
         assert!(!plan.summarize, "{plan:?}");
         assert_eq!(plan.elided, vec![2]);
         let marker = marker_from(&plan, &history, None);
-        let messages = build_messages(Message::system("s"), &history, Some(&marker));
+        let messages = build_messages(
+            Message::system("s"),
+            &Arc::new(history.clone()),
+            Some(&marker),
+        )
+        .to_vec();
         assert_eq!(messages.len(), history.len() + 1);
         assert!(
             messages[3]
@@ -847,7 +855,12 @@ mod tests {
         assert_eq!(plan.kept_user.first(), Some(&0));
         assert!(is_cut_point(&history[plan.first_kept]));
         let marker = marker_from(&plan, &history, Some("the summary"));
-        let messages = build_messages(Message::system("s"), &history, Some(&marker));
+        let messages = build_messages(
+            Message::system("s"),
+            &Arc::new(history.clone()),
+            Some(&marker),
+        )
+        .to_vec();
         assert_eq!(
             messages[1], history[0],
             "the seed reads the first user message at index 1"
@@ -877,7 +890,8 @@ mod tests {
             tokens_after: 0,
             note: None,
         };
-        let messages = build_messages(Message::system("s"), &history, Some(&bad));
+        let messages =
+            build_messages(Message::system("s"), &Arc::new(history.clone()), Some(&bad)).to_vec();
         assert_eq!(check_message_order(&messages), Ok(()));
         assert_eq!(messages[1], history[0]);
         assert_eq!(messages[2].id.as_deref(), Some("compaction:x"));
@@ -886,7 +900,12 @@ mod tests {
             first_kept: 1000,
             ..bad
         };
-        let messages = build_messages(Message::system("s"), &history, Some(&past_end));
+        let messages = build_messages(
+            Message::system("s"),
+            &Arc::new(history.clone()),
+            Some(&past_end),
+        )
+        .to_vec();
         assert_eq!(messages.len(), 3);
         assert_eq!(check_message_order(&messages), Ok(()));
     }
@@ -901,7 +920,12 @@ mod tests {
         let window = 2000;
         let plan = plan(&history, None, window, used, &Policy::default(), false).unwrap();
         let marker = marker_from(&plan, &history, Some("summary"));
-        let messages = build_messages(Message::system("s"), &history, Some(&marker));
+        let messages = build_messages(
+            Message::system("s"),
+            &Arc::new(history.clone()),
+            Some(&marker),
+        )
+        .to_vec();
         assert_eq!(check_message_order(&messages), Ok(()));
         assert!(request_tokens(&history, Some(&marker)) < window);
         assert!(

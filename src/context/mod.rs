@@ -21,14 +21,16 @@ pub mod prompt;
 pub(crate) mod turn;
 pub mod window;
 
+use std::sync::Arc;
+
 use crate::protocol::Message;
-use crate::provider::ToolSpec;
+use crate::provider::{RequestMessages, ToolSpec};
 
 /// What the context builder knows before a model call: the request's messages, its size
 /// (reported or estimated) and whether to compact first.
 #[derive(Debug, Clone)]
 pub struct Prepared {
-    pub messages: Vec<Message>,
+    pub messages: RequestMessages,
     /// Tokens the request uses ([`window::used_tokens`]); the context meter shows it.
     pub used: usize,
     /// `Some` when the history should be compacted before this call.
@@ -48,14 +50,16 @@ pub fn prepare(
     force: bool,
 ) -> Prepared {
     let tools = window::tools_json(tools);
-    prepare_sized(system, history, marker, tools, window, policy, force)
+    let history = Arc::new(history.to_vec());
+    prepare_sized(system, &history, marker, tools, window, policy, force)
 }
 
 /// [`prepare`] with the tools' JSON size counted already ([`window::tools_json`]): a run
-/// counts it once for all its calls.
+/// counts it once for all its calls; and with the history shared, not copied, by the
+/// request ([`RequestMessages`]).
 pub fn prepare_sized(
     system: Message,
-    history: &[Message],
+    history: &Arc<Vec<Message>>,
     marker: Option<&compaction::Compaction>,
     tools_json: usize,
     window: usize,

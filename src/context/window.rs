@@ -9,7 +9,7 @@ use ts_rs::TS;
 use crate::config::ProviderConfig;
 pub use crate::protocol::ContextMeter;
 use crate::protocol::{Message, Role};
-use crate::provider::ToolSpec;
+use crate::provider::{RequestMessages, ToolSpec};
 
 /// The window assumed when nothing says otherwise: small enough that compaction starts
 /// before any common server (Ollama's 4k default aside, which `/api/show` reports) overflows.
@@ -297,7 +297,13 @@ pub fn message_tokens(message: &Message) -> usize {
 /// Tokens of a request, estimated as a quarter of the JSON size of its messages and tools:
 /// the figure before a provider has reported any, and the one compaction plans with.
 pub fn estimate_tokens(messages: &[Message], tools: &[ToolSpec]) -> usize {
-    estimate_sized(messages, tools_json(tools))
+    estimate_sized(messages.iter(), tools_json(tools))
+}
+
+/// [`estimate_tokens`] of a request built by the context builder, with its tools' JSON size
+/// counted already ([`tools_json`]).
+pub fn estimate_request(messages: &RequestMessages, tools_json: usize) -> usize {
+    estimate_sized(messages.iter(), tools_json)
 }
 
 /// The JSON size of the tools a request offers, as [`estimate_tokens`] counts it (none
@@ -310,13 +316,26 @@ pub fn tools_json(tools: &[ToolSpec]) -> usize {
     }
 }
 
-/// [`estimate_tokens`] with the tools' JSON size counted already.
-fn estimate_sized(messages: &[Message], tools_json: usize) -> usize {
-    if messages.iter().any(|m| !m.images.is_empty()) {
-        let messages: usize = messages.iter().map(message_tokens).sum();
+/// [`estimate_tokens`] with the tools' JSON size counted already, for messages read in
+/// order (a slice, or a request whose history is shared: [`RequestMessages`]).
+fn estimate_sized<'a, I>(messages: I, tools_json: usize) -> usize
+where
+    I: Iterator<Item = &'a Message> + Clone,
+{
+    if messages.clone().any(|m| !m.images.is_empty()) {
+        let messages: usize = messages.map(message_tokens).sum();
         return messages + tools_json.div_ceil(4);
     }
-    (serialized_len(messages) + tools_json).div_ceil(4)
+    (serialized_len(&JsonList(messages)) + tools_json).div_ceil(4)
+}
+
+/// Messages serialized as the JSON list they are read as.
+struct JsonList<I>(I);
+
+impl<'a, I: Iterator<Item = &'a Message> + Clone> Serialize for JsonList<I> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.clone())
+    }
 }
 
 /// The tokens the next request will use: the provider's count for the last answer of
@@ -331,7 +350,7 @@ fn estimate_sized(messages: &[Message], tools_json: usize) -> usize {
 pub fn used_tokens(
     history: &[Message],
     compacted_at: Option<usize>,
-    request: &[Message],
+    request: &RequestMessages,
     tools_json: usize,
 ) -> usize {
     let since = compacted_at.unwrap_or(0).min(history.len());
@@ -351,9 +370,9 @@ pub fn used_tokens(
             let counted = usize::try_from(usage.input_tokens + usage.output_tokens)
                 .unwrap_or(usize::MAX)
                 .saturating_add(after);
-            counted.max(estimate_sized(request, tools_json))
+            counted.max(estimate_sized(request.iter(), tools_json))
         }
-        None => estimate_sized(request, tools_json),
+        None => estimate_sized(request.iter(), tools_json),
     }
 }
 
@@ -437,18 +456,18 @@ mod tests {
         let history = vec![Message::user("1", "q"), answer, next.clone()];
         let request = vec![Message::system("s")];
         assert_eq!(
-            used_tokens(&history, None, &request, 0),
+            used_tokens(&history, None, &request.clone().into(), 0),
             1020 + message_tokens(&next)
         );
         // A count below the request's own estimate does not hide it.
         let big = vec![Message::system("s".repeat(8000))];
         assert_eq!(
-            used_tokens(&history, None, &big, 0),
+            used_tokens(&history, None, &big.clone().into(), 0),
             estimate_tokens(&big, &[])
         );
         // The answer predates the compaction: its count was for another request.
         assert_eq!(
-            used_tokens(&history, Some(2), &request, 0),
+            used_tokens(&history, Some(2), &request.clone().into(), 0),
             estimate_tokens(&request, &[])
         );
     }

@@ -1098,7 +1098,7 @@ impl SessionController {
     pub(crate) fn finish_or_take_inbox(
         &self,
         answer: &str,
-        history: &mut Vec<Message>,
+        history: &mut Arc<Vec<Message>>,
     ) -> Option<Vec<QueuedMessage>> {
         let mut state = self.lock();
         let inbox = match state.phase.run_mut() {
@@ -1111,7 +1111,7 @@ impl SessionController {
         let outcome = RunOutcome::Completed(answer.to_string());
         self.end_run_locked(
             &mut state,
-            Some(std::mem::take(history)),
+            Some(Arc::unwrap_or_clone(std::mem::take(history))),
             outcome,
             Vec::new(),
         );

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::{QueuedMessage, RunOutcome, SessionController, report_task_id};
 use crate::context::turn::{RunContext, Turn};
 use crate::protocol::{ContextMeter, Message, Progress, RunConfig, ToolCall};
-use crate::provider::{ModelRequest, ProviderError, ProviderEvent};
+use crate::provider::{ModelRequest, ProviderError, ProviderEvent, RequestMessages};
 use crate::runtime::TurnContext;
 use crate::tools::{COMMITTED, ToolContext, ToolError};
 
@@ -41,7 +41,10 @@ pub(crate) enum Mode {
 
 struct Run {
     ctl: Arc<SessionController>,
-    history: Vec<Message>,
+    /// Shared with the request of the model call in flight ([`RequestMessages`]), never
+    /// while it is appended to: a request is dropped before its answer is appended, so
+    /// `Arc::make_mut` copies nothing.
+    history: Arc<Vec<Message>>,
     token: CancellationToken,
     workspace: String,
     config: RunConfig,
@@ -157,7 +160,7 @@ async fn run(
     };
     let mut run = Run {
         ctl,
-        history,
+        history: Arc::new(history),
         token,
         workspace,
         config,
@@ -186,7 +189,7 @@ async fn run(
         if sync_history(&ctl).await {
             note_delivered(&ctl, unnoted);
         }
-        ctl.stop_run(Some(history), outcome, requeue);
+        ctl.stop_run(Some(Arc::unwrap_or_clone(history)), outcome, requeue);
     }
 }
 
@@ -598,7 +601,7 @@ impl Run {
                 message: message.clone(),
             });
         }
-        self.history.extend(messages);
+        Arc::make_mut(&mut self.history).extend(messages);
         Ok(())
     }
 
@@ -759,7 +762,7 @@ impl Run {
     /// Sends one request; `Ok(Err(text streamed so far))` when cancelled.
     async fn generate(
         &mut self,
-        messages: Vec<Message>,
+        messages: RequestMessages,
     ) -> Result<Result<crate::provider::ModelResponse, String>, ProviderError> {
         let provider = self.turn.provider.clone();
         let request = ModelRequest {
