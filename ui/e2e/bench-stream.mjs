@@ -5,7 +5,7 @@
 //
 //   node ui/e2e/bench-stream.mjs [--engine desktop|chromium|both] [--runs 3] [--children 8]
 //        [--rate 100] [--seconds 6] [--messages 2000] [--app PATH] [--bin PATH] [--ui DIR]
-//        [--label NAME] [--json FILE] [--cpu-profile FILE] [--smoke]
+//        [--label NAME] [--json FILE] [--cpu-profile FILE] [--smoke] [--census]
 //
 // Each run: a fresh data dir holding a session of --messages messages (meta.json +
 // messages.jsonl written directly), the app opened on a new conversation; the message
@@ -22,7 +22,11 @@
 //   text painted (per frame, the oldest delta it applied; p50, p95 and the longest).
 // Then it clicks the long session in the sidebar and times click → chat painted (the
 // first rendered message in the DOM, then a frame and the task after it).
-// Prints one JSON line per run and the medians; --json writes them. --smoke: one short run
+// --census adds, per run, which regions of the page (by their nearest data-testid) changed
+// in how many frames and the most frequent bounds of a frame's changes: what to look at for
+// what a frame paints (it costs time of its own, so the other figures read higher with it).
+// BENCH_INJECT: a script run in the page as the measured window starts (an experiment's
+// style or focus change). Prints one JSON line per run and the medians; --json writes them. --smoke: one short run
 // per engine with small sizes (what scripts/test-all.sh may run; no figure is checked).
 // No assertion on any time: this only measures.
 
@@ -44,6 +48,7 @@ const CHILDREN = Number(option('--children', smoke ? 2 : 8));
 const RATE = Number(option('--rate', 100));
 const SECONDS = Number(option('--seconds', smoke ? 1 : 6));
 const CPU_PROFILE = option('--cpu-profile', null);
+const CENSUS = args.includes('--census');
 const MESSAGES = Number(option('--messages', smoke ? 200 : 2000));
 const APP = option('--app', process.env.E2E_DESKTOP_APP || join(TARGET_DIR, 'debug', 'bumblehive-desktop'));
 const BIN = option('--bin', join(TARGET_DIR, 'debug', 'bumblehive'));
@@ -104,8 +109,41 @@ const mainThreadMs = (pids) => pids.reduce((sum, pid) => sum + (procStat(pid)?.t
 // Playwright's evaluate.
 const PROBE_START = `
   const w = window;
+  ${process.env.BENCH_INJECT ?? ''}
   const p = { gaps: [], long: [], last: performance.now(), on: true, perf0: w.__bumblehivePerf ? { ...w.__bumblehivePerf, paint0: (w.__bumblehivePerf.deltaToPaint || []).length } : null, t0: performance.now() };
-  const loop = (t) => { if (!p.on) return; p.gaps.push(t - p.last); p.last = t; requestAnimationFrame(loop); };
+  // --census: what changed in the page per frame, by the nearest data-testid, and the
+  // bounds of what changed (a frame paints at least those).
+  p.changed = new Set(); p.regions = {}; p.nodes = new Set(); p.unions = [];
+  p.mutations = new MutationObserver((records) => {
+    for (const r of records) {
+      const node = r.target.nodeType === 1 ? r.target : r.target.parentElement;
+      const at = node && node.closest('[data-testid]');
+      const id = at ? at.getAttribute('data-testid') : '(no test id)';
+      p.changed.add(r.type === 'attributes' ? id + ' [' + r.attributeName + ']' : id + ' ' + r.type + ' ' + (node ? node.nodeName + '.' + node.className : ''));
+      if (node) p.nodes.add(node);
+    }
+  });
+  // Only with --census: an observer makes the engine queue a record per change, which is
+  // work of its own (and WebKit then skips its same-text shortcut).
+  if (${CENSUS}) p.mutations.observe(document.body, { subtree: true, childList: true, characterData: true, attributes: true });
+  const loop = (t) => {
+    if (!p.on) return;
+    p.gaps.push(t - p.last); p.last = t;
+    for (const id of p.changed) p.regions[id] = (p.regions[id] || 0) + 1;
+    p.changed.clear();
+    if (p.nodes.size) {
+      let u = null;
+      for (const n of p.nodes) {
+        if (!n.isConnected) continue;
+        const b = n.getBoundingClientRect();
+        if (!b.width || !b.height) continue;
+        u = u ? { l: Math.min(u.l, b.left), t: Math.min(u.t, b.top), r: Math.max(u.r, b.right), b: Math.max(u.b, b.bottom) } : { l: b.left, t: b.top, r: b.right, b: b.bottom };
+      }
+      if (u) p.unions.push(Math.round(u.l) + ',' + Math.round(u.t) + ' ' + Math.round(u.r - u.l) + 'x' + Math.round(u.b - u.t));
+      p.nodes.clear();
+    }
+    requestAnimationFrame(loop);
+  };
   requestAnimationFrame((t) => { p.last = t; requestAnimationFrame(loop); });
   try {
     if ((PerformanceObserver.supportedEntryTypes || []).includes('longtask')) {
@@ -122,6 +160,7 @@ const PROBE_STOP = `
   const p = w.__benchProbe;
   p.on = false;
   p.observer && p.observer.disconnect();
+  p.mutations.disconnect();
   const wall = performance.now() - p.t0;
   const gaps = p.gaps;
   const perf = w.__bumblehivePerf;
@@ -138,6 +177,9 @@ const PROBE_STOP = `
     longTaskMs: p.longSupported ? p.long.reduce((a, b) => a + b, 0) : null,
     uiOwnMs: own,
     uiEvents: perf && p.perf0 ? perf.events - p.perf0.events : null,
+    // Frames in which each region changed, the most first.
+    changedRegions: ${CENSUS} ? Object.entries(p.regions).sort((a, b) => b[1] - a[1]).slice(0, 12) : undefined,
+    unions: !${CENSUS} ? undefined : Object.entries(p.unions.reduce((m, k) => ((m[k] = (m[k] || 0) + 1), m), {})).sort((a, b) => b[1] - a[1]).slice(0, 15),
     uiFrames: perf && p.perf0 ? perf.frames - p.perf0.frames : null,
     deltaPaintSamples: paint.length,
     deltaPaintP50: pct(0.5),
@@ -306,6 +348,8 @@ async function oneRun(engine, index) {
       maxFrameGapMs: probe.maxGapMs,
       longTasks: probe.longTasks,
       uiEventsPerFrame: probe.uiFrames ? probe.uiEvents / probe.uiFrames : null,
+      changedRegions: probe.changedRegions,
+      unions: probe.unions,
       deltaPaintSamples: probe.deltaPaintSamples,
       deltaPaintP50Ms: probe.deltaPaintP50,
       deltaPaintP95Ms: probe.deltaPaintP95,
