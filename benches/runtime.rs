@@ -1118,11 +1118,12 @@ async fn context(messages: usize, window: usize, calls: usize) {
     let mut kept = 0;
     for _ in 0..calls {
         let start = Instant::now();
+        // A run's first call: nothing of the history counted yet.
         let prepared = bumblehive::context::prepare_sized(
             system.clone(),
             &history,
             Some(&marker),
-            0,
+            &mut bumblehive::context::window::RequestSize::new(0),
             window,
             &policy,
             false,

@@ -112,6 +112,16 @@ impl RequestMessages {
         self.head.len() + self.shared.len() - self.from
     }
 
+    /// How many of the messages are the request's own, before the shared history.
+    pub fn head_len(&self) -> usize {
+        self.head.len()
+    }
+
+    /// The first index of the shared history the request sends.
+    pub fn shared_from(&self) -> usize {
+        self.from
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

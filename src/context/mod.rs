@@ -49,25 +49,26 @@ pub fn prepare(
     policy: &compaction::Policy,
     force: bool,
 ) -> Prepared {
-    let tools = window::tools_json(tools);
+    let mut size = window::RequestSize::new(window::tools_json(tools));
     let history = Arc::new(history.to_vec());
-    prepare_sized(system, &history, marker, tools, window, policy, force)
+    prepare_sized(system, &history, marker, &mut size, window, policy, force)
 }
 
-/// [`prepare`] with the tools' JSON size counted already ([`window::tools_json`]): a run
-/// counts it once for all its calls; and with the history shared, not copied, by the
-/// request ([`RequestMessages`]).
+/// [`prepare`] for a run: the tools' JSON size counted once for all its calls and the
+/// history's messages once each ([`window::RequestSize`], kept by the run from call to
+/// call), and the history shared, not copied, by the request ([`RequestMessages`]).
 pub fn prepare_sized(
     system: Message,
     history: &Arc<Vec<Message>>,
     marker: Option<&compaction::Compaction>,
-    tools_json: usize,
+    size: &mut window::RequestSize,
     window: usize,
     policy: &compaction::Policy,
     force: bool,
 ) -> Prepared {
     let messages = compaction::build_messages(system, history, marker);
-    let used = window::used_tokens(history, marker.map(|m| m.at), &messages, tools_json);
+    let estimate = size.estimate(&messages, marker.map(|m| m.id.as_str()));
+    let used = window::used_tokens(history, marker.map(|m| m.at), estimate);
     let plan = compaction::plan(history, marker, window, used, policy, force);
     Prepared {
         messages,

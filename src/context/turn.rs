@@ -32,10 +32,10 @@ pub(crate) struct RunContext {
     pub(crate) window: usize,
     /// The latest compaction marker.
     pub(crate) marker: Option<Compaction>,
-    /// The JSON size of the tools offered, counted once per run: every call's estimate
-    /// adds it, and the specs do not change within a run (counting them per call was
-    /// 3 % of a fan-out's CPU, issue 31).
-    pub(crate) tools_json: usize,
+    /// The size of the run's requests: the tools' JSON counted once per run (the specs do
+    /// not change within a run; counting them per call was 3 % of a fan-out's CPU, issue
+    /// 31), the history's messages once each.
+    pub(crate) size: crate::context::window::RequestSize,
 }
 
 /// The turn of a run started by a message with `config`, over a history whose latest
@@ -126,6 +126,8 @@ async fn run_context(
         system: Message::system(system),
         window: window.tokens as usize,
         marker,
-        tools_json: crate::context::window::tools_json(&turn.specs),
+        size: crate::context::window::RequestSize::new(crate::context::window::tools_json(
+            &turn.specs,
+        )),
     }
 }

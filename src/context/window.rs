@@ -287,11 +287,16 @@ pub const IMAGE_TOKENS: usize = 1_600;
 /// Tokens of one message, estimated as a quarter of its JSON size (rounded up), with
 /// each image counted as [`IMAGE_TOKENS`] instead of its base64.
 pub fn message_tokens(message: &Message) -> usize {
+    tokens_of(message, serialized_len(message))
+}
+
+/// [`message_tokens`] of a message whose JSON is `json` bytes long.
+fn tokens_of(message: &Message, json: usize) -> usize {
     if message.images.is_empty() {
-        return serialized_len(message).div_ceil(4);
+        return json.div_ceil(4);
     }
     let base64: usize = message.images.iter().map(|i| i.data.len()).sum();
-    (serialized_len(message) - base64).div_ceil(4) + message.images.len() * IMAGE_TOKENS
+    (json - base64).div_ceil(4) + message.images.len() * IMAGE_TOKENS
 }
 
 /// Tokens of a request, estimated as a quarter of the JSON size of its messages and tools:
@@ -329,6 +334,74 @@ where
     (serialized_len(&JsonList(messages)) + tools_json).div_ceil(4)
 }
 
+/// The estimate of a run's requests ([`estimate_request`]), the shared history counted once
+/// per message. Between two calls of a run its history only grows, so two requests with the
+/// same compaction marker send the same messages of the history up to where the first
+/// ended: the next counts only what was appended since. A parent woken forty times in a
+/// fan-out serialised its whole history of 2,000 messages at each call to estimate it
+/// (issue 31). The request's own messages (system, kept, summary) are counted every time.
+#[derive(Debug, Default, Clone)]
+pub struct RequestSize {
+    /// The JSON size of the tools the requests offer ([`tools_json`]): the same for every
+    /// call of a run.
+    tools_json: usize,
+    /// The marker's id and the first index of the shared history the counts are for.
+    key: Option<(Option<String>, usize)>,
+    /// How many messages of the shared history are counted.
+    counted: usize,
+    json: usize,
+    tokens: usize,
+    images: bool,
+}
+
+impl RequestSize {
+    /// For requests that offer tools of `tools_json` bytes of JSON ([`tools_json`]).
+    pub fn new(tools_json: usize) -> Self {
+        RequestSize {
+            tools_json,
+            ..RequestSize::default()
+        }
+    }
+
+    /// [`estimate_request`] of `request`, built with the compaction marker `marker` (its
+    /// id) from a history that only grew since the last request this was given.
+    pub fn estimate(&mut self, request: &RequestMessages, marker: Option<&str>) -> usize {
+        let tools_json = self.tools_json;
+        let key = Some((marker.map(str::to_string), request.shared_from()));
+        let shared = request.len() - request.head_len();
+        if self.key != key || self.counted > shared {
+            *self = RequestSize {
+                key,
+                ..RequestSize::new(tools_json)
+            };
+        }
+        for message in request.iter().skip(request.head_len() + self.counted) {
+            self.add(message);
+        }
+        self.counted = shared;
+        let mut all = RequestSize::default();
+        for message in request.iter().take(request.head_len()) {
+            all.add(message);
+        }
+        all.json += self.json;
+        all.tokens += self.tokens;
+        all.images |= self.images;
+        if all.images {
+            return all.tokens + tools_json.div_ceil(4);
+        }
+        // A JSON list: its items, a comma between each two, and the brackets.
+        let commas = request.len().saturating_sub(1);
+        (2 + commas + all.json + tools_json).div_ceil(4)
+    }
+
+    fn add(&mut self, message: &Message) {
+        let json = serialized_len(message);
+        self.json += json;
+        self.tokens += tokens_of(message, json);
+        self.images |= !message.images.is_empty();
+    }
+}
+
 /// Messages serialized as the JSON list they are read as.
 struct JsonList<I>(I);
 
@@ -346,13 +419,9 @@ impl<'a, I: Iterator<Item = &'a Message> + Clone> Serialize for JsonList<I> {
 /// compaction (whose request was another), the estimate alone.
 ///
 /// `compacted_at` is the history length when the latest compaction was made
-/// ([`super::compaction::Compaction::at`]).
-pub fn used_tokens(
-    history: &[Message],
-    compacted_at: Option<usize>,
-    request: &RequestMessages,
-    tools_json: usize,
-) -> usize {
+/// ([`super::compaction::Compaction::at`]); `estimate` is the request's
+/// ([`estimate_request`], or a run's [`RequestSize`]).
+pub fn used_tokens(history: &[Message], compacted_at: Option<usize>, estimate: usize) -> usize {
     let since = compacted_at.unwrap_or(0).min(history.len());
     let reported = history[since..]
         .iter()
@@ -370,15 +439,104 @@ pub fn used_tokens(
             let counted = usize::try_from(usage.input_tokens + usage.output_tokens)
                 .unwrap_or(usize::MAX)
                 .saturating_add(after);
-            counted.max(estimate_sized(request.iter(), tools_json))
+            counted.max(estimate)
         }
-        None => estimate_sized(request.iter(), tools_json),
+        None => estimate,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::compaction::{Compaction, CompactionKind, build_messages};
+    use std::sync::Arc;
+
+    /// A run's estimate, counting each message of its history once, is the estimate of the
+    /// whole request at every call: as the history grows, across a compaction (a new
+    /// marker: counted again from its cut, with its stubs), with images, and when the
+    /// request's own messages change.
+    #[test]
+    fn a_runs_estimate_counted_once_per_message_is_the_whole_requests() {
+        let tools = 123;
+        let mut size = RequestSize::new(tools);
+        let mut history = Arc::new(Vec::new());
+        let marker = |id: &str, at: usize, elided: Vec<usize>| Compaction {
+            id: id.into(),
+            kind: CompactionKind::Summary,
+            at,
+            // The history runs user, assistant, tool result: 6 is a person's message, 8,
+            // 11 and 14 are tool results.
+            first_kept: 6,
+            kept_user: vec![0, 3],
+            elided,
+            summary: Some(format!("summary {id}")),
+            tokens_before: 0,
+            tokens_after: 0,
+            note: None,
+        };
+        for step in 0..30 {
+            let h = Arc::make_mut(&mut history);
+            h.push(Message::user(format!("u{step}"), "q".repeat(step * 7)));
+            let mut answer = Message::assistant(
+                None,
+                vec![crate::protocol::ToolCall {
+                    id: format!("c{step}"),
+                    name: "read_file".into(),
+                    arguments: serde_json::json!({"path": format!("f{step}")}),
+                }],
+            );
+            answer.id = Some(format!("a{step}"));
+            h.push(answer);
+            let mut result = Message::tool(format!("c{step}"), "r".repeat(500 + step * 31));
+            if step == 17 {
+                result.images.push(crate::protocol::ImagePart {
+                    media_type: "image/png".into(),
+                    data: "A".repeat(5_000),
+                });
+            }
+            h.push(result);
+            // No marker at first, then one, then another (a second compaction), and the
+            // system message changes once (another run's, as after a resume).
+            let compaction = match step {
+                0..10 => None,
+                10..20 => Some(marker("first", 30, vec![8, 11])),
+                // The same cut, one more result elided: what was counted whole is a stub now.
+                _ => Some(marker("second", 60, vec![8, 11, 14])),
+            };
+            let system = if step < 25 {
+                "system"
+            } else {
+                "system, changed"
+            };
+            let request = build_messages(Message::system(system), &history, compaction.as_ref());
+            let whole = estimate_request(&request, tools);
+            // The estimate by its definition, from the list the request stands for.
+            let list = request.to_vec();
+            let direct = if list.iter().any(|m| !m.images.is_empty()) {
+                list.iter().map(message_tokens).sum::<usize>() + tools.div_ceil(4)
+            } else {
+                (serde_json::to_vec(&list).unwrap().len() + tools).div_ceil(4)
+            };
+            assert_eq!(whole, direct, "step {step}");
+            if compaction.is_some() {
+                // The stubs are sent (and counted) instead of the results they stand for.
+                let mut unelided = compaction.clone().unwrap();
+                unelided.elided.clear();
+                let full = build_messages(Message::system(system), &history, Some(&unelided));
+                assert!(whole < estimate_request(&full, tools), "step {step}");
+            }
+            assert_eq!(
+                size.estimate(&request, compaction.as_ref().map(|m| m.id.as_str())),
+                whole,
+                "step {step}"
+            );
+            // The same request again counts nothing twice.
+            assert_eq!(
+                size.estimate(&request, compaction.as_ref().map(|m| m.id.as_str())),
+                whole
+            );
+        }
+    }
 
     #[test]
     fn an_image_counts_as_a_fixed_cost_not_as_its_base64() {
@@ -456,18 +614,18 @@ mod tests {
         let history = vec![Message::user("1", "q"), answer, next.clone()];
         let request = vec![Message::system("s")];
         assert_eq!(
-            used_tokens(&history, None, &request.clone().into(), 0),
+            used_tokens(&history, None, estimate_tokens(&request, &[])),
             1020 + message_tokens(&next)
         );
         // A count below the request's own estimate does not hide it.
         let big = vec![Message::system("s".repeat(8000))];
         assert_eq!(
-            used_tokens(&history, None, &big.clone().into(), 0),
+            used_tokens(&history, None, estimate_tokens(&big, &[])),
             estimate_tokens(&big, &[])
         );
         // The answer predates the compaction: its count was for another request.
         assert_eq!(
-            used_tokens(&history, Some(2), &request.clone().into(), 0),
+            used_tokens(&history, Some(2), estimate_tokens(&request, &[])),
             estimate_tokens(&request, &[])
         );
     }

@@ -691,12 +691,12 @@ impl Run {
     }
 
     /// The request for the next call and whether to compact first.
-    fn prepare(&self, force: bool) -> crate::context::Prepared {
+    fn prepare(&mut self, force: bool) -> crate::context::Prepared {
         crate::context::prepare_sized(
             self.context.system.clone(),
             &self.history,
             self.context.marker.as_ref(),
-            self.context.tools_json,
+            &mut self.context.size,
             self.context.window,
             &self.turn.compaction,
             force,
