@@ -28,8 +28,9 @@ use crate::subagents::ChildOutcome;
 pub use run::{CANCELLED_RESULT, INTERRUPTED_RESULT};
 
 /// How many events a subscriber of a top-level session may fall behind before it is told
-/// to re-read the snapshot. The buffer is allocated up front, so it stays small per slot
-/// (an `Arc`) and smaller still for children, whose events also reach their parent's.
+/// to re-read the snapshot. The buffer is allocated whole when the first subscriber comes,
+/// so it stays small per slot (an `Arc`) and smaller still for children, whose events also
+/// reach their parent's.
 const EVENT_BUFFER: usize = 4096;
 const CHILD_EVENT_BUFFER: usize = 512;
 
@@ -254,10 +255,17 @@ impl Subscription {
 pub struct SessionController {
     meta: SessionMeta,
     pub(crate) shared: Arc<Shared>,
-    events: broadcast::Sender<SharedEvent>,
+    /// Made when the first subscriber comes (`subscribe`): a session nobody watches (a
+    /// child in a fan-out with no window open, a session loaded for a command) holds no
+    /// ring of events and builds none (`listened`). A new subscriber sees only events sent
+    /// after it subscribed either way, so an event before the channel exists is lost to
+    /// no one.
+    events: std::sync::OnceLock<broadcast::Sender<SharedEvent>>,
     /// The parent's controller: child events reach every ancestor's subscribers (SPEC
     /// §3), and a live child keeps its ancestors loaded.
     parent: Option<Arc<SessionController>>,
+    /// The size of the ring of events (`events`) when it is made.
+    capacity: usize,
     /// This session's id, then its ancestors', nearest first.
     lineage: Vec<SessionId>,
     state: Mutex<State>,
@@ -284,7 +292,6 @@ impl SessionController {
         } else {
             EVENT_BUFFER
         };
-        let (events, _) = broadcast::channel(capacity);
         let mut lineage = vec![meta.session_id.clone()];
         if let Some(parent) = &parent {
             lineage.extend(parent.lineage.iter().cloned());
@@ -327,7 +334,8 @@ impl SessionController {
         Arc::new_cyclic(|this| SessionController {
             meta,
             shared,
-            events,
+            events: std::sync::OnceLock::new(),
+            capacity,
             parent,
             lineage,
             state: Mutex::new(state),
@@ -352,19 +360,43 @@ impl SessionController {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether anyone hears this session's events: a subscriber of it or of an ancestor.
+    /// An event nobody hears is not built (`emit_progress`): a fan-out's thousand children
+    /// with no window open spent 4 % of their CPU making progress events for no one.
+    fn listened(&self) -> bool {
+        let mut controller = Some(self);
+        while let Some(c) = controller {
+            if c.events.get().is_some_and(|tx| tx.receiver_count() > 0) {
+                return true;
+            }
+            controller = c.parent.as_deref();
+        }
+        false
+    }
+
     /// Sends an event to this session's subscribers and its ancestors'.
     pub(crate) fn emit(&self, event: Event) {
+        if !self.listened() {
+            return;
+        }
         let event = Arc::new(event);
         let mut ancestor = self.parent.as_deref();
         while let Some(controller) = ancestor {
-            let _ = controller.events.send(event.clone());
+            if let Some(tx) = controller.events.get() {
+                let _ = tx.send(event.clone());
+            }
             ancestor = controller.parent.as_deref();
         }
-        let _ = self.events.send(event);
+        if let Some(tx) = self.events.get() {
+            let _ = tx.send(event);
+        }
     }
 
     /// Sends a progress event (typed by kind; see [`Progress`]).
     pub(crate) fn emit_progress(&self, progress: Progress) {
+        if !self.listened() {
+            return;
+        }
         let (kind, data) = progress.into_parts();
         self.emit(Event::Event {
             session_id: self.meta.session_id.clone(),
@@ -385,7 +417,10 @@ impl SessionController {
     pub fn subscribe(&self) -> (Subscription, Snapshot) {
         let state = self.lock();
         // Subscribe before reading: an event raced with the snapshot is seen twice, never lost.
-        let rx = self.events.subscribe();
+        let rx = self
+            .events
+            .get_or_init(|| broadcast::channel(self.capacity).0)
+            .subscribe();
         let snapshot = self.snapshot_locked(&state);
         drop(state);
         let subscription = Subscription {
