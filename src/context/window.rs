@@ -302,13 +302,13 @@ fn tokens_of(message: &Message, json: usize) -> usize {
 /// Tokens of a request, estimated as a quarter of the JSON size of its messages and tools:
 /// the figure before a provider has reported any, and the one compaction plans with.
 pub fn estimate_tokens(messages: &[Message], tools: &[ToolSpec]) -> usize {
-    estimate_sized(messages.iter(), tools_json(tools))
+    Counted::of(messages.iter()).estimate(messages.len(), tools_json(tools))
 }
 
 /// [`estimate_tokens`] of a request built by the context builder, with its tools' JSON size
 /// counted already ([`tools_json`]).
 pub fn estimate_request(messages: &RequestMessages, tools_json: usize) -> usize {
-    estimate_sized(messages.iter(), tools_json)
+    Counted::of(messages.iter()).estimate(messages.len(), tools_json)
 }
 
 /// The JSON size of the tools a request offers, as [`estimate_tokens`] counts it (none
@@ -321,17 +321,49 @@ pub fn tools_json(tools: &[ToolSpec]) -> usize {
     }
 }
 
-/// [`estimate_tokens`] with the tools' JSON size counted already, for messages read in
-/// order (a slice, or a request whose history is shared: [`RequestMessages`]).
-fn estimate_sized<'a, I>(messages: I, tools_json: usize) -> usize
-where
-    I: Iterator<Item = &'a Message> + Clone,
-{
-    if messages.clone().any(|m| !m.images.is_empty()) {
-        let messages: usize = messages.map(message_tokens).sum();
-        return messages + tools_json.div_ceil(4);
+/// What the estimate of a list of messages adds up, one message at a time: the estimate is
+/// a quarter of the list's JSON (its items, a comma between each two, the brackets) and the
+/// tools', or, when a message has images, the sum of [`message_tokens`] (an image costs
+/// [`IMAGE_TOKENS`], not its base64).
+#[derive(Debug, Default, Clone, Copy)]
+struct Counted {
+    json: usize,
+    tokens: usize,
+    images: bool,
+}
+
+impl Counted {
+    fn of<'a>(messages: impl Iterator<Item = &'a Message>) -> Self {
+        let mut counted = Counted::default();
+        for message in messages {
+            counted.add(message);
+        }
+        counted
     }
-    (serialized_len(&JsonList(messages)) + tools_json).div_ceil(4)
+
+    fn add(&mut self, message: &Message) {
+        let json = serialized_len(message);
+        self.json += json;
+        self.tokens += tokens_of(message, json);
+        self.images |= !message.images.is_empty();
+    }
+
+    fn and(self, other: Counted) -> Counted {
+        Counted {
+            json: self.json + other.json,
+            tokens: self.tokens + other.tokens,
+            images: self.images || other.images,
+        }
+    }
+
+    /// The estimate of a request of `len` messages counted here, with tools of `tools_json`.
+    fn estimate(self, len: usize, tools_json: usize) -> usize {
+        if self.images {
+            return self.tokens + tools_json.div_ceil(4);
+        }
+        let commas = len.saturating_sub(1);
+        (2 + commas + self.json + tools_json).div_ceil(4)
+    }
 }
 
 /// The estimate of a run's requests ([`estimate_request`]), the shared history counted once
@@ -347,11 +379,9 @@ pub struct RequestSize {
     tools_json: usize,
     /// The marker's id and the first index of the shared history the counts are for.
     key: Option<(Option<String>, usize)>,
-    /// How many messages of the shared history are counted.
+    /// How many messages of the shared history are counted, and their counts.
     counted: usize,
-    json: usize,
-    tokens: usize,
-    images: bool,
+    shared: Counted,
 }
 
 impl RequestSize {
@@ -366,48 +396,22 @@ impl RequestSize {
     /// [`estimate_request`] of `request`, built with the compaction marker `marker` (its
     /// id) from a history that only grew since the last request this was given.
     pub fn estimate(&mut self, request: &RequestMessages, marker: Option<&str>) -> usize {
-        let tools_json = self.tools_json;
         let key = Some((marker.map(str::to_string), request.shared_from()));
-        let shared = request.len() - request.head_len();
+        let head = request.head_len();
+        let shared = request.len() - head;
         if self.key != key || self.counted > shared {
             *self = RequestSize {
                 key,
-                ..RequestSize::new(tools_json)
+                ..RequestSize::new(self.tools_json)
             };
         }
-        for message in request.iter().skip(request.head_len() + self.counted) {
-            self.add(message);
+        for message in request.iter().skip(head + self.counted) {
+            self.shared.add(message);
         }
         self.counted = shared;
-        let mut all = RequestSize::default();
-        for message in request.iter().take(request.head_len()) {
-            all.add(message);
-        }
-        all.json += self.json;
-        all.tokens += self.tokens;
-        all.images |= self.images;
-        if all.images {
-            return all.tokens + tools_json.div_ceil(4);
-        }
-        // A JSON list: its items, a comma between each two, and the brackets.
-        let commas = request.len().saturating_sub(1);
-        (2 + commas + all.json + tools_json).div_ceil(4)
-    }
-
-    fn add(&mut self, message: &Message) {
-        let json = serialized_len(message);
-        self.json += json;
-        self.tokens += tokens_of(message, json);
-        self.images |= !message.images.is_empty();
-    }
-}
-
-/// Messages serialized as the JSON list they are read as.
-struct JsonList<I>(I);
-
-impl<'a, I: Iterator<Item = &'a Message> + Clone> Serialize for JsonList<I> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.clone())
+        Counted::of(request.iter().take(head))
+            .and(self.shared)
+            .estimate(request.len(), self.tools_json)
     }
 }
 

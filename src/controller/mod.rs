@@ -376,9 +376,13 @@ impl SessionController {
 
     /// Sends an event to this session's subscribers and its ancestors'.
     pub(crate) fn emit(&self, event: Event) {
-        if !self.listened() {
-            return;
+        if self.listened() {
+            self.send(event);
         }
+    }
+
+    /// [`Self::emit`] once [`Self::listened`] said someone hears it.
+    fn send(&self, event: Event) {
         let event = Arc::new(event);
         let mut ancestor = self.parent.as_deref();
         while let Some(controller) = ancestor {
@@ -398,7 +402,7 @@ impl SessionController {
             return;
         }
         let (kind, data) = progress.into_parts();
-        self.emit(Event::Event {
+        self.send(Event::Event {
             session_id: self.meta.session_id.clone(),
             kind,
             data,
