@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::workspace::Place;
+
 /// The tools that only read (the `explore` and `review` profiles).
 pub const READ_ONLY_TOOLS: &[&str] = &["read_file", "list_dir", "glob", "grep"];
 
@@ -101,29 +103,30 @@ pub fn note_missing_agents(mut profiles: Profiles) -> Profiles {
     profiles
 }
 
+/// The agent profiles of `workspace` and of the person (`user_dir`'s `agents/`).
 pub fn load(workspace: &Path, user_dir: Option<&Path>) -> Profiles {
+    load_at(&Place::find(workspace), user_dir)
+}
+
+/// [`load`] for a workspace already found (a run's turn finds it once).
+pub fn load_at(place: &Place, user_dir: Option<&Path>) -> Profiles {
     let mut found = Profiles::default();
     // The workspace's profile files must stay inside it: a link out (to a key file) would
     // put the outside file in a child's system prompt (security review 2, finding 9).
-    let inside = workspace
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.to_path_buf());
+    let inside = place.real.as_path();
+    let workspace = inside;
     let mut sources: Vec<(PathBuf, Format, Option<&Path>)> = vec![
         (
             workspace.join(".bumblehive/agents"),
             Format::Ours,
-            Some(&inside),
+            Some(inside),
         ),
         (
             workspace.join(".claude/agents"),
             Format::Claude,
-            Some(&inside),
+            Some(inside),
         ),
-        (
-            workspace.join(".codex/agents"),
-            Format::Codex,
-            Some(&inside),
-        ),
+        (workspace.join(".codex/agents"), Format::Codex, Some(inside)),
     ];
     if let Some(user) = user_dir {
         sources.push((user.join("agents"), Format::Ours, None));

@@ -59,7 +59,10 @@ pub struct TurnContext {
 pub(crate) struct TurnRequest<'a> {
     /// 0 for a top-level session.
     pub depth: usize,
+    /// The folder as the session names it (the MCP servers are keyed by it).
     pub workspace: &'a Path,
+    /// The same folder found once for the run: its real location and project root.
+    pub place: &'a crate::workspace::Place,
     /// The child's profile.
     pub agent: Option<&'a str>,
     /// The session's chosen provider and model (the model picker).
@@ -357,11 +360,11 @@ impl Shared {
 
     /// The project instructions of a workspace (AGENTS.md / CLAUDE.md and the user's file
     /// beside the config), read on a blocking thread.
-    pub(crate) async fn instructions(&self, workspace: &Path) -> Instructions {
-        let workspace = workspace.to_path_buf();
+    pub(crate) async fn instructions(&self, place: &crate::workspace::Place) -> Instructions {
+        let place = place.clone();
         let user_dir = self.user_dir();
         tokio::task::spawn_blocking(move || {
-            crate::context::instructions::load(&workspace, None, user_dir.as_deref())
+            crate::context::instructions::load_at(&place, user_dir.as_deref())
         })
         .await
         .unwrap_or_else(|err| Instructions {
@@ -415,7 +418,12 @@ impl Shared {
     /// The agent profiles a workspace's sessions can use (read each time: a few small
     /// folders; edits apply from the next run).
     pub(crate) fn profiles(&self, workspace: &Path) -> Profiles {
-        crate::profiles::load(workspace, self.user_dir().as_deref())
+        self.profiles_at(&crate::workspace::Place::find(workspace))
+    }
+
+    /// [`Self::profiles`] of a workspace already found (a run's turn).
+    pub(crate) fn profiles_at(&self, place: &crate::workspace::Place) -> Profiles {
+        crate::profiles::load_at(place, self.user_dir().as_deref())
     }
 
     /// The provider a child with `agent` runs on (for its slots): the one its meta names
@@ -443,7 +451,7 @@ impl Shared {
     /// Resolves what a run works with, from one copy of the config.
     pub(crate) fn resolve_turn(&self, request: TurnRequest<'_>) -> Result<TurnContext, String> {
         let config = self.config();
-        let profiles = self.profiles(request.workspace);
+        let profiles = self.profiles_at(request.place);
         let profile = match request.agent {
             None => None,
             Some(name) => Some(profiles.get(name).cloned().ok_or_else(|| {
@@ -481,7 +489,7 @@ impl Shared {
         }
         crate::skills::offer(
             &mut tools,
-            request.workspace,
+            request.place,
             self.user_dir().as_deref(),
             profile.as_ref(),
         );

@@ -24,6 +24,7 @@ use crate::profiles::{Value as Field, claude_model, claude_tool, frontmatter};
 use crate::protocol::Profile;
 pub use crate::protocol::{CustomCommandInfo, ExpandedCommand, SkillCatalog, SkillInfo};
 use crate::tools::{Access, ApprovalAsk, Tool, ToolContext, ToolError, ToolRegistry, parse_args};
+use crate::workspace::Place;
 
 /// The file that makes a folder a skill.
 pub const SKILL_FILE: &str = "SKILL.md";
@@ -184,8 +185,7 @@ impl Catalog {
 /// The folders read, most specific first (a name found earlier wins): in each folder
 /// from the workspace up to the repository root `.bumblehive/`, `.agents/`, `.claude/`;
 /// then the person's `~/.agents/skills`, `~/.claude/…` and the config folder's.
-fn roots(workspace: &Path, user: &UserDirs) -> Vec<Root> {
-    let top = crate::context::instructions::project_root(workspace, None);
+fn roots(place: &Place, user: &UserDirs) -> Vec<Root> {
     let mut roots = Vec::new();
     let mut add = |path: PathBuf, kind, scope, claude| {
         roots.push(Root {
@@ -195,7 +195,7 @@ fn roots(workspace: &Path, user: &UserDirs) -> Vec<Root> {
             claude,
         })
     };
-    for dir in workspace.ancestors().take_while(|d| d.starts_with(&top)) {
+    for dir in place.folders().iter().rev() {
         add(
             dir.join(".bumblehive/skills"),
             Kind::Skills,
@@ -232,12 +232,16 @@ fn roots(workspace: &Path, user: &UserDirs) -> Vec<Root> {
 /// Finds every skill and command a workspace sees. Cheap enough for every turn's start
 /// (BENCHMARKS.md: 200 skills), so edits apply from the next turn without a watcher.
 pub fn discover(workspace: &Path, user: &UserDirs) -> Catalog {
-    let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    discover_at(&Place::find(workspace), user)
+}
+
+/// [`discover`] for a workspace already found (a run's turn finds it once).
+pub fn discover_at(place: &Place, user: &UserDirs) -> Catalog {
     let mut catalog = Catalog::default();
     // The folders that exist, in order, by their real location, and whether each is a
     // link: the others are where links may lead.
     let mut present: Vec<(Root, PathBuf, bool)> = Vec::new();
-    for root in roots(&workspace, user) {
+    for root in roots(place, user) {
         let Ok(meta) = std::fs::symlink_metadata(&root.path) else {
             continue;
         };
@@ -1048,11 +1052,11 @@ fn read_skill_file(skill: &Skill, file: &str) -> Result<String, ToolError> {
 /// skills, no tool: a workspace without any pays nothing per request.
 pub fn offer(
     tools: &mut ToolRegistry,
-    workspace: &Path,
+    place: &Place,
     user_config: Option<&Path>,
     profile: Option<&Profile>,
 ) {
-    let catalog = discover(workspace, &UserDirs::with_config(user_config));
+    let catalog = discover_at(place, &UserDirs::with_config(user_config));
     for notice in &catalog.notices {
         tracing::warn!("skills: {notice}");
     }

@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::workspace::Place;
+
 use serde::Serialize;
 use ts_rs::TS;
 
@@ -37,47 +39,21 @@ pub fn default_user_dir() -> Option<PathBuf> {
     dirs::config_dir().map(|dir| dir.join("bumblehive"))
 }
 
-/// The folder instructions start from: `root_hint` when the workspace is inside it, else
-/// the git repository's root above the workspace (a `.git` folder or file), else the
-/// workspace itself.
-pub fn project_root(workspace: &Path, root_hint: Option<&Path>) -> PathBuf {
-    if let Some(hint) = root_hint {
-        let hint = std::fs::canonicalize(hint).unwrap_or_else(|_| hint.to_path_buf());
-        if workspace.starts_with(&hint) {
-            return hint;
-        }
-    }
-    workspace
-        .ancestors()
-        .find(|dir| dir.join(".git").exists())
-        .unwrap_or(workspace)
-        .to_path_buf()
+/// Loads the instructions for `workspace`, with `root_hint` as its project root when the
+/// workspace is inside it ([`Place::find_within`]); [`load_at`] does the reading.
+pub fn load(workspace: &Path, root_hint: Option<&Path>, user_dir: Option<&Path>) -> Instructions {
+    load_at(&Place::find_within(workspace, root_hint), user_dir)
 }
 
-/// Loads the instructions for a workspace. Order, general to specific (later text wins
-/// where they disagree): the user-level file, then one file per folder from the project
-/// root down to the workspace, `AGENTS.md` where there is one, else `CLAUDE.md`. The
-/// total is capped at [`INSTRUCTIONS_CAP`]: the file that crosses it is cut with a notice
-/// in the text and the ones after it are left out (each with a notice).
-pub fn load(workspace: &Path, root_hint: Option<&Path>, user_dir: Option<&Path>) -> Instructions {
-    let mut notices = Vec::new();
-    let workspace = match std::fs::canonicalize(workspace) {
-        Ok(path) => path,
-        Err(err) => {
-            notices.push(format!(
-                "cannot resolve the workspace {}: {err}",
-                workspace.display()
-            ));
-            workspace.to_path_buf()
-        }
-    };
-    let root = project_root(&workspace, root_hint);
-    let mut folders: Vec<PathBuf> = workspace
-        .ancestors()
-        .take_while(|dir| dir.starts_with(&root))
-        .map(Path::to_path_buf)
-        .collect();
-    folders.reverse();
+/// Loads the instructions of a workspace found at `place`. Order, general to specific
+/// (later text wins where they disagree): the user-level file, then one file per folder
+/// from the project root down to the workspace, `AGENTS.md` where there is one, else
+/// `CLAUDE.md`. The total is capped at [`INSTRUCTIONS_CAP`]: the file that crosses it is
+/// cut with a notice in the text and the ones after it are left out (each with a notice).
+pub fn load_at(place: &Place, user_dir: Option<&Path>) -> Instructions {
+    let mut notices: Vec<String> = place.unresolved.iter().cloned().collect();
+    let root = &place.root;
+    let folders = place.folders();
 
     // Each candidate with the folder it must stay in: the project's files may not lead
     // out of the project through a symlink (the outside file would go to the provider
@@ -93,13 +69,13 @@ pub fn load(workspace: &Path, root_hint: Option<&Path>, user_dir: Option<&Path>)
     for folder in &folders {
         let primary = folder.join(PRIMARY);
         match present(&primary, &mut notices) {
-            Some(found) if readable(&found, &root, &mut notices) => {
-                candidates.push((found, Some(&root)))
+            Some(found) if readable(&found, root, &mut notices) => {
+                candidates.push((found, Some(root)))
             }
             _ => {
                 let fallback = folder.join(FALLBACK);
                 if let Some(found) = present(&fallback, &mut notices) {
-                    candidates.push((found, Some(&root)));
+                    candidates.push((found, Some(root)));
                 }
             }
         }

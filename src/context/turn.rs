@@ -14,6 +14,7 @@ use super::prompt::{ChildRole, PromptParts, system_prompt};
 use crate::controller::SessionController;
 use crate::protocol::{Compaction, Message, Progress, RunConfig};
 use crate::runtime::{TurnContext, TurnRequest};
+use crate::workspace::Place;
 
 /// Everything a run works with, resolved once when it starts.
 pub(crate) struct Turn {
@@ -53,9 +54,13 @@ pub(crate) async fn resolve(
         (None, Some(workspace)) => workspace.clone(),
         _ => meta.workspace.clone(),
     };
+    // Found once for the run: the profiles, the skills and the instruction files all read
+    // from the folder it names and its project root.
+    let place = Place::find(Path::new(&workspace));
     let request = TurnRequest {
         depth: ctl.depth(),
         workspace: Path::new(&workspace),
+        place: &place,
         agent: meta.agent.as_deref(),
         provider: meta.provider.as_deref(),
         model: meta.model.as_deref(),
@@ -77,7 +82,7 @@ pub(crate) async fn resolve(
         });
     }
     let turn = ctl.shared.resolve_turn(request)?;
-    let context = run_context(ctl, &turn, Path::new(&workspace), marker).await;
+    let context = run_context(ctl, &turn, Path::new(&workspace), &place, marker).await;
     Ok(Turn {
         workspace,
         turn,
@@ -92,12 +97,13 @@ async fn run_context(
     ctl: &Arc<SessionController>,
     turn: &TurnContext,
     workspace: &Path,
+    place: &Place,
     marker: Option<Compaction>,
 ) -> RunContext {
     let (environment, window, instructions) = tokio::join!(
         ctl.environment(workspace),
         ctl.shared.context_window(&turn.provider_name, &turn.block),
-        ctl.shared.instructions(workspace),
+        ctl.shared.instructions(place),
     );
     for notice in &instructions.notices {
         tracing::warn!(session = %ctl.session_id(), "instructions: {notice}");
