@@ -132,7 +132,11 @@ pub struct Shared {
     /// The latest environment detection per workspace: sessions opened within
     /// [`ENVIRONMENT_FRESH`] of it (a fan-out's children) share it instead of each
     /// starting `git status`.
-    environments: Mutex<HashMap<PathBuf, (Instant, Arc<Environment>)>>,
+    environments: Recent<Environment>,
+    /// Where each workspace was found (its real folder and project root), shared the
+    /// same way: a fan-out's thousand children would otherwise each resolve the folder
+    /// and walk up from it for `.git` (3.6 % of its CPU, issue 31).
+    places: Recent<crate::workspace::Place>,
     /// Request slots model servers reported (llama.cpp `total_slots`), per provider and
     /// block; `None` when the server does not say.
     server_slots: BlockCache<Option<usize>>,
@@ -256,8 +260,34 @@ where
     }
 }
 
-/// How long one workspace's environment detection is reused by other sessions.
+/// How long one workspace's environment detection, and where it was found, are reused
+/// by other sessions.
 const ENVIRONMENT_FRESH: Duration = Duration::from_secs(10);
+
+/// What was last found per workspace, reused for [`ENVIRONMENT_FRESH`].
+struct Recent<T>(Mutex<HashMap<PathBuf, (Instant, Arc<T>)>>);
+
+impl<T> Default for Recent<T> {
+    fn default() -> Self {
+        Recent(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<T> Recent<T> {
+    fn get(&self, workspace: &Path) -> Option<Arc<T>> {
+        let cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (when, value) = cache.get(workspace)?;
+        (when.elapsed() < ENVIRONMENT_FRESH).then(|| value.clone())
+    }
+
+    fn put(&self, workspace: &Path, value: T) -> Arc<T> {
+        let value = Arc::new(value);
+        let mut cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        cache.retain(|_, (when, _)| when.elapsed() < ENVIRONMENT_FRESH);
+        cache.insert(workspace.to_path_buf(), (Instant::now(), value.clone()));
+        value
+    }
+}
 
 /// What a [`Shared`] is built from.
 pub(crate) struct SharedParts {
@@ -311,7 +341,8 @@ impl Shared {
             children: OnceLock::new(),
             making: watch::channel(0).0,
             windows: Mutex::new(HashMap::new()),
-            environments: Mutex::new(HashMap::new()),
+            environments: Recent::default(),
+            places: Recent::default(),
             server_slots: Mutex::new(HashMap::new()),
             mcp: crate::mcp::McpManager::new(data_dir_for_mcp, root_for_mcp),
         }
@@ -341,21 +372,22 @@ impl Shared {
 
     /// The environment of a workspace for a session's system prompt.
     pub(crate) async fn environment(&self, workspace: &Path) -> Arc<Environment> {
-        if let Some((when, env)) = self
-            .environments
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(workspace)
-        {
-            if when.elapsed() < ENVIRONMENT_FRESH {
-                return env.clone();
-            }
+        if let Some(env) = self.environments.get(workspace) {
+            return env;
         }
-        let env = Arc::new(Environment::detect(workspace).await);
-        let mut cache = self.environments.lock().unwrap_or_else(|p| p.into_inner());
-        cache.retain(|_, (when, _)| when.elapsed() < ENVIRONMENT_FRESH);
-        cache.insert(workspace.to_path_buf(), (Instant::now(), env.clone()));
-        env
+        self.environments
+            .put(workspace, Environment::detect(workspace).await)
+    }
+
+    /// Where a workspace is for a run: its real folder and project root (the folders
+    /// its instruction files, skills and profiles are read from; their contents are read
+    /// at every run).
+    pub(crate) fn place(&self, workspace: &Path) -> Arc<crate::workspace::Place> {
+        if let Some(place) = self.places.get(workspace) {
+            return place;
+        }
+        self.places
+            .put(workspace, crate::workspace::Place::find(workspace))
     }
 
     /// The project instructions of a workspace (AGENTS.md / CLAUDE.md and the user's file
@@ -418,7 +450,7 @@ impl Shared {
     /// The agent profiles a workspace's sessions can use (read each time: a few small
     /// folders; edits apply from the next run).
     pub(crate) fn profiles(&self, workspace: &Path) -> Profiles {
-        self.profiles_at(&crate::workspace::Place::find(workspace))
+        self.profiles_at(&self.place(workspace))
     }
 
     /// [`Self::profiles`] of a workspace already found (a run's turn).

@@ -54,9 +54,10 @@ pub(crate) async fn resolve(
         (None, Some(workspace)) => workspace.clone(),
         _ => meta.workspace.clone(),
     };
-    // Found once for the run: the profiles, the skills and the instruction files all read
-    // from the folder it names and its project root.
-    let place = Place::find(Path::new(&workspace));
+    // Found once for the run (or shared with runs started just before in the same
+    // folder): the profiles, the skills and the instruction files all read from the
+    // folder it names and its project root.
+    let place = ctl.shared.place(Path::new(&workspace));
     let request = TurnRequest {
         depth: ctl.depth(),
         workspace: Path::new(&workspace),
