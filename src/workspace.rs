@@ -78,10 +78,11 @@ pub fn check_workspace(path: &Path) -> Result<PathBuf, RuntimeError> {
 }
 
 /// A workspace as a run finds it: its real folder (links resolved) and its project root
-/// (the nearest folder at or above it with a `.git`, else itself). Found once when a run
-/// starts and read by the instruction files, the skills and the agent profiles alike, so
-/// that the three agree on the folders they read and none resolves them again (each did,
-/// at every run: 3 % of a 1,000-child fan-out's CPU, issue 31).
+/// (the nearest folder at or above it with a `.git`, else itself). Found when a run
+/// starts (runs started within seconds of each other in one folder share it:
+/// `runtime::Shared::place`) and read by the instruction files, the skills and the agent
+/// profiles alike, so that the three agree on the folders they read and none resolves
+/// them again (each did, at every run: 3 % of a 1,000-child fan-out's CPU, issue 31).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Place {
     /// Where the workspace really is; the folder as named when it cannot be resolved.
