@@ -152,8 +152,13 @@ pub(crate) async fn deliver_report(registry: &Registry, report: Report) {
             return;
         }
     };
-    // One read of the child's meta for both (each read is an open, a read and a close).
-    let meta = registry.shared.store.meta(&report.session_id).ok();
+    // The child's meta from its controller, which owns it (live: it just reported); from
+    // its file only when the controller cannot be had. Reading the file for every report
+    // was 2.3 % of a 1,000-child fan-out's CPU (issue 31).
+    let meta = match registry.controller(&report.session_id) {
+        Ok(child) => Some(child.current_meta()),
+        Err(_) => registry.shared.store.meta(&report.session_id).ok(),
+    };
     // The child's first report, or a follow-up's (`subagent:<task>:<n>`).
     let number = meta.as_ref().map_or(1, |meta| meta.reports + 1);
     let mut content = report_text(&report.task_id, &report.outcome);

@@ -113,8 +113,8 @@ pub fn load_at(place: &Place, user_dir: Option<&Path>) -> Profiles {
     let mut found = Profiles::default();
     // The workspace's profile files must stay inside it: a link out (to a key file) would
     // put the outside file in a child's system prompt (security review 2, finding 9).
-    let inside = place.real.as_path();
-    let workspace = inside;
+    let workspace = place.real.as_path();
+    let inside = workspace;
     let mut sources: Vec<(PathBuf, Format, Option<&Path>)> = vec![
         (
             workspace.join(".bumblehive/agents"),

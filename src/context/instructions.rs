@@ -2,10 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::workspace::Place;
-
 use serde::Serialize;
 use ts_rs::TS;
+
+use crate::workspace::Place;
 
 /// The most instruction text a prompt carries; the rest is cut with a notice, so a huge
 /// file cannot crowd the conversation out of the window.
