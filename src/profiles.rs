@@ -114,19 +114,22 @@ pub fn load_at(place: &Place, user_dir: Option<&Path>) -> Profiles {
     // The workspace's profile files must stay inside it: a link out (to a key file) would
     // put the outside file in a child's system prompt (security review 2, finding 9).
     let workspace = place.real.as_path();
-    let inside = workspace;
     let mut sources: Vec<(PathBuf, Format, Option<&Path>)> = vec![
         (
             workspace.join(".bumblehive/agents"),
             Format::Ours,
-            Some(inside),
+            Some(workspace),
         ),
         (
             workspace.join(".claude/agents"),
             Format::Claude,
-            Some(inside),
+            Some(workspace),
         ),
-        (workspace.join(".codex/agents"), Format::Codex, Some(inside)),
+        (
+            workspace.join(".codex/agents"),
+            Format::Codex,
+            Some(workspace),
+        ),
     ];
     if let Some(user) = user_dir {
         sources.push((user.join("agents"), Format::Ours, None));

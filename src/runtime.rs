@@ -392,8 +392,7 @@ impl Shared {
 
     /// The project instructions of a workspace (AGENTS.md / CLAUDE.md and the user's file
     /// beside the config), read on a blocking thread.
-    pub(crate) async fn instructions(&self, place: &crate::workspace::Place) -> Instructions {
-        let place = place.clone();
+    pub(crate) async fn instructions(&self, place: Arc<crate::workspace::Place>) -> Instructions {
         let user_dir = self.user_dir();
         tokio::task::spawn_blocking(move || {
             crate::context::instructions::load_at(&place, user_dir.as_deref())

@@ -83,7 +83,7 @@ pub(crate) async fn resolve(
         });
     }
     let turn = ctl.shared.resolve_turn(request)?;
-    let context = run_context(ctl, &turn, Path::new(&workspace), &place, marker).await;
+    let context = run_context(ctl, &turn, Path::new(&workspace), place, marker).await;
     Ok(Turn {
         workspace,
         turn,
@@ -98,7 +98,7 @@ async fn run_context(
     ctl: &Arc<SessionController>,
     turn: &TurnContext,
     workspace: &Path,
-    place: &Place,
+    place: Arc<Place>,
     marker: Option<Compaction>,
 ) -> RunContext {
     let (environment, window, instructions) = tokio::join!(

@@ -396,12 +396,17 @@ impl RequestSize {
     /// [`estimate_request`] of `request`, built with the compaction marker `marker` (its
     /// id) from a history that only grew since the last request this was given.
     pub fn estimate(&mut self, request: &RequestMessages, marker: Option<&str>) -> usize {
-        let key = Some((marker.map(str::to_string), request.shared_from()));
+        let from = request.shared_from();
         let head = request.head_len();
         let shared = request.len() - head;
-        if self.key != key || self.counted > shared {
+        // Compared before anything is allocated: the key changes only with a compaction.
+        let same = self
+            .key
+            .as_ref()
+            .is_some_and(|(id, at)| id.as_deref() == marker && *at == from);
+        if !same || self.counted > shared {
             *self = RequestSize {
-                key,
+                key: Some((marker.map(str::to_string), from)),
                 ..RequestSize::new(self.tools_json)
             };
         }
