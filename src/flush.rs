@@ -96,11 +96,28 @@ struct Queue {
     stats: FlushStats,
 }
 
+/// A test's hold on the flushes: each waiting flush has a ticket; those below `passed`
+/// may go on (`FlushHold::pass`), the others wait while the hold lasts.
+#[derive(Default)]
+struct Held {
+    on: bool,
+    next: u64,
+    passed: u64,
+    waiting: std::collections::BTreeSet<u64>,
+}
+
+impl Held {
+    /// How many flushes wait at the hold and were not let through.
+    fn holding(&self) -> usize {
+        self.waiting.range(self.passed..).count()
+    }
+}
+
 struct Inner {
     queue: Mutex<Queue>,
     work: Condvar,
-    /// Flushes held just before their `fdatasync` (`Flusher::hold`), and how many wait.
-    held: Mutex<(bool, usize)>,
+    /// Flushes held just before their `fdatasync` (`Flusher::hold`).
+    held: Mutex<Held>,
     released: Condvar,
 }
 
@@ -130,13 +147,16 @@ impl Flusher {
     /// This is how tests show that nothing waits for a flush that must not (R12).
     #[doc(hidden)]
     pub fn hold(&self) -> FlushHold {
-        *self.inner.held.lock().unwrap_or_else(|p| p.into_inner()) = (true, 0);
+        *self.inner.held.lock().unwrap_or_else(|p| p.into_inner()) = Held {
+            on: true,
+            ..Held::default()
+        };
         FlushHold(self.inner.clone())
     }
 
     /// Whether requests go to the flushers (a held flusher flushes even on a memory fs).
     fn needed(&self) -> bool {
-        self.needed || self.inner.held.lock().unwrap_or_else(|p| p.into_inner()).0
+        self.needed || self.inner.held.lock().unwrap_or_else(|p| p.into_inner()).on
     }
 
     pub fn stats(&self) -> FlushStats {
@@ -248,15 +268,17 @@ impl Inner {
     /// Waits while a test holds the flushes (`Flusher::hold`).
     fn wait_released(&self) {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        if !held.0 {
+        if !held.on {
             return;
         }
-        held.1 += 1;
+        let ticket = held.next;
+        held.next += 1;
+        held.waiting.insert(ticket);
         self.released.notify_all();
-        while held.0 {
+        while held.on && ticket >= held.passed {
             held = self.released.wait(held).unwrap_or_else(|p| p.into_inner());
         }
-        held.1 -= 1;
+        held.waiting.remove(&ticket);
     }
 }
 
@@ -265,10 +287,10 @@ impl Inner {
 pub struct FlushHold(Arc<Inner>);
 
 impl FlushHold {
-    /// Waits until `n` flushes wait at the hold.
+    /// Waits until `n` flushes wait at the hold (not counting those let through).
     pub fn wait_for(&self, n: usize) {
         let mut held = self.0.held.lock().unwrap_or_else(|p| p.into_inner());
-        while held.1 < n {
+        while held.holding() < n {
             held = self
                 .0
                 .released
@@ -278,9 +300,19 @@ impl FlushHold {
     }
 }
 
+impl FlushHold {
+    /// Lets the flushes waiting now go on; those that come later wait, as before. A test
+    /// steps a flow through its flushes one group at a time with this.
+    pub fn pass(&self) {
+        let mut held = self.0.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.passed = held.next;
+        self.0.released.notify_all();
+    }
+}
+
 impl Drop for FlushHold {
     fn drop(&mut self) {
-        self.0.held.lock().unwrap_or_else(|p| p.into_inner()).0 = false;
+        self.0.held.lock().unwrap_or_else(|p| p.into_inner()).on = false;
         self.0.released.notify_all();
     }
 }

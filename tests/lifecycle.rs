@@ -1231,3 +1231,97 @@ async fn r12_a_discard_holds_no_lock_while_its_ledger_flushes() {
     );
     assert!(begun.controller.pending().is_empty());
 }
+
+/// A follow-up that begins a child's next run while the report of its last run is still
+/// being recorded (the parent's ledger flushing on a slow disk) leaves the stored meta
+/// owing that next run's report: the old report's late "reported" mark must not say the
+/// new run reported too. Before, it did, and a crash during the new run then left the
+/// child counted one report short of its parent's ledger, and recovery skipped the
+/// report the new run owed (found by the simulation: seed 10130 of 10000..10200 at 100
+/// steps, "reports recorded [1, 2, 3], meta says 2").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_marked_after_the_next_run_began_leaves_that_run_owing_its_own() {
+    let fx = crate::support::Delegation::new();
+    let begun = fx.begin("late", 1, false, None).await;
+    let parent = begun.session_id.clone();
+    let child = begun.children[0]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let child_ctl = fx.service.controller(&child).unwrap();
+    // The parent's turn ends while its child waits at its gate.
+    tokio::time::timeout(WAIT, async {
+        while begun.controller.is_running() || fx.history(&parent).len() < 4 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the parent's turn never ended");
+    // The child works through its flushes one group at a time until its run has ended
+    // and only its report's flush (the parent's ledger) waits.
+    let hold = fx.service.store().hold_flushes();
+    let gate = fx.provider.gate("late-0");
+    gate.set();
+    let stepping = {
+        let child_ctl = child_ctl.clone();
+        tokio::task::spawn_blocking(move || {
+            loop {
+                hold.wait_for(1);
+                if !child_ctl.is_running() {
+                    return hold;
+                }
+                hold.pass();
+            }
+        })
+    };
+    let hold = tokio::time::timeout(WAIT, stepping)
+        .await
+        .expect("the child's report never reached its flush")
+        .unwrap();
+    assert_eq!(
+        fx.service.store().meta(&child).unwrap().reports,
+        0,
+        "the report is not marked while its flush is held"
+    );
+    // The person writes to the child now: its next run begins (and waits at the gate).
+    gate.clear();
+    let (_, status) = fx
+        .service
+        .submit_message(&child, "Try the task again.".into(), None)
+        .await
+        .unwrap();
+    assert_eq!(status, MessageStatus::Started);
+    drop(hold);
+    // The first report is recorded and marked; the second run still works.
+    let meta = tokio::time::timeout(WAIT, async {
+        loop {
+            let meta = fx.service.store().meta(&child).unwrap();
+            if meta.reports == 1 {
+                return meta;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the first report was never marked");
+    assert!(child_ctl.is_running(), "the second run waits at its gate");
+    assert!(
+        !meta.reported && meta.state == SessionState::Running,
+        "the second run owes its report: {meta:?}"
+    );
+    gate.set();
+    fx.wait_idle().await;
+    let meta = fx.service.store().meta(&child).unwrap();
+    assert_eq!((meta.reports, meta.reported), (2, true));
+    let numbers: Vec<String> = fx
+        .service
+        .store()
+        .ledger(&parent)
+        .unwrap()
+        .records
+        .iter()
+        .map(|r| r.message_id.clone())
+        .collect();
+    assert_eq!(numbers, ["subagent:delegate-0", "subagent:delegate-0:2"]);
+    fx.shutdown().await;
+}
