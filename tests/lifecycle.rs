@@ -1232,17 +1232,19 @@ async fn r12_a_discard_holds_no_lock_while_its_ledger_flushes() {
     assert!(begun.controller.pending().is_empty());
 }
 
-/// A follow-up that begins a child's next run while the report of its last run is still
-/// being recorded (the parent's ledger flushing on a slow disk) leaves the stored meta
-/// owing that next run's report: the old report's late "reported" mark must not say the
-/// new run reported too. Before, it did, and a crash during the new run then left the
-/// child counted one report short of its parent's ledger, and recovery skipped the
-/// report the new run owed (found by the simulation: seed 10130 of 10000..10200 at 100
-/// steps, "reports recorded [1, 2, 3], meta says 2").
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_report_marked_after_the_next_run_began_leaves_that_run_owing_its_own() {
+/// A child whose run has ended and whose report waits at its flush (the parent's
+/// ledger, as on a slow disk): the flushes are stepped one group at a time until only the
+/// report's is left. Returns the fixture, the parent, the child and the hold.
+async fn a_report_at_its_flush(
+    root: &str,
+) -> (
+    crate::support::Delegation,
+    String,
+    String,
+    bumblehive::flush::FlushHold,
+) {
     let fx = crate::support::Delegation::new();
-    let begun = fx.begin("late", 1, false, None).await;
+    let begun = fx.begin(root, 1, false, None).await;
     let parent = begun.session_id.clone();
     let child = begun.children[0]["session_id"]
         .as_str()
@@ -1257,23 +1259,17 @@ async fn a_report_marked_after_the_next_run_began_leaves_that_run_owing_its_own(
     })
     .await
     .expect("the parent's turn never ended");
-    // The child works through its flushes one group at a time until its run has ended
-    // and only its report's flush (the parent's ledger) waits.
     let hold = fx.service.store().hold_flushes();
-    let gate = fx.provider.gate("late-0");
-    gate.set();
-    let stepping = {
-        let child_ctl = child_ctl.clone();
-        tokio::task::spawn_blocking(move || {
-            loop {
-                hold.wait_for(1);
-                if !child_ctl.is_running() {
-                    return hold;
-                }
-                hold.pass();
+    fx.provider.gate(&format!("{root}-0")).set();
+    let stepping = tokio::task::spawn_blocking(move || {
+        loop {
+            hold.wait_for(1);
+            if !child_ctl.is_running() {
+                return hold;
             }
-        })
-    };
+            hold.pass();
+        }
+    });
     let hold = tokio::time::timeout(WAIT, stepping)
         .await
         .expect("the child's report never reached its flush")
@@ -1283,7 +1279,40 @@ async fn a_report_marked_after_the_next_run_began_leaves_that_run_owing_its_own(
         0,
         "the report is not marked while its flush is held"
     );
+    (fx, parent, child, hold)
+}
+
+/// Waits until the child's stored meta counts `reports`.
+async fn marked(
+    fx: &crate::support::Delegation,
+    child: &str,
+    reports: u32,
+) -> bumblehive::store::SessionMeta {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let meta = fx.service.store().meta(child).unwrap();
+            if meta.reports == reports {
+                return meta;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the report was never marked")
+}
+
+/// A follow-up that begins a child's next run while the report of its last run is still
+/// being recorded (the parent's ledger flushing on a slow disk) leaves the stored meta
+/// owing that next run's report: the old report's late "reported" mark must not say the
+/// new run reported too. Before, it did, and a crash during the new run then left the
+/// child counted one report short of its parent's ledger, and recovery skipped the
+/// report the new run owed (found by the simulation: seed 10130 of 10000..10200 at 100
+/// steps, "reports recorded [1, 2, 3], meta says 2").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_marked_after_the_next_run_began_leaves_that_run_owing_its_own() {
+    let (fx, parent, child, hold) = a_report_at_its_flush("late").await;
     // The person writes to the child now: its next run begins (and waits at the gate).
+    let gate = fx.provider.gate("late-0");
     gate.clear();
     let (_, status) = fx
         .service
@@ -1293,18 +1322,11 @@ async fn a_report_marked_after_the_next_run_began_leaves_that_run_owing_its_own(
     assert_eq!(status, MessageStatus::Started);
     drop(hold);
     // The first report is recorded and marked; the second run still works.
-    let meta = tokio::time::timeout(WAIT, async {
-        loop {
-            let meta = fx.service.store().meta(&child).unwrap();
-            if meta.reports == 1 {
-                return meta;
-            }
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("the first report was never marked");
-    assert!(child_ctl.is_running(), "the second run waits at its gate");
+    let meta = marked(&fx, &child, 1).await;
+    assert!(
+        fx.service.controller(&child).unwrap().is_running(),
+        "the second run waits at its gate"
+    );
     assert!(
         !meta.reported && meta.state == SessionState::Running,
         "the second run owes its report: {meta:?}"
@@ -1323,5 +1345,34 @@ async fn a_report_marked_after_the_next_run_began_leaves_that_run_owing_its_own(
         .map(|r| r.message_id.clone())
         .collect();
     assert_eq!(numbers, ["subagent:delegate-0", "subagent:delegate-0:2"]);
+    fx.shutdown().await;
+}
+
+/// The same moment with a compaction of the child instead of a follow-up: a compaction
+/// owes no report, so the late mark says "reported". The first version of the fix above
+/// took any run for one that owes, and left such a child owing a report with nothing
+/// running (found by the simulation: seed 10017 of 10000..10200 at 100 steps).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_marked_during_a_compaction_of_the_child_leaves_nothing_owed() {
+    let (fx, _parent, child, hold) = a_report_at_its_flush("packed").await;
+    // The compaction's summary call waits at the child's gate.
+    let gate = fx.provider.gate("packed-0");
+    gate.clear();
+    let child_ctl = fx.service.controller(&child).unwrap();
+    child_ctl.compact().unwrap();
+    assert!(child_ctl.is_running(), "the compaction runs");
+    drop(hold);
+    let meta = marked(&fx, &child, 1).await;
+    assert!(
+        meta.reported,
+        "a compaction owes no report, so the child owes none: {meta:?}"
+    );
+    gate.set();
+    fx.wait_idle().await;
+    let meta = fx.service.store().meta(&child).unwrap();
+    assert!(
+        meta.reported && meta.reports == 1 && !child_ctl.is_running(),
+        "{meta:?}"
+    );
     fx.shutdown().await;
 }

@@ -1581,11 +1581,13 @@ impl SessionController {
     pub(crate) fn mark_reported(&self) {
         let mut state = self.lock();
         // A follow-up may have begun the child's next run while this report was being
-        // recorded (its task waits for this one's, so that run has not ended): it owes
-        // its own report, which its start wrote down. Only the count moves then; saying
-        // "reported" would let a crash during that run lose its report (found by the
-        // simulation; test `a_report_marked_after_the_next_run_began_…`).
-        let next_run_owes = matches!(state.phase, Phase::Starting(_) | Phase::Running(_));
+        // recorded: that run owes its own report, which its start wrote down, and it is
+        // still `Starting` (its task waits for this report's task to end before it takes
+        // a slot). Only the count moves then; saying "reported" would let a crash during
+        // that run lose its report (found by the simulation; test
+        // `a_report_marked_after_the_next_run_began_…`). A `Running` phase here is a
+        // compaction of the child, which owes nothing.
+        let next_run_owes = matches!(state.phase, Phase::Starting(_));
         self.update_meta(&mut state, |meta| {
             meta.reported = !next_run_owes;
             meta.reports += 1;
