@@ -17,7 +17,8 @@
 # adds older builds of ours, each with 2 and 300 messages (kinds NAME-2, NAME-300; a bare
 # PATH is named "before"), to every round, so a change is measured against its
 # predecessors under the same load. BENCH_IDLE_S=N reads memory and CPU N s after the paint
-# (default 3).
+# (default 3). BENCH_QUIET_S=M then waits M s more and gives the CPU each process used in
+# those M s, per second ("quiet ms/s": what an idle window costs, e.g. a blinking caret).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 floor_mode=""
@@ -183,7 +184,19 @@ measure() {
   cpu=$(cpu_ms "$app_pid")
   others=$(( $(pgrep -c -f WebKitWebProcess || true) - $(tree_pids "$app_pid" | xargs -r ps -o args= -p | grep -c WebKitWebProcess || true) ))
   echo "$label: window mapped $((mapped - start)) ms, first paint $((painted - start)) ms, quiet after $((settled - start)) ms, CPU ms ${cpu% }, idle $(per_process "$app_pid")$([ "$others" -gt 0 ] && echo " ($others other WebKit web processes on the machine: PSS below its alone value)")"
-  echo "$label $((mapped - start)) $((painted - start)) $((settled - start)) cpu ${cpu% } mem $(tr '\n' ' ' < "$record_mem")" >> "$records"
+  local quiet=""
+  if [ -n "${BENCH_QUIET_S:-}" ]; then
+    # The CPU of the quiet span, per process and second (ticks are 10 ms: 20 s or more).
+    local before_quiet
+    before_quiet=$(cpu_ms "$app_pid")
+    sleep "$BENCH_QUIET_S"
+    quiet=$(paste -d' ' <(echo "$before_quiet" | tr ' ' '\n' | sed '/^$/d' | paste - -) \
+      <(cpu_ms "$app_pid" | tr ' ' '\n' | sed '/^$/d' | paste - -) |
+      awk -v s="$BENCH_QUIET_S" '{printf "%s %.1f ", $1, ($4 - $2) / s}')
+    echo "$label: quiet for ${BENCH_QUIET_S} s after that: ms/s ${quiet% }"
+    quiet="quiet ${quiet% }"
+  fi
+  echo "$label $((mapped - start)) $((painted - start)) $((settled - start)) cpu ${cpu% } mem $(tr '\n' ' ' < "$record_mem") $quiet" >> "$records"
   kill "$app_pid"; wait "$app_pid" 2>/dev/null || true; app_pid=""
 }
 
@@ -249,7 +262,11 @@ for line in open(sys.argv[1]):
         r[f"CPU ms {name}"] = r.get(f"CPU ms {name}", 0) + int(ms)
         total += int(ms)
     r["CPU ms all"] = total
-    mem = f[mem_at + 1:]
+    quiet_at = f.index("quiet") if "quiet" in f else len(f)
+    mem = f[mem_at + 1:quiet_at]
+    quiet = f[quiet_at + 1:]
+    for name, rate in zip(quiet[::2], quiet[1::2]):
+        r[f"quiet ms/s {name}"] = float(rate)
     for k in ("RSS", "PSS", "PSS-alone"):
         r[f"{k} MiB all"] = 0
     for i in range(0, len(mem), 4):
@@ -268,7 +285,7 @@ print(f"{'figure':24s} " + " ".join(f"{k:>10s}" for k in kinds) + " " + " ".join
 for k in keys:
     fl = med.get("floor", {}).get(k)
     vals = [med.get(kind, {}).get(k) for kind in kinds]
-    cells = [f"{v:10.0f}" if v is not None else f"{'-':>10s}" for v in vals]
+    cells = [(f"{v:10.1f}" if k.startswith("quiet") else f"{v:10.0f}") if v is not None else f"{'-':>10s}" for v in vals]
     ratios = [f"{v / fl:11.2f}x" if v is not None and fl else f"{'-':>12s}" for v in vals[1:]]
     print(f"{k:24s} " + " ".join(cells) + " " + " ".join(ratios))
 print("targets (issue #31): ours-2 <= 1.15x the floor on first paint and PSS; ours-300 <= 1.3x on PSS")

@@ -1,5 +1,6 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
+import { quietCaret } from '../quietcaret';
 import { argumentQuery, insertMention, matchCommands, mentionAt, parseSlash, skillAt, slashQuery, type SlashCommand } from '../commands';
 import { fencedBlock, fileKind, imageFile, imageRefusal, imageSrc, isBinaryText, MAX_TEXT_CHARS, pastedImages, readBase64, readText, type Attachment } from '../attachments';
 import type { ImagePart } from '../bindings/ImagePart';
@@ -192,6 +193,8 @@ export function Composer(props: {
   useEffect(() => {
     if (props.autoFocus) area.current?.focus();
   }, [props.autoFocus]);
+  // No caret blinking in an idle window (WebKitGTK never stops it on its own).
+  useEffect(() => (area.current ? quietCaret(area.current) : undefined), []);
   useEffect(() => {
     if (!props.running) setStopping(false);
   }, [props.running]);
