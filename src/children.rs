@@ -89,6 +89,7 @@ pub(crate) async fn cancel(registry: &Registry, session_id: &str) -> Result<(), 
                         "the sub-agent was interrupted and then cancelled by the user".into(),
                     ),
                     config: RunConfig::default(),
+                    run: None,
                 },
             )
             .await;

@@ -97,6 +97,7 @@ impl crate::controller::ChildTasks for ServiceChildTasks {
         child: Arc<SessionController>,
         meta: &crate::store::SessionMeta,
         config: RunConfig,
+        run: u64,
     ) -> Result<tokio::sync::oneshot::Receiver<Result<(), crate::subagents::StartError>>, String>
     {
         let registry = self
@@ -120,6 +121,7 @@ impl crate::controller::ChildTasks for ServiceChildTasks {
                 meta.agent.as_deref(),
                 meta.provider.as_deref(),
             )),
+            run,
         };
         let observer = Arc::new(EventObserver { child, task_id });
         registry
@@ -204,7 +206,7 @@ pub(crate) async fn deliver_report(registry: &Registry, report: Report) {
     match recorded {
         Ok(Ok(())) => {
             if let Some(child) = &child {
-                child.mark_reported();
+                child.mark_reported(report.run);
             }
         }
         Ok(Err(err)) => {

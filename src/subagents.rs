@@ -42,6 +42,9 @@ pub struct ChildStart {
     /// The provider (model server) the child runs on, found once from its profile: its
     /// slots are waited for, and the UI says "waiting for a slot on <server>".
     pub server: Option<String>,
+    /// Which of the child's runs this task carries (its controller counts the runs it
+    /// begins), so that the report tells whether a later run began since.
+    pub run: u64,
 }
 
 /// How a child's run ended.
@@ -65,6 +68,9 @@ pub struct Report {
     pub parent_session_id: SessionId,
     pub outcome: Result<String, String>,
     pub config: RunConfig,
+    /// The run it reports ([`ChildStart::run`]); none for a report no run made (an
+    /// interrupted child cancelled).
+    pub run: Option<u64>,
 }
 
 /// Why a child did not start.
@@ -379,6 +385,7 @@ impl SubagentTasks {
             parent_session_id: start.parent_session_id,
             outcome,
             config: start.config,
+            run: Some(start.run),
         })
         .await;
         self.remove(order);

@@ -1376,3 +1376,52 @@ async fn a_report_marked_during_a_compaction_of_the_child_leaves_nothing_owed() 
     );
     fx.shutdown().await;
 }
+
+/// The same moment, and the person then stops the child before its next run began: the
+/// stopped run still owes its report ("stopped by the user"), so the earlier report's late
+/// mark must leave the child owing until that report is recorded too. Before, the mark
+/// found the child paused and said "reported": a crash before the stopped run's report
+/// was recorded lost it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_marked_after_a_stopped_start_leaves_the_stopped_report_owed() {
+    let (fx, parent, child, hold) = a_report_at_its_flush("halted").await;
+    let gate = fx.provider.gate("halted-0");
+    gate.clear();
+    let (_, status) = fx
+        .service
+        .submit_message(&child, "Try the task again.".into(), None)
+        .await
+        .unwrap();
+    assert_eq!(status, MessageStatus::Started);
+    fx.service.cancel_session(&child).await.unwrap();
+    let child_ctl = fx.service.controller(&child).unwrap();
+    assert!(child_ctl.is_paused(), "stopped before its run began");
+    // The first report's flush goes on; the stopped run's report then waits at its own.
+    let hold = tokio::task::spawn_blocking(move || {
+        hold.pass();
+        hold.wait_for(1);
+        hold
+    });
+    let hold = tokio::time::timeout(WAIT, hold)
+        .await
+        .expect("the stopped run's report never reached its flush")
+        .unwrap();
+    let meta = marked(&fx, &child, 1).await;
+    assert!(
+        !meta.reported,
+        "the stopped run's report is still owed: {meta:?}"
+    );
+    drop(hold);
+    let meta = marked(&fx, &child, 2).await;
+    assert!(meta.reported, "{meta:?}");
+    fx.wait_idle().await;
+    let ledger = fx.service.store().ledger(&parent).unwrap();
+    let last = ledger.records.last().unwrap();
+    assert_eq!(last.message_id, "subagent:delegate-0:2");
+    assert!(
+        last.content.contains("stopped by the user"),
+        "{}",
+        last.content
+    );
+    fx.shutdown().await;
+}

@@ -376,6 +376,7 @@ fn child_start(task_id: &str, title: &str) -> ChildStart {
         config: Default::default(),
         depth: 1,
         server: None,
+        run: 1,
     }
 }
 

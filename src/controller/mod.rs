@@ -171,6 +171,7 @@ pub(crate) trait ChildTasks: Send + Sync {
         child: Arc<SessionController>,
         meta: &SessionMeta,
         config: RunConfig,
+        run: u64,
     ) -> Result<oneshot::Receiver<Result<(), crate::subagents::StartError>>, String>;
 }
 
@@ -191,6 +192,9 @@ pub(crate) struct State {
     /// Task ids of every child this session delegated to, so a reused call id gets a
     /// fresh task id (SPEC §11).
     task_ids: HashSet<String>,
+    /// How many runs of this child `start_child_locked` began (each owes a report): a
+    /// report of an earlier run, marked late, leaves a later run owing its own.
+    child_runs: u64,
     usage: Usage,
     /// Tokens per provider and model, written with `usage` at the end of a run.
     models: Vec<crate::protocol::ModelUsage>,
@@ -311,6 +315,7 @@ impl SessionController {
             meta_unsaved: false,
             message_ids: messages.iter().filter_map(|m| m.id.clone()).collect(),
             task_ids,
+            child_runs: 0,
             history: Some(messages),
             pending: pending
                 .into_iter()
@@ -698,7 +703,8 @@ impl SessionController {
             meta.run_message = run_message;
         });
         self.save_pending(state);
-        match tasks.spawn(this, &state.meta, config) {
+        state.child_runs += 1;
+        match tasks.spawn(this, &state.meta, config, state.child_runs) {
             Ok(lease) => {
                 self.shared.store.touch(&self.meta.session_id);
                 Ok(lease)
@@ -1578,18 +1584,21 @@ impl SessionController {
     }
 
     /// A child's report is in its parent's ledger.
-    pub(crate) fn mark_reported(&self) {
+    /// `run` is the reported run ([`crate::subagents::Report::run`]).
+    pub(crate) fn mark_reported(&self, run: Option<u64>) {
         let mut state = self.lock();
         // A follow-up may have begun the child's next run while this report was being
-        // recorded: that run owes its own report, which its start wrote down, and it is
-        // still `Starting` (its task waits for this report's task to end before it takes
-        // a slot). Only the count moves then; saying "reported" would let a crash during
-        // that run lose its report (found by the simulation; test
-        // `a_report_marked_after_the_next_run_began_…`). A `Running` phase here is a
-        // compaction of the child, which owes nothing.
-        let next_run_owes = matches!(state.phase, Phase::Starting(_));
+        // recorded (its task waits for this report's task to end before it takes a slot):
+        // that run owes its own report, which its start wrote down, even if the person
+        // stopped it before it began (it then reports that). Only the count moves then;
+        // saying "reported" would let a crash before that run's report lose it (found by
+        // the simulation; tests `a_report_marked_after_…`). Runs that owe no report (a
+        // compaction) are not counted. A report of no run (a cancelled interruption) or
+        // of a run this controller did not begin (only one that was loaded again since,
+        // with no task alive) is the last one.
+        let latest = run.is_none_or(|run| run >= state.child_runs);
         self.update_meta(&mut state, |meta| {
-            meta.reported = !next_run_owes;
+            meta.reported |= latest;
             meta.reports += 1;
         });
     }
