@@ -39,7 +39,7 @@ impl ModelProvider for Scripted {
         self.stamps.lock().unwrap().push(Instant::now());
         self.calls.fetch_add(1, Ordering::Relaxed);
         if !self.latency.is_zero() {
-            tokio::time::sleep(self.latency).await;
+            model_wait(self.latency).await;
         }
         let messages = &request.messages;
         let first = messages
@@ -74,6 +74,82 @@ impl ModelProvider for Scripted {
         }
         Ok(ModelResponse::text("done"))
     }
+}
+
+/// Waits `duration` as a model server would: to the microsecond, not to tokio's timer.
+///
+/// tokio's timer wheel has millisecond ticks and rounds a deadline up to the next one,
+/// and its park wakes on `epoll_wait`'s millisecond timeout: a scripted model "answering
+/// in 20 ms" answered about 1.3 ms late, and the fan-out's ratio to its arithmetic ideal
+/// carried that as if it were the runtime's (issue 31: the fan-out's waits with nothing
+/// else took 1.06 s where they add up to 1.00 s; with this timer 1.015 s). A real
+/// server's answer comes on a socket when it is sent. One thread keeps the deadlines in a
+/// heap and sleeps on a condvar until the next (`futex` with a timeout: microseconds plus
+/// the timer slack); its wake-ups are the bench's CPU, not the runtime's.
+/// `BENCH_TOKIO_TIMER=1` uses tokio's `sleep` instead, to compare with figures before
+/// 2026-12-07.
+async fn model_wait(duration: Duration) {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    use std::sync::{Condvar, Mutex, OnceLock};
+
+    #[derive(Default)]
+    struct Due {
+        deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
+        waiting: std::collections::HashMap<u64, tokio::sync::oneshot::Sender<()>>,
+        next: u64,
+    }
+    struct Timer {
+        due: Mutex<Due>,
+        changed: Condvar,
+    }
+    static TIMER: OnceLock<Option<Arc<Timer>>> = OnceLock::new();
+    let timer = TIMER.get_or_init(|| {
+        if std::env::var_os("BENCH_TOKIO_TIMER").is_some_and(|v| v == "1") {
+            return None;
+        }
+        let timer = Arc::new(Timer {
+            due: Mutex::new(Default::default()),
+            changed: Condvar::new(),
+        });
+        let worker = timer.clone();
+        std::thread::Builder::new()
+            .name("model-timer".into())
+            .spawn(move || {
+                let mut due = worker.due.lock().unwrap();
+                loop {
+                    let now = Instant::now();
+                    match due.deadlines.peek().copied() {
+                        None => due = worker.changed.wait(due).unwrap(),
+                        Some(Reverse((at, id))) if at <= now => {
+                            due.deadlines.pop();
+                            if let Some(sender) = due.waiting.remove(&id) {
+                                let _ = sender.send(());
+                            }
+                        }
+                        Some(Reverse((at, _))) => {
+                            due = worker.changed.wait_timeout(due, at - now).unwrap().0;
+                        }
+                    }
+                }
+            })
+            .expect("model timer thread");
+        Some(timer)
+    });
+    let Some(timer) = timer else {
+        tokio::time::sleep(duration).await;
+        return;
+    };
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    {
+        let mut due = timer.due.lock().unwrap();
+        let id = due.next;
+        due.next += 1;
+        due.deadlines.push(Reverse((Instant::now() + duration, id)));
+        due.waiting.insert(id, sender);
+    }
+    timer.changed.notify_one();
+    receiver.await.expect("model timer thread alive");
 }
 
 fn rss_kib(field: &str) -> u64 {
@@ -256,21 +332,21 @@ async fn fan_out(
 
 /// The fan-out's waits with nothing else: the parent's call, then `children` tasks that
 /// each take one of `max_concurrent` slots and wait out three model latencies, then the
-/// parent's last call. What the same tokio runtime's timers and task hand-offs cost
-/// before any of ours (each sleep ends on the timer wheel's next millisecond or later),
+/// parent's last call. What the model's waits (`model_wait`) and the same tokio runtime's
+/// task hand-offs cost before any of ours,
 /// so the fan-out's figure can be read against the floor as well as the arithmetic ideal.
 async fn timers_alone(children: usize, max_concurrent: usize, latency_ms: u64) -> Duration {
     let latency = Duration::from_millis(latency_ms);
     let slots = Arc::new(tokio::sync::Semaphore::new(max_concurrent));
     let started = Instant::now();
-    tokio::time::sleep(latency).await;
+    model_wait(latency).await;
     let tasks: Vec<_> = (0..children)
         .map(|_| {
             let slots = slots.clone();
             tokio::spawn(async move {
                 let _slot = slots.acquire_owned().await.expect("semaphore open");
                 for _ in 0..3 {
-                    tokio::time::sleep(latency).await;
+                    model_wait(latency).await;
                 }
             })
         })
@@ -278,7 +354,7 @@ async fn timers_alone(children: usize, max_concurrent: usize, latency_ms: u64) -
     for task in tasks {
         task.await.expect("task");
     }
-    tokio::time::sleep(latency).await;
+    model_wait(latency).await;
     started.elapsed()
 }
 
@@ -1179,7 +1255,7 @@ impl ModelProvider for Slotted {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(now, Ordering::SeqCst);
         // The server's own time to answer: what makes requests overlap.
-        tokio::time::sleep(self.latency).await;
+        model_wait(self.latency).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         let messages = &request.messages;
         let first = messages
