@@ -298,9 +298,7 @@ impl FlushHold {
                 .unwrap_or_else(|p| p.into_inner());
         }
     }
-}
 
-impl FlushHold {
     /// Lets the flushes waiting now go on; those that come later wait, as before. A test
     /// steps a flow through its flushes one group at a time with this.
     pub fn pass(&self) {
