@@ -1234,7 +1234,9 @@ async fn r12_a_discard_holds_no_lock_while_its_ledger_flushes() {
 
 /// A child whose run has ended and whose report waits at its flush (the parent's
 /// ledger, as on a slow disk): the flushes are stepped one group at a time until only the
-/// report's is left. Returns the fixture, the parent, the child and the hold.
+/// report's is left. Returns the fixture, the parent, the child, the hold and the child's
+/// gate, closed again so that the child's next model call (a follow-up's, a compaction's)
+/// waits at it.
 async fn a_report_at_its_flush(
     root: &str,
 ) -> (
@@ -1242,6 +1244,7 @@ async fn a_report_at_its_flush(
     String,
     String,
     bumblehive::flush::FlushHold,
+    crate::support::Flag,
 ) {
     let fx = crate::support::Delegation::new();
     let begun = fx.begin(root, 1, false, None).await;
@@ -1260,7 +1263,8 @@ async fn a_report_at_its_flush(
     .await
     .expect("the parent's turn never ended");
     let hold = fx.service.store().hold_flushes();
-    fx.provider.gate(&format!("{root}-0")).set();
+    let gate = fx.provider.gate(&format!("{root}-0"));
+    gate.set();
     let stepping = tokio::task::spawn_blocking(move || {
         loop {
             hold.wait_for(1);
@@ -1279,7 +1283,18 @@ async fn a_report_at_its_flush(
         0,
         "the report is not marked while its flush is held"
     );
-    (fx, parent, child, hold)
+    gate.clear();
+    (fx, parent, child, hold, gate)
+}
+
+/// The person writes to the child: its next run begins (and waits at the gate).
+async fn follow_up(fx: &crate::support::Delegation, child: &str) {
+    let (_, status) = fx
+        .service
+        .submit_message(child, "Try the task again.".into(), None)
+        .await
+        .unwrap();
+    assert_eq!(status, MessageStatus::Started);
 }
 
 /// Waits until the child's stored meta counts `reports`.
@@ -1310,16 +1325,8 @@ async fn marked(
 /// steps, "reports recorded [1, 2, 3], meta says 2").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_marked_after_the_next_run_began_leaves_that_run_owing_its_own() {
-    let (fx, parent, child, hold) = a_report_at_its_flush("late").await;
-    // The person writes to the child now: its next run begins (and waits at the gate).
-    let gate = fx.provider.gate("late-0");
-    gate.clear();
-    let (_, status) = fx
-        .service
-        .submit_message(&child, "Try the task again.".into(), None)
-        .await
-        .unwrap();
-    assert_eq!(status, MessageStatus::Started);
+    let (fx, parent, child, hold, gate) = a_report_at_its_flush("late").await;
+    follow_up(&fx, &child).await;
     drop(hold);
     // The first report is recorded and marked; the second run still works.
     let meta = marked(&fx, &child, 1).await;
@@ -1354,10 +1361,8 @@ async fn a_report_marked_after_the_next_run_began_leaves_that_run_owing_its_own(
 /// running (found by the simulation: seed 10017 of 10000..10200 at 100 steps).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_marked_during_a_compaction_of_the_child_leaves_nothing_owed() {
-    let (fx, _parent, child, hold) = a_report_at_its_flush("packed").await;
     // The compaction's summary call waits at the child's gate.
-    let gate = fx.provider.gate("packed-0");
-    gate.clear();
+    let (fx, _parent, child, hold, gate) = a_report_at_its_flush("packed").await;
     let child_ctl = fx.service.controller(&child).unwrap();
     child_ctl.compact().unwrap();
     assert!(child_ctl.is_running(), "the compaction runs");
@@ -1384,15 +1389,8 @@ async fn a_report_marked_during_a_compaction_of_the_child_leaves_nothing_owed() 
 /// was recorded lost it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_marked_after_a_stopped_start_leaves_the_stopped_report_owed() {
-    let (fx, parent, child, hold) = a_report_at_its_flush("halted").await;
-    let gate = fx.provider.gate("halted-0");
-    gate.clear();
-    let (_, status) = fx
-        .service
-        .submit_message(&child, "Try the task again.".into(), None)
-        .await
-        .unwrap();
-    assert_eq!(status, MessageStatus::Started);
+    let (fx, parent, child, hold, _gate) = a_report_at_its_flush("halted").await;
+    follow_up(&fx, &child).await;
     fx.service.cancel_session(&child).await.unwrap();
     let child_ctl = fx.service.controller(&child).unwrap();
     assert!(child_ctl.is_paused(), "stopped before its run began");
