@@ -130,6 +130,12 @@ impl crate::controller::ChildTasks for ServiceChildTasks {
             .spawn(start, observer)
             .map_err(|err| err.to_string())
     }
+
+    fn has_task(&self, session_id: &str) -> bool {
+        self.registry
+            .upgrade()
+            .is_some_and(|registry| registry.shared.subagents.state_of(session_id).is_some())
+    }
 }
 
 pub(crate) fn notify_fn(registry: Weak<Registry>) -> NotifyFn {

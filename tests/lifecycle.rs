@@ -1355,6 +1355,78 @@ async fn a_report_marked_after_the_next_run_began_leaves_that_run_owing_its_own(
     fx.shutdown().await;
 }
 
+/// The same moment, and the process dies before the report reaches the parent's ledger.
+/// The stored meta must still say which run owes it, so that recovery records that run's
+/// answer from the child's history. Before, the follow-up's start had already replaced it
+/// with a run that had not begun: recovery found that run's first message missing from
+/// the history, called the child interrupted, and the answer was never reported (the
+/// resumed run's report took its number). The disk a crash leaves before the report's
+/// line is written: the data folder copied while the flush is held, without that line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_a_report_is_recorded_loses_no_answer_to_a_follow_up_sent_meanwhile() {
+    let (fx, parent, child, hold, gate) = a_report_at_its_flush("kept").await;
+    let answer = fx
+        .history(&child)
+        .last()
+        .map(|m| m.text().to_string())
+        .unwrap();
+    follow_up(&fx, &child).await;
+    let copy = tempfile::tempdir().unwrap();
+    let data = copy.path().join("data");
+    copy_dir(&fx.path().join("data"), &data);
+    let ledger = data.join("sessions").join(&parent).join("reports.jsonl");
+    let lines = std::fs::read_to_string(&ledger).unwrap();
+    let kept: Vec<&str> = lines
+        .lines()
+        .filter(|line| !line.contains("subagent:delegate-0"))
+        .collect();
+    assert!(
+        kept.len() < lines.lines().count(),
+        "the report's line was written"
+    );
+    std::fs::write(
+        &ledger,
+        kept.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    drop(hold);
+    gate.set();
+    fx.wait_idle().await;
+    let provider = fx.provider.clone();
+    fx.shutdown().await;
+
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: data,
+        config_path: Some(copy.path().join("config.json")),
+        config: None,
+        provider_factory: bumblehive::provider::fixed_provider(provider),
+        tools: None,
+    })
+    .unwrap();
+    let records = service.store().ledger(&parent).unwrap().records;
+    let ids: Vec<&str> = records.iter().map(|r| r.message_id.as_str()).collect();
+    assert_eq!(ids, ["subagent:delegate-0"], "the first run's report");
+    assert!(
+        records[0].content.contains(&answer),
+        "{} lacks {answer}",
+        records[0].content
+    );
+    let meta = service.store().meta(&child).unwrap();
+    assert!(
+        meta.reported && meta.reports == 1 && !meta.interrupted,
+        "{meta:?}"
+    );
+    let waiting: Vec<String> = service
+        .controller(&child)
+        .unwrap()
+        .pending()
+        .into_iter()
+        .map(|p| p.content)
+        .collect();
+    assert_eq!(waiting, ["Try the task again."], "the follow-up is kept");
+    service.shutdown().await;
+}
+
 /// The same moment with a compaction of the child instead of a follow-up: a compaction
 /// owes no report, so the late mark says "reported". The first version of the fix above
 /// took any run for one that owes, and left such a child owing a report with nothing

@@ -106,6 +106,27 @@ pub(crate) struct Starting {
     stop: CancellationToken,
 }
 
+/// What a child's start writes to its stored meta, held back while the report of the run
+/// before it is still being recorded (`start_child_locked`).
+struct DeferredStart {
+    /// The first message of the run that starts (`SessionMeta::run_message`).
+    run_message: Option<String>,
+}
+
+/// A child's start as its stored meta says it: it works (or waits, stopped, for its
+/// report of that), owes a report, and which message its run begins with.
+fn owe_start(meta: &mut SessionMeta, paused: bool, start: DeferredStart) {
+    meta.state = if paused {
+        SessionState::Paused
+    } else {
+        SessionState::Running
+    };
+    meta.reported = false;
+    meta.failed = false;
+    meta.interrupted = false;
+    meta.run_message = start.run_message;
+}
+
 /// The life of a session, a child's included. Every rule of SPEC §4 is a `match` over
 /// this, and every change of it is made in one step under the controller's lock.
 pub(crate) enum Phase {
@@ -173,6 +194,10 @@ pub(crate) trait ChildTasks: Send + Sync {
         config: RunConfig,
         run: u64,
     ) -> Result<oneshot::Receiver<Result<(), crate::subagents::StartError>>, String>;
+
+    /// Whether a task of this child is still registered: its run is over and its report
+    /// on the way to the parent's ledger, or it is ending without one.
+    fn has_task(&self, session_id: &str) -> bool;
 }
 
 /// What a child's delivery gave: the status, and for a run that was started the
@@ -195,6 +220,9 @@ pub(crate) struct State {
     /// How many runs of this child `start_child_locked` began (each owes a report): a
     /// report of an earlier run, marked late, leaves a later run owing its own.
     child_runs: u64,
+    /// A start of this child's next run whose stored "running, owes a report" waits for
+    /// the report of the run before it to be recorded (`start_child_locked`).
+    deferred_start: Option<DeferredStart>,
     usage: Usage,
     /// Tokens per provider and model, written with `usage` at the end of a run.
     models: Vec<crate::protocol::ModelUsage>,
@@ -316,6 +344,7 @@ impl SessionController {
             message_ids: messages.iter().filter_map(|m| m.id.clone()).collect(),
             task_ids,
             child_runs: 0,
+            deferred_start: None,
             history: Some(messages),
             pending: pending
                 .into_iter()
@@ -695,13 +724,21 @@ impl SessionController {
             Phase::Starting(starting) => starting.inbox.first().map(|m| m.message_id.clone()),
             _ => None,
         };
-        self.update_meta(state, |meta| {
-            meta.state = SessionState::Running;
-            meta.reported = false;
-            meta.failed = false;
-            meta.interrupted = false;
-            meta.run_message = run_message;
-        });
+        // The run before may have ended a moment ago, its report still on its way to the
+        // parent's ledger (its task waits for the flush). The stored meta then still
+        // says which run owes that report: recovery records it from the history if the
+        // process dies before the ledger has it. Writing this start now would replace
+        // that with a run that has not begun, and recovery would find nothing to report
+        // and lose the answer. So the start is written when that report is marked (or
+        // when this run begins, if the report never is); its messages are in the stored
+        // queue meanwhile, and this run's task waits for the earlier one anyway.
+        let deferred = DeferredStart { run_message };
+        if !state.meta.reported && tasks.has_task(&self.meta.session_id) {
+            state.deferred_start = Some(deferred);
+        } else {
+            state.deferred_start = None;
+            self.write_start(state, deferred);
+        }
         self.save_pending(state);
         state.child_runs += 1;
         match tasks.spawn(this, &state.meta, config, state.child_runs) {
@@ -714,6 +751,12 @@ impl SessionController {
                 let phase = std::mem::replace(&mut state.phase, previous);
                 if let Phase::Starting(starting) = phase {
                     state.pending.extend(starting.inbox);
+                }
+                state.child_runs -= 1;
+                if state.deferred_start.take().is_some() {
+                    // Never written: the meta still speaks of the run before.
+                    self.save_pending(state);
+                    return Err(RuntimeError::Unavailable(err));
                 }
                 let paused = matches!(state.phase, Phase::Paused);
                 self.update_meta(state, |meta| {
@@ -729,6 +772,12 @@ impl SessionController {
                 Err(RuntimeError::Unavailable(err))
             }
         }
+    }
+
+    /// Writes a child's start (`owe_start`) to its stored meta now.
+    fn write_start(&self, state: &mut State, start: DeferredStart) {
+        let paused = matches!(state.phase, Phase::Paused);
+        self.update_meta(state, |meta| owe_start(meta, paused, start));
     }
 
     /// A message to a child from its parent (`sub_agent`'s task, `message_subagent`) or
@@ -809,6 +858,11 @@ impl SessionController {
                 return None;
             }
         };
+        // The report of the run before was never marked (it could not be recorded): this
+        // run's start is written now, as it begins.
+        if let Some(start) = state.deferred_start.take() {
+            self.write_start(&mut state, start);
+        }
         let (tx, rx) = oneshot::channel();
         let first = starting.inbox.clone();
         if let Err(err) = self.start_run_locked(&mut state, starting.inbox, run::Mode::Normal) {
@@ -1597,7 +1651,14 @@ impl SessionController {
         // of a run this controller did not begin (only one that was loaded again since,
         // with no task alive) is the last one.
         let latest = run.is_none_or(|run| run >= state.child_runs);
+        // A start held back for this report (`start_child_locked`) is written with the
+        // count, in one write: from here on the ledger has what the meta spoke of.
+        let start = state.deferred_start.take();
+        let paused = matches!(state.phase, Phase::Paused);
         self.update_meta(&mut state, |meta| {
+            if let Some(start) = start {
+                owe_start(meta, paused, start);
+            }
             meta.reported |= latest;
             meta.reports += 1;
         });
@@ -1621,6 +1682,11 @@ impl SessionController {
                 );
                 self.save_pending(&state);
             }
+        }
+        // Its start was never written: the meta still speaks of the run before, whose
+        // report may still be on its way.
+        if state.deferred_start.take().is_some() {
+            return;
         }
         let paused = matches!(state.phase, Phase::Paused);
         self.update_meta(&mut state, |meta| {
