@@ -55,6 +55,9 @@ const STEP_LINE: &str = "SIMSTEP ";
 /// is checked against SPEC §2 as it arrives.
 struct Model {
     violations: Mutex<Vec<String>>,
+    /// Numbers the answers: each answer's text is unique in this process (with the
+    /// process id, across kills), so a report can be told from another (`check_quiet`).
+    answers: std::sync::atomic::AtomicU64,
 }
 
 fn plan_of(request: &ModelRequest) -> (bool, Vec<String>) {
@@ -112,9 +115,13 @@ impl ModelProvider for Model {
         // Ids unique per session and step: the same call id is never reused by accident.
         let tag = request.messages.len();
         let Some(action) = steps.get(step) else {
+            let n = self
+                .answers
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Ok(ModelResponse::text(format!(
-                "{} done after {step} steps",
-                if child { "child" } else { "parent" }
+                "{} done after {step} steps (answer {}:{n})",
+                if child { "child" } else { "parent" },
+                std::process::id()
             )));
         };
         let tools: BTreeSet<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
@@ -181,6 +188,10 @@ struct Ledger {
     sent: BTreeMap<String, String>,
     discarded: BTreeSet<String>,
     deleted: BTreeSet<String>,
+    /// The person's messages that began a child's next run (status `started`).
+    started: BTreeSet<String>,
+    /// Messages the person steered out of a pending queue (into a run, maybe mid-run).
+    steered: BTreeSet<String>,
 }
 
 struct Sim {
@@ -256,6 +267,7 @@ impl Sim {
             _temp: temp,
             model: Arc::new(Model {
                 violations: Mutex::new(Vec::new()),
+                answers: Default::default(),
             }),
             gates: GateTool::new(),
             rt: None,
@@ -390,6 +402,11 @@ impl Sim {
                 match sent {
                     Ok((id, status)) => {
                         self.book.sent.insert(id.clone(), target.clone());
+                        if status == bumblehive::protocol::MessageStatus::Started
+                            && children.contains(&target)
+                        {
+                            self.book.started.insert(id.clone());
+                        }
                         format!("person writes to {target}: {id} {status:?}")
                     }
                     Err(err) => format!("person's message to {target} refused: {err}"),
@@ -419,6 +436,7 @@ impl Sim {
                         }
                     }
                 } else {
+                    self.book.steered.insert(message.message_id.clone());
                     format!(
                         "steer {} in {target}: {:?}",
                         message.message_id,
@@ -591,6 +609,7 @@ impl Sim {
             _temp: None,
             model: Arc::new(Model {
                 violations: Mutex::new(Vec::new()),
+                answers: Default::default(),
             }),
             gates: GateTool::new(),
             rt: None,
@@ -863,6 +882,37 @@ impl Sim {
                     "{}: reports recorded {numbers:?}, meta says {}: {records:#?}",
                     child.session_id, meta.reports
                 ));
+            }
+            // Each run's answer is reported: a person's message that began the child's
+            // next run follows the answer that ended the run before (unless the person
+            // later steered it out of a queue, maybe into a run mid-way), and that answer
+            // is in one of the child's reports. Counts alone miss an answer lost to a
+            // later run's report taking its number.
+            let history = &histories[&child.session_id];
+            for (at, message) in history.iter().enumerate() {
+                let Some(id) = message.id.as_deref() else {
+                    continue;
+                };
+                if !self.book.started.contains(id) || self.book.steered.contains(id) {
+                    continue;
+                }
+                let Some(before) = history[..at].iter().rev().find(|m| !m.is_note()) else {
+                    continue;
+                };
+                let answer = before.role == Role::Assistant
+                    && before.tool_calls.is_empty()
+                    && !before.stopped;
+                if answer
+                    && !ledger.records.iter().any(|r| {
+                        r.child_session_id == child.session_id && r.content.contains(before.text())
+                    })
+                {
+                    self.fail(&format!(
+                        "{}: the answer {:?} before the person's {id} was never reported",
+                        child.session_id,
+                        before.text()
+                    ));
+                }
             }
             let queued = pending(parent);
             for record in ledger
