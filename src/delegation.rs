@@ -134,7 +134,7 @@ impl crate::controller::ChildTasks for ServiceChildTasks {
     fn has_task(&self, session_id: &str) -> bool {
         self.registry
             .upgrade()
-            .is_some_and(|registry| registry.shared.subagents.state_of(session_id).is_some())
+            .is_some_and(|registry| registry.shared.subagents.has_task(session_id))
     }
 }
 

@@ -447,6 +447,14 @@ impl SubagentTasks {
             .map(|entry| entry.info.state)
     }
 
+    /// Whether a task of this child is registered (waiting, running, or handing over its
+    /// report).
+    pub fn has_task(&self, session_id: &str) -> bool {
+        self.tasks()
+            .values()
+            .any(|entry| entry.info.session_id == session_id)
+    }
+
     pub fn len(&self) -> usize {
         self.tasks().len()
     }

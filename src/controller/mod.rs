@@ -732,8 +732,13 @@ impl SessionController {
         // and lose the answer. So the start is written when that report is marked (or
         // when this run begins, if the report never is); its messages are in the stored
         // queue meanwhile, and this run's task waits for the earlier one anyway.
+        // A child whose history is empty has had no run, so no report can be in flight:
+        // a fan-out's first starts skip the look through every task.
         let deferred = DeferredStart { run_message };
-        if !state.meta.reported && tasks.has_task(&self.meta.session_id) {
+        if !state.meta.reported
+            && !state.message_ids.is_empty()
+            && tasks.has_task(&self.meta.session_id)
+        {
             state.deferred_start = Some(deferred);
         } else {
             state.deferred_start = None;
