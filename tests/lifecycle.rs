@@ -1427,6 +1427,66 @@ async fn a_crash_before_a_report_is_recorded_loses_no_answer_to_a_follow_up_sent
     service.shutdown().await;
 }
 
+/// The same moment, and the app quits just as the follow-up is sent: the follow-up's run
+/// never starts (its task finds shutdown begun before it takes its lease), so it owes
+/// nothing, and the earlier report, marked late, is the child's last: its mark must say
+/// "reported". The first version of the start's deferral kept counting the undone start:
+/// the mark said "owes", and the next process's recovery sent the first run's answer again
+/// as the child's second report. One worker thread, so that the follow-up's task is not
+/// polled before shutdown begins.
+#[tokio::test(flavor = "current_thread")]
+async fn a_follow_up_that_never_starts_leaves_the_late_report_the_last() {
+    let (fx, parent, child, hold, _gate) = a_report_at_its_flush("quit").await;
+    let (_, status) = fx
+        .service
+        .submit_message(&child, "Try the task again.".into(), None)
+        .await
+        .unwrap();
+    assert_eq!(status, MessageStatus::Started);
+    let mut quitting = Box::pin(fx.service.shutdown());
+    // Its first step cancels the root and every task; it then waits for the report held
+    // at its flush.
+    assert!(futures::poll!(quitting.as_mut()).is_pending());
+    drop(hold);
+    tokio::time::timeout(WAIT, quitting)
+        .await
+        .expect("shutdown hung");
+    let meta = fx.service.store().meta(&child).unwrap();
+    assert!(
+        meta.reported && meta.reports == 1,
+        "the follow-up never started, so nothing is owed: {meta:?}"
+    );
+    let dir = fx.dir;
+    let provider = fx.provider.clone();
+    drop(fx.service);
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: dir.path().join("data"),
+        config_path: Some(dir.path().join("config.json")),
+        config: None,
+        provider_factory: bumblehive::provider::fixed_provider(provider),
+        tools: None,
+    })
+    .unwrap();
+    let ids: Vec<String> = service
+        .store()
+        .ledger(&parent)
+        .unwrap()
+        .records
+        .into_iter()
+        .map(|r| r.message_id)
+        .collect();
+    assert_eq!(ids, ["subagent:delegate-0"], "no answer is reported twice");
+    let waiting: Vec<String> = service
+        .controller(&child)
+        .unwrap()
+        .pending()
+        .into_iter()
+        .map(|p| p.content)
+        .collect();
+    assert_eq!(waiting, ["Try the task again."], "the follow-up is kept");
+    service.shutdown().await;
+}
+
 /// The same moment with a compaction of the child instead of a follow-up: a compaction
 /// owes no report, so the late mark says "reported". The first version of the fix above
 /// took any run for one that owes, and left such a child owing a report with nothing

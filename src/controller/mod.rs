@@ -1689,8 +1689,11 @@ impl SessionController {
             }
         }
         // Its start was never written: the meta still speaks of the run before, whose
-        // report may still be on its way.
+        // report is still on its way. Undone, this start no longer counts, so that
+        // report, marked late, is the child's last and says "reported" (else the child
+        // would owe a report nothing runs for, and recovery would send the answer again).
         if state.deferred_start.take().is_some() {
+            state.child_runs = state.child_runs.saturating_sub(1);
             return;
         }
         let paused = matches!(state.phase, Phase::Paused);
