@@ -1371,38 +1371,8 @@ async fn a_crash_before_a_report_is_recorded_loses_no_answer_to_a_follow_up_sent
         .map(|m| m.text().to_string())
         .unwrap();
     follow_up(&fx, &child).await;
-    let copy = tempfile::tempdir().unwrap();
-    let data = copy.path().join("data");
-    copy_dir(&fx.path().join("data"), &data);
-    let ledger = data.join("sessions").join(&parent).join("reports.jsonl");
-    let lines = std::fs::read_to_string(&ledger).unwrap();
-    let kept: Vec<&str> = lines
-        .lines()
-        .filter(|line| !line.contains("subagent:delegate-0"))
-        .collect();
-    assert!(
-        kept.len() < lines.lines().count(),
-        "the report's line was written"
-    );
-    std::fs::write(
-        &ledger,
-        kept.iter().map(|l| format!("{l}\n")).collect::<String>(),
-    )
-    .unwrap();
-    drop(hold);
-    gate.set();
-    fx.wait_idle().await;
-    let provider = fx.provider.clone();
-    fx.shutdown().await;
-
-    let service = RuntimeService::new(ServiceOptions {
-        data_dir: data,
-        config_path: Some(copy.path().join("config.json")),
-        config: None,
-        provider_factory: bumblehive::provider::fixed_provider(provider),
-        tools: None,
-    })
-    .unwrap();
+    let (_copy, service) =
+        crashed_before_the_line(fx, &parent, "subagent:delegate-0", hold, gate).await;
     let records = service.store().ledger(&parent).unwrap().records;
     let ids: Vec<&str> = records.iter().map(|r| r.message_id.as_str()).collect();
     assert_eq!(ids, ["subagent:delegate-0"], "the first run's report");
@@ -1416,15 +1386,70 @@ async fn a_crash_before_a_report_is_recorded_loses_no_answer_to_a_follow_up_sent
         meta.reported && meta.reports == 1 && !meta.interrupted,
         "{meta:?}"
     );
-    let waiting: Vec<String> = service
-        .controller(&child)
+    assert_eq!(
+        pending_texts(&service, &child),
+        ["Try the task again."],
+        "the follow-up is kept"
+    );
+    service.shutdown().await;
+}
+
+/// The disk a crash leaves while the report `message_id` waits at its flush (its line not
+/// written yet): the data folder copied now, without that line of the parent's ledger,
+/// and a new service started on the copy (its recovery runs). The original goes on and
+/// is shut down.
+async fn crashed_before_the_line(
+    fx: crate::support::Delegation,
+    parent: &str,
+    message_id: &str,
+    hold: bumblehive::flush::FlushHold,
+    gate: crate::support::Flag,
+) -> (tempfile::TempDir, RuntimeService) {
+    let copy = tempfile::tempdir().unwrap();
+    let data = copy.path().join("data");
+    copy_dir(&fx.path().join("data"), &data);
+    let ledger = data.join("sessions").join(parent).join("reports.jsonl");
+    let lines = std::fs::read_to_string(&ledger).unwrap();
+    let quoted = format!("\"{message_id}\"");
+    let kept: Vec<&str> = lines
+        .lines()
+        .filter(|line| !line.contains(&quoted))
+        .collect();
+    assert_eq!(
+        kept.len() + 1,
+        lines.lines().count(),
+        "the report's line was written: {lines}"
+    );
+    std::fs::write(
+        &ledger,
+        kept.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    drop(hold);
+    gate.set();
+    fx.wait_idle().await;
+    let provider = fx.provider.clone();
+    fx.shutdown().await;
+    let service = RuntimeService::new(ServiceOptions {
+        data_dir: data,
+        config_path: Some(copy.path().join("config.json")),
+        config: None,
+        provider_factory: bumblehive::provider::fixed_provider(provider),
+        tools: None,
+    })
+    .unwrap();
+    (copy, service)
+}
+
+/// What waits in a session's queue, by text.
+fn pending_texts(service: &RuntimeService, session_id: &str) -> Vec<String> {
+    service
+        .controller(session_id)
         .unwrap()
         .pending()
         .into_iter()
         .map(|p| p.content)
-        .collect();
-    assert_eq!(waiting, ["Try the task again."], "the follow-up is kept");
-    service.shutdown().await;
+        .collect()
 }
 
 /// The same moment, and the app quits just as the follow-up is sent: the follow-up's run
@@ -1476,14 +1501,11 @@ async fn a_follow_up_that_never_starts_leaves_the_late_report_the_last() {
         .map(|r| r.message_id)
         .collect();
     assert_eq!(ids, ["subagent:delegate-0"], "no answer is reported twice");
-    let waiting: Vec<String> = service
-        .controller(&child)
-        .unwrap()
-        .pending()
-        .into_iter()
-        .map(|p| p.content)
-        .collect();
-    assert_eq!(waiting, ["Try the task again."], "the follow-up is kept");
+    assert_eq!(
+        pending_texts(&service, &child),
+        ["Try the task again."],
+        "the follow-up is kept"
+    );
     service.shutdown().await;
 }
 
@@ -1554,4 +1576,53 @@ async fn a_report_marked_after_a_stopped_start_leaves_the_stopped_report_owed() 
         last.content
     );
     fx.shutdown().await;
+}
+
+/// The same stop, and the process dies once the first report is recorded and marked,
+/// before the stopped run's report is: by then the stored meta must speak of the stopped
+/// run (its start, held back, written with the first report's mark, as paused), so that
+/// recovery finds that run never began and calls the child interrupted. Were the meta
+/// still speaking of the first run, recovery would send its answer again as the second
+/// report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_a_stopped_runs_report_is_recorded_sends_no_answer_twice() {
+    let (fx, parent, child, hold, gate) = a_report_at_its_flush("twice").await;
+    follow_up(&fx, &child).await;
+    fx.service.cancel_session(&child).await.unwrap();
+    let hold = tokio::task::spawn_blocking(move || {
+        hold.pass();
+        hold.wait_for(1);
+        hold
+    });
+    let hold = tokio::time::timeout(WAIT, hold)
+        .await
+        .expect("the stopped run's report never reached its flush")
+        .unwrap();
+    let meta = marked(&fx, &child, 1).await;
+    assert!(
+        !meta.reported && meta.state == SessionState::Paused,
+        "{meta:?}"
+    );
+    let (_copy, service) =
+        crashed_before_the_line(fx, &parent, "subagent:delegate-0:2", hold, gate).await;
+    let ids: Vec<String> = service
+        .store()
+        .ledger(&parent)
+        .unwrap()
+        .records
+        .into_iter()
+        .map(|r| r.message_id)
+        .collect();
+    assert_eq!(ids, ["subagent:delegate-0"], "no answer is reported twice");
+    let meta = service.store().meta(&child).unwrap();
+    assert!(
+        meta.interrupted && meta.reports == 1 && !meta.reported,
+        "the stopped run never began: {meta:?}"
+    );
+    assert_eq!(
+        pending_texts(&service, &child),
+        ["Try the task again."],
+        "the follow-up is kept"
+    );
+    service.shutdown().await;
 }
