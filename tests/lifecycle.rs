@@ -1010,15 +1010,10 @@ async fn a_report_recorded_just_before_a_crash_keeps_its_number() {
     let service = service_with(&data, model, Config::default(), ToolRegistry::standard()).unwrap();
     assert!(service.session_info(&child).unwrap().interrupted);
     service.cancel_session(&child).await.unwrap();
-    let ids: Vec<String> = service
-        .store()
-        .ledger(&parent)
-        .unwrap()
-        .records
-        .iter()
-        .map(|r| r.message_id.clone())
-        .collect();
-    assert_eq!(ids, vec!["subagent:t", "subagent:t:2"]);
+    assert_eq!(
+        ledger_ids(&service, &parent),
+        vec!["subagent:t", "subagent:t:2"]
+    );
     service.shutdown().await;
 }
 
@@ -1342,16 +1337,10 @@ async fn a_report_marked_after_the_next_run_began_leaves_that_run_owing_its_own(
     fx.wait_idle().await;
     let meta = fx.service.store().meta(&child).unwrap();
     assert_eq!((meta.reports, meta.reported), (2, true));
-    let numbers: Vec<String> = fx
-        .service
-        .store()
-        .ledger(&parent)
-        .unwrap()
-        .records
-        .iter()
-        .map(|r| r.message_id.clone())
-        .collect();
-    assert_eq!(numbers, ["subagent:delegate-0", "subagent:delegate-0:2"]);
+    assert_eq!(
+        ledger_ids(&fx.service, &parent),
+        ["subagent:delegate-0", "subagent:delegate-0:2"]
+    );
     fx.shutdown().await;
 }
 
@@ -1430,15 +1419,20 @@ async fn crashed_before_the_line(
     fx.wait_idle().await;
     let provider = fx.provider.clone();
     fx.shutdown().await;
-    let service = RuntimeService::new(ServiceOptions {
-        data_dir: data,
-        config_path: Some(copy.path().join("config.json")),
-        config: None,
-        provider_factory: bumblehive::provider::fixed_provider(provider),
-        tools: None,
-    })
-    .unwrap();
+    let service = crate::support::Delegation::open(copy.path(), provider);
     (copy, service)
+}
+
+/// The message ids of a parent's recorded reports, in order.
+fn ledger_ids(service: &RuntimeService, parent: &str) -> Vec<String> {
+    service
+        .store()
+        .ledger(parent)
+        .unwrap()
+        .records
+        .into_iter()
+        .map(|r| r.message_id)
+        .collect()
 }
 
 /// What waits in a session's queue, by text.
@@ -1461,7 +1455,7 @@ fn pending_texts(service: &RuntimeService, session_id: &str) -> Vec<String> {
 /// polled before shutdown begins.
 #[tokio::test(flavor = "current_thread")]
 async fn a_follow_up_that_never_starts_leaves_the_late_report_the_last() {
-    let (fx, parent, child, hold, _gate) = a_report_at_its_flush("quit").await;
+    let (mut fx, parent, child, hold, _gate) = a_report_at_its_flush("quit").await;
     let (_, status) = fx
         .service
         .submit_message(&child, "Try the task again.".into(), None)
@@ -1481,32 +1475,19 @@ async fn a_follow_up_that_never_starts_leaves_the_late_report_the_last() {
         meta.reported && meta.reports == 1,
         "the follow-up never started, so nothing is owed: {meta:?}"
     );
-    let dir = fx.dir;
-    let provider = fx.provider.clone();
-    drop(fx.service);
-    let service = RuntimeService::new(ServiceOptions {
-        data_dir: dir.path().join("data"),
-        config_path: Some(dir.path().join("config.json")),
-        config: None,
-        provider_factory: bumblehive::provider::fixed_provider(provider),
-        tools: None,
-    })
-    .unwrap();
-    let ids: Vec<String> = service
-        .store()
-        .ledger(&parent)
-        .unwrap()
-        .records
-        .into_iter()
-        .map(|r| r.message_id)
-        .collect();
-    assert_eq!(ids, ["subagent:delegate-0"], "no answer is reported twice");
+    // The next start, its recovery included.
+    fx.restart().await;
     assert_eq!(
-        pending_texts(&service, &child),
+        ledger_ids(&fx.service, &parent),
+        ["subagent:delegate-0"],
+        "no answer is reported twice"
+    );
+    assert_eq!(
+        pending_texts(&fx.service, &child),
         ["Try the task again."],
         "the follow-up is kept"
     );
-    service.shutdown().await;
+    fx.shutdown().await;
 }
 
 /// The same moment with a compaction of the child instead of a follow-up: a compaction
@@ -1605,15 +1586,11 @@ async fn a_crash_before_a_stopped_runs_report_is_recorded_sends_no_answer_twice(
     );
     let (_copy, service) =
         crashed_before_the_line(fx, &parent, "subagent:delegate-0:2", hold, gate).await;
-    let ids: Vec<String> = service
-        .store()
-        .ledger(&parent)
-        .unwrap()
-        .records
-        .into_iter()
-        .map(|r| r.message_id)
-        .collect();
-    assert_eq!(ids, ["subagent:delegate-0"], "no answer is reported twice");
+    assert_eq!(
+        ledger_ids(&service, &parent),
+        ["subagent:delegate-0"],
+        "no answer is reported twice"
+    );
     let meta = service.store().meta(&child).unwrap();
     assert!(
         meta.interrupted && meta.reports == 1 && !meta.reported,

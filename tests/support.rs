@@ -196,14 +196,7 @@ impl Delegation {
     pub fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let provider = Arc::new(DelegationProvider::new(dir.path().join("approval.txt")));
-        let service = RuntimeService::new(ServiceOptions {
-            data_dir: dir.path().join("data"),
-            config_path: Some(dir.path().join("config.json")),
-            config: None,
-            provider_factory: fixed_provider(provider.clone()),
-            tools: None,
-        })
-        .unwrap();
+        let service = Self::open(dir.path(), provider.clone());
         Delegation {
             service,
             provider,
@@ -217,14 +210,20 @@ impl Delegation {
         tokio::time::timeout(WAIT, self.service.shutdown())
             .await
             .expect("shutdown hung");
-        self.service = RuntimeService::new(ServiceOptions {
-            data_dir: self.dir.path().join("data"),
-            config_path: Some(self.dir.path().join("config.json")),
+        self.service = Self::open(self.dir.path(), self.provider.clone());
+    }
+
+    /// A service on `folder`'s `data` and `config.json` with this fixture's model: the
+    /// fixture's own folder, or a copy of it (a crash's disk, recovered).
+    pub fn open(folder: &Path, provider: Arc<DelegationProvider>) -> RuntimeService {
+        RuntimeService::new(ServiceOptions {
+            data_dir: folder.join("data"),
+            config_path: Some(folder.join("config.json")),
             config: None,
-            provider_factory: fixed_provider(self.provider.clone()),
+            provider_factory: fixed_provider(provider),
             tools: None,
         })
-        .unwrap();
+        .unwrap()
     }
 
     pub fn path(&self) -> &Path {
