@@ -114,3 +114,115 @@ pub fn private_dir(path: &Path) -> std::io::Result<()> {
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     builder.create(path)
 }
+
+/// A process killed between two writes of one data folder, for the randomized
+/// interleaving test: once armed with `kill_after(n)`, `n` more writes pass and every
+/// later one fails, so the disk keeps exactly what a process killed at that instant
+/// would have left (the page cache keeps what was written; nothing after it lands). The
+/// test then drops the service and recovers a new one from the folder. A crash that
+/// stops the runtime at its next await can only land between two awaits; this one lands
+/// between any two writes, wherever no await separates them (issue 25's simulation).
+///
+/// Unarmed, a write pays one atomic load.
+#[derive(Debug, Default)]
+pub struct WriteGate {
+    /// `OFF`, `KILLED`, or `n + ARMED`: `n` more writes pass.
+    state: std::sync::atomic::AtomicU64,
+}
+
+const OFF: u64 = 0;
+const KILLED: u64 = 1;
+const ARMED: u64 = 2;
+
+impl WriteGate {
+    /// Asks to write: an error once the simulated kill has happened.
+    pub fn pass(&self) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering;
+        let mut state = self.state.load(Ordering::Acquire);
+        loop {
+            let next = match state {
+                OFF => return Ok(()),
+                KILLED => return Err(killed()),
+                ARMED => KILLED,
+                n => n - 1,
+            };
+            match self
+                .state
+                .compare_exchange(state, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) if next == KILLED => return Err(killed()),
+                Ok(_) => return Ok(()),
+                Err(now) => state = now,
+            }
+        }
+    }
+
+    /// Lets `writes` more writes pass, then kills.
+    pub fn kill_after(&self, writes: u64) {
+        self.state.store(
+            writes.saturating_add(ARMED),
+            std::sync::atomic::Ordering::Release,
+        );
+    }
+
+    /// Takes an armed kill back; false if it has happened already (it stays).
+    pub fn disarm(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let mut state = self.state.load(Ordering::Acquire);
+        loop {
+            if state == KILLED {
+                return false;
+            }
+            match self
+                .state
+                .compare_exchange(state, OFF, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(now) => state = now,
+            }
+        }
+    }
+
+    /// Whether the simulated kill has happened.
+    pub fn killed(&self) -> bool {
+        self.state.load(std::sync::atomic::Ordering::Acquire) == KILLED
+    }
+
+    /// Whether a kill is armed and has not happened yet.
+    pub fn armed(&self) -> bool {
+        self.state.load(std::sync::atomic::Ordering::Acquire) >= ARMED
+    }
+}
+
+fn killed() -> std::io::Error {
+    std::io::Error::other("the process was killed here (a simulated kill)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_gate_lets_n_writes_pass_then_refuses_every_later_one() {
+        let gate = WriteGate::default();
+        assert!(gate.pass().is_ok(), "unarmed, every write passes");
+        gate.kill_after(2);
+        assert!(gate.armed() && !gate.killed());
+        assert!(gate.pass().is_ok());
+        assert!(gate.pass().is_ok());
+        assert!(gate.pass().is_err(), "the third write is the kill");
+        assert!(gate.killed() && !gate.armed());
+        assert!(gate.pass().is_err(), "nothing lands after the kill");
+        assert!(!gate.disarm(), "a kill that happened stays");
+        assert!(gate.killed());
+
+        let gate = WriteGate::default();
+        gate.kill_after(5);
+        assert!(gate.pass().is_ok());
+        assert!(gate.disarm(), "taken back before it happened");
+        assert!(!gate.armed() && !gate.killed());
+        for _ in 0..10 {
+            assert!(gate.pass().is_ok());
+        }
+    }
+}

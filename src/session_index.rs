@@ -74,6 +74,8 @@ pub struct SessionIndex {
     state: Mutex<State>,
     /// The file kept open for appends (`append_bytes`).
     appender: Mutex<Option<Appender>>,
+    /// The store's simulated kill (tests): the index is written in the same data folder.
+    gate: std::sync::Arc<crate::fsutil::WriteGate>,
 }
 
 /// The index file as this process last appended to it: its inode, and its length right
@@ -90,7 +92,11 @@ struct Appender {
 pub type ReadMeta<'a> = &'a dyn Fn(&Path, &str) -> Option<SessionMeta>;
 
 impl SessionIndex {
-    pub fn new(data_dir: &Path, sessions: &Path) -> Self {
+    pub fn new(
+        data_dir: &Path,
+        sessions: &Path,
+        gate: std::sync::Arc<crate::fsutil::WriteGate>,
+    ) -> Self {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
@@ -101,6 +107,7 @@ impl SessionIndex {
             token: format!("{}-{nanos:x}", std::process::id()),
             state: Mutex::new(State::default()),
             appender: Mutex::new(None),
+            gate,
         }
     }
 
@@ -325,7 +332,8 @@ impl SessionIndex {
             push_line(&mut bytes, &self.meta_line(meta.clone()));
         }
         push_line(&mut bytes, &self.scan_line());
-        match crate::fsutil::write_atomic(&self.path, &bytes, false) {
+        let written = self.gate.pass();
+        match written.and_then(|()| crate::fsutil::write_atomic(&self.path, &bytes, false)) {
             Ok(()) => {
                 state.offset = bytes.len() as u64;
                 state.ino = fs::metadata(&self.path).map(|s| ino_of(&s)).unwrap_or(0);
@@ -356,6 +364,7 @@ impl SessionIndex {
     fn append_bytes(&self, bytes: &[u8]) {
         let mut appender = self.appender.lock().unwrap_or_else(|p| p.into_inner());
         let written = (|| -> std::io::Result<()> {
+            self.gate.pass()?;
             let stat = match fs::metadata(&self.path) {
                 Ok(stat) => Some(stat),
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,

@@ -228,6 +228,9 @@ pub struct SessionStore {
     /// Writers of one session's small files (meta, pending) one at a time: an in-place
     /// write pads to the length it read first (`write_in_place`). Striped by session id.
     small_writes: [Mutex<()>; 16],
+    /// For tests: a simulated kill between two writes (`WriteGate`); every write of the
+    /// data folder asks it first, the session index's too.
+    gate: Arc<WriteGate>,
 }
 
 /// The open history files, with the order they were opened in (for the cap).
@@ -243,7 +246,7 @@ pub fn now() -> String {
 
 // In the leaf `fsutil` (config, the session index and MCP trust use them without
 // depending on the store); named here as before.
-use crate::fsutil::private_file;
+use crate::fsutil::{WriteGate, private_file};
 pub use crate::fsutil::{private_dir, write_atomic, write_in_place};
 
 impl SessionStore {
@@ -254,10 +257,12 @@ impl SessionStore {
         let trash = data_dir.join(TRASH);
         private_dir(&trash).map_err(|err| StoreError::io(&trash, err))?;
         empty_trash(&trash);
+        let gate = Arc::new(WriteGate::default());
         Ok(SessionStore {
             trash,
             flusher: Flusher::new(&root),
-            index: SessionIndex::new(data_dir, &root),
+            index: SessionIndex::new(data_dir, &root, gate.clone()),
+            gate,
             // Small: only list feeds read it, and one that falls behind lists again.
             changed: tokio::sync::broadcast::channel(128).0,
             small_writes: Default::default(),
@@ -281,7 +286,10 @@ impl SessionStore {
     pub fn create(&self, new: NewSession) -> Result<SessionMeta, StoreError> {
         let session_id = uuid::Uuid::now_v7().to_string();
         let dir = self.dir(&session_id)?;
-        private_dir(&dir).map_err(|err| StoreError::io(&dir, err))?;
+        self.gate
+            .pass()
+            .and_then(|()| private_dir(&dir))
+            .map_err(|err| StoreError::io(&dir, err))?;
         let created_at = now();
         let title = new.title.unwrap_or_else(|| "New session".to_string());
         let meta = SessionMeta {
@@ -311,7 +319,10 @@ impl SessionStore {
             acp_session: None,
         };
         let messages = dir.join(MESSAGES);
-        private_file(&messages).map_err(|err| StoreError::io(&messages, err))?;
+        self.gate
+            .pass()
+            .and_then(|()| private_file(&messages))
+            .map_err(|err| StoreError::io(&messages, err))?;
         self.write_meta(&meta)?;
         Ok(meta)
     }
@@ -345,7 +356,9 @@ impl SessionStore {
         // new inode per change (issue 31).
         let written = {
             let _one = self.small_write_lock(&meta.session_id);
-            write_in_place(&path, &bytes)
+            self.gate
+                .pass()
+                .and_then(|()| write_in_place(&path, &bytes))
         };
         if let Err(err) = written {
             // The index must never claim a meta the folder does not hold (review R5): a
@@ -386,7 +399,7 @@ impl SessionStore {
         let mut file = writer
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Err(err) = file.write_all(bytes) {
+        if let Err(err) = self.gate.pass().and_then(|()| file.write_all(bytes)) {
             // A failed write may leave a torn line: close the file so the next append
             // reopens it and cuts the tail off first (runtime review C7).
             drop(file);
@@ -470,6 +483,12 @@ impl SessionStore {
     /// What the flusher has done so far.
     pub fn flush_stats(&self) -> FlushStats {
         self.flusher.stats()
+    }
+
+    /// For tests: the simulated kill between two writes of this store (`WriteGate`).
+    #[doc(hidden)]
+    pub fn write_gate(&self) -> Arc<WriteGate> {
+        self.gate.clone()
     }
 
     /// For tests: holds every flush just before its `fdatasync` (`Flusher::hold`).
@@ -608,6 +627,7 @@ impl SessionStore {
         // Not flushed: reports, the pending messages that matter most, are recovered from
         // the flushed report ledger. In place, like the meta.
         let _one = self.small_write_lock(id);
+        self.gate.pass().map_err(|err| StoreError::io(&path, err))?;
         if pending.is_empty() {
             // An empty queue needs no file (a missing one reads as empty): most sessions,
             // and every child of a fan-out, never make one (issue 31). One that exists
@@ -686,6 +706,8 @@ impl SessionStore {
         let mut bytes = serde_json::to_vec(line)
             .map_err(|err| StoreError::io(&path, std::io::Error::other(err)))?;
         bytes.push(b'\n');
+        // Before the open, which makes the file: `has_ledger` looks for it.
+        self.gate.pass().map_err(|err| StoreError::io(&path, err))?;
         let mut file = open_repaired(&path).map_err(|err| StoreError::io(&path, err))?;
         file.write_all(&bytes)
             .map_err(|err| StoreError::io(&path, err))?;
@@ -747,7 +769,7 @@ impl SessionStore {
             .map(|d| d.as_nanos())
             .unwrap_or_default();
         let aside = self.trash.join(format!("{id}.{nanos:x}"));
-        match fs::rename(&dir, &aside) {
+        match self.gate.pass().and_then(|()| fs::rename(&dir, &aside)) {
             Ok(()) => {}
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                 return Err(StoreError::NotFound(id.to_string()));

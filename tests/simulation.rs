@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bumblehive::config::Config;
+use bumblehive::fsutil::WriteGate;
 use bumblehive::invariant::{OrderError, check_message_order};
 use bumblehive::protocol::{Message, Role, SessionState, ToolCall};
 use bumblehive::provider::{
@@ -39,6 +40,8 @@ use crate::lifecycle::GateTool;
 /// The seeds CI runs (each a different mix; see `scripts/simulate.sh` for longer runs).
 const CI_SEEDS: &[u64] = &[1, 2, 3, 5, 8, 13, 21, 34, 55, 89];
 const CI_STEPS: usize = 70;
+/// How many simulated kills at a write this process recovered from (for the summary).
+static KILLS_AT_WRITES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Process mode: the seeds CI kills for real, how many steps each, how many kills.
 const KILL_SEEDS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 12];
@@ -55,6 +58,11 @@ const STEP_LINE: &str = "SIMSTEP ";
 /// is checked against SPEC §2 as it arrives.
 struct Model {
     violations: Mutex<Vec<String>>,
+    /// The service's simulated kill between two writes: once it has happened, the
+    /// runtime goes on in memory with a disk that no longer follows (every write fails)
+    /// until the step ends and the simulation recovers a new service; what it asks the
+    /// model meanwhile is what no killed process would ask, so it is not checked.
+    gate: Mutex<Option<Arc<WriteGate>>>,
     /// Numbers the answers: each answer's text is unique in this process (with the
     /// process id, across kills), so a report can be told from another (`check_quiet`).
     answers: std::sync::atomic::AtomicU64,
@@ -97,7 +105,10 @@ impl ModelProvider for Model {
         request: ModelRequest,
         _sink: ProviderSink<'_>,
     ) -> Result<ModelResponse, ProviderError> {
-        if let Err(err) = check_message_order(&request.messages.to_vec()) {
+        let killed = (self.gate.lock().unwrap().as_ref()).is_some_and(|g| g.killed());
+        if let Err(err) = check_message_order(&request.messages.to_vec())
+            && !killed
+        {
             self.violations
                 .lock()
                 .unwrap()
@@ -267,6 +278,7 @@ impl Sim {
             _temp: temp,
             model: Arc::new(Model {
                 violations: Mutex::new(Vec::new()),
+                gate: Mutex::new(None),
                 answers: Default::default(),
             }),
             gates: GateTool::new(),
@@ -305,6 +317,7 @@ impl Sim {
         let service = rt.block_on(async { RuntimeService::new(options) });
         match service {
             Ok(service) => {
+                *self.model.gate.lock().unwrap() = Some(service.store().write_gate());
                 self.service = Some(service);
                 self.rt = Some(Arc::new(rt));
             }
@@ -347,16 +360,51 @@ impl Sim {
 
     /// One random step; returns what it did, for the log.
     fn step(&mut self) -> String {
+        self.recover_if_killed("between the steps");
         // The service's sync calls may start tasks: they run in its runtime's context.
         let did = {
             let rt = self.rt.clone().unwrap();
             let _context = rt.enter();
             self.step_in_context()
         };
+        if self.recover_if_killed("during the step") {
+            self.restart_next = None;
+        }
         if let Some(crash) = self.restart_next.take() {
             self.restart(crash);
         }
         did
+    }
+
+    /// Whether the simulated kill between two writes has happened. A call that answers
+    /// after it was cut short, as far as the person knows: a killed process answers
+    /// nothing, and the runtime's code that goes on in memory may answer for a write that
+    /// was refused (a queue's write failing is logged, not returned). Such a call is not
+    /// booked; the invariants hold whether or not it took effect.
+    fn killed(&self) -> bool {
+        self.service().store().write_gate().killed()
+    }
+
+    /// The simulated kill between two writes, if it has happened: the runtime is stopped
+    /// as a crash stops it and a new service recovers from what the writes before the
+    /// kill left. Returns whether it had happened.
+    fn recover_if_killed(&mut self, when: &str) -> bool {
+        if !self.killed() {
+            return false;
+        }
+        self.log
+            .push(format!("     (the kill at a write happened {when})"));
+        KILLS_AT_WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.restart(true);
+        true
+    }
+
+    /// Before a quiet point or a clean restart: an armed kill that has not happened is
+    /// taken back, one that has is recovered from.
+    fn settle_kill(&mut self) {
+        if !self.service().store().write_gate().disarm() {
+            self.recover_if_killed("before a quiet point");
+        }
     }
 
     fn step_in_context(&mut self) -> String {
@@ -382,6 +430,7 @@ impl Sim {
                     None,
                 ));
                 match sent {
+                    Ok(_) if self.killed() => format!("new parent cut short by the kill: {sent:?}"),
                     Ok((id, status)) => {
                         self.book.sent.insert(id.clone(), info.session_id.clone());
                         format!("new parent {} {plan}: {id} {status:?}", info.session_id)
@@ -400,6 +449,9 @@ impl Sim {
                 };
                 let sent = self.block_on(self.service().submit_message(&target, text.into(), None));
                 match sent {
+                    Ok(_) if self.killed() => {
+                        format!("person's message to {target} cut short by the kill: {sent:?}")
+                    }
                     Ok((id, status)) => {
                         self.book.sent.insert(id.clone(), target.clone());
                         if status == bumblehive::protocol::MessageStatus::Started
@@ -430,6 +482,11 @@ impl Sim {
                     self.persist_if_killable();
                     match ctl.discard(&message.message_id) {
                         Ok(()) => format!("discard {} in {target}", message.message_id),
+                        // Cut short by the kill: it may have taken effect, as when a
+                        // real process is killed in the call.
+                        Err(err) if self.killed() => {
+                            format!("discard cut short by the kill: {err}")
+                        }
                         Err(err) => {
                             self.book.discarded.remove(&message.message_id);
                             format!("discard refused: {err}")
@@ -526,6 +583,17 @@ impl Sim {
                 self.restart_next = Some(true);
                 "crash".into()
             }
+            87..=89 => {
+                // A kill between two writes, anywhere: after `writes` more writes of the
+                // data folder (whoever makes them), in this step or a later one.
+                let gate = self.service().store().write_gate();
+                if gate.armed() {
+                    return "a kill at a write is armed already".into();
+                }
+                let writes = self.rng.random_range(0..40);
+                gate.kill_after(writes);
+                format!("kill after {writes} more writes")
+            }
             _ => {
                 // Let the background work go on for a moment (no step waits on it).
                 let micros = self.rng.random_range(0..3000);
@@ -609,6 +677,7 @@ impl Sim {
             _temp: None,
             model: Arc::new(Model {
                 violations: Mutex::new(Vec::new()),
+                gate: Mutex::new(None),
                 answers: Default::default(),
             }),
             gates: GateTool::new(),
@@ -658,6 +727,12 @@ impl Sim {
     /// stopped where it is, every task dropped at its next await, and a new service starts
     /// on what is on disk.
     fn restart(&mut self, crash: bool) {
+        if !crash && !self.service().store().write_gate().disarm() {
+            // The armed kill happened first: this restart is that crash.
+            self.log
+                .push("     (the kill at a write happened before the restart)".into());
+            return self.restart(true);
+        }
         let service = self.service.take().unwrap();
         let rt = Arc::try_unwrap(self.rt.take().unwrap())
             .unwrap_or_else(|_| panic!("the runtime is still in use"));
@@ -701,6 +776,7 @@ impl Sim {
     /// Lets every run end: gates opened, approvals decided, interrupted children resumed
     /// or cancelled; then waits until the runtime is idle.
     fn quiesce(&mut self) {
+        self.settle_kill();
         let rt = self.rt.clone().unwrap();
         let _context = rt.enter();
         for round in 0..200 {
@@ -1042,9 +1118,10 @@ fn simulation_random_interleavings_keep_every_invariant() {
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "simulation: {} seeds × {steps} steps in {secs:.1} s ({:.0} sequences per minute)",
+        "simulation: {} seeds × {steps} steps in {secs:.1} s ({:.0} sequences per minute), {} kills at a write",
         seeds.len(),
-        seeds.len() as f64 * 60.0 / secs.max(0.001)
+        seeds.len() as f64 * 60.0 / secs.max(0.001),
+        KILLS_AT_WRITES.load(std::sync::atomic::Ordering::Relaxed)
     );
 }
 
