@@ -165,6 +165,12 @@ impl WriteGate {
         );
     }
 
+    /// Kills now: every later write fails.
+    pub fn kill(&self) {
+        self.state
+            .store(KILLED, std::sync::atomic::Ordering::Release);
+    }
+
     /// Takes an armed kill back; false if it has happened already (it stays).
     pub fn disarm(&self) -> bool {
         use std::sync::atomic::Ordering;

@@ -344,3 +344,161 @@ async fn a_changing_tool_runs_only_once_its_call_is_flushed_and_the_end_waits_fo
     assert!(end.requests > seen[1].requests, "{seen:?} {end:?}");
     service.shutdown().await;
 }
+
+/// The disk a process killed now leaves: every later write of `fx`'s data folder is
+/// refused (what passed before is there, as the page cache keeps it), the folder is
+/// copied, and a new service recovers from the copy. The old service is shut down after.
+async fn killed_here(fx: Delegation) -> (tempfile::TempDir, bumblehive::service::RuntimeService) {
+    fx.service.store().write_gate().kill();
+    let copy = tempfile::tempdir().unwrap();
+    crate::lifecycle::copy_dir(&fx.path().join("data"), &copy.path().join("data"));
+    let provider = fx.provider.clone();
+    provider.parent_release.set();
+    // The old service's runs end, so that its shutdown does not wait on them.
+    provider.gate("p-0").set();
+    let _ = tokio::time::timeout(WAIT, fx.service.shutdown()).await;
+    let service = Delegation::open(copy.path(), provider);
+    (copy, service)
+}
+
+/// How many times `message_id` is in `session`'s history and in its stored queue.
+fn stored(
+    service: &bumblehive::service::RuntimeService,
+    session: &str,
+    message_id: &str,
+) -> (usize, usize) {
+    let history = service
+        .store()
+        .load(session)
+        .unwrap()
+        .messages
+        .iter()
+        .filter(|m| m.id.as_deref() == Some(message_id))
+        .count();
+    let queued = service
+        .controller(session)
+        .unwrap()
+        .pending()
+        .iter()
+        .filter(|p| p.message_id == message_id)
+        .count();
+    (history, queued)
+}
+
+/// A parent `p` held running (its next model call waits) with one child waiting at its
+/// gate, and the person's message `queued` in its stored queue: sent while it ran, then
+/// the person pressed Stop before the run took it.
+async fn paused_with_a_queued_message() -> (Delegation, Begun, String) {
+    let fx = Delegation::new();
+    fx.provider.parent_release.clear();
+    let begun = fx.begin("p", 1, false, None).await;
+    fx.provider
+        .wait_request(|r| r.iter().any(|m| m.role == bumblehive::protocol::Role::Tool))
+        .await;
+    let (queued, status) = begun
+        .controller
+        .submit("a note while it works".into(), None)
+        .unwrap();
+    assert_eq!(status, MessageStatus::Steered);
+    fx.service.cancel_session(&begun.session_id).await.unwrap();
+    assert!(
+        begun
+            .controller
+            .pending()
+            .iter()
+            .any(|p| p.message_id == queued),
+        "Stop puts the message the run did not take back in the queue"
+    );
+    (fx, begun, queued)
+}
+
+/// SPEC §12.2 at every write: the person steers a queued message into a stopped parent,
+/// and the process is killed after each number of writes in turn. The message is on the
+/// disk exactly once whatever the kill cuts short, whether the call answered or not.
+/// Before, steering wrote the queue without the message first and the new run's history
+/// with it second: killed between the two, the message was nowhere (found by the
+/// simulation's kill at a write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_steered_is_on_disk_at_every_write() {
+    for writes in 0..4 {
+        let (fx, begun, queued) = paused_with_a_queued_message().await;
+        fx.service.store().write_gate().kill_after(writes);
+        let steered = begun.controller.steer(&queued);
+        let (_copy, service) = killed_here(fx).await;
+        let (history, queue) = stored(&service, &begun.session_id, &queued);
+        assert_eq!(
+            history + queue,
+            1,
+            "killed after {writes} writes (the steer answered {steered:?}): the message is in the history {history} times and queued {queue} times"
+        );
+        service.shutdown().await;
+    }
+}
+
+/// A person's message is acknowledged only once the disk has it: to a running parent,
+/// with the process killed (or the disk full) after each number of writes in turn, a
+/// message the call answered "steered" for is on the disk the kill leaves. Before, a
+/// failed write of the queue was logged and the call answered "steered" for a message
+/// only memory held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_person_is_told_was_taken_is_on_disk() {
+    for writes in 0..3 {
+        let fx = Delegation::new();
+        fx.provider.parent_release.clear();
+        let begun = fx.begin("p", 1, false, None).await;
+        fx.provider
+            .wait_request(|r| r.iter().any(|m| m.role == bumblehive::protocol::Role::Tool))
+            .await;
+        fx.service.store().write_gate().kill_after(writes);
+        let sent = begun
+            .controller
+            .submit("a note while it works".into(), None);
+        if let Err(err) = &sent {
+            // Refused: nothing of it is left to run either.
+            let snapshot = begun.controller.snapshot();
+            assert!(snapshot.pending.is_empty(), "{err}: {:?}", snapshot.pending);
+        }
+        let (_copy, service) = killed_here(fx).await;
+        if let Ok((id, status)) = &sent {
+            let (history, queue) = stored(&service, &begun.session_id, id);
+            assert_eq!(
+                history + queue,
+                1,
+                "killed after {writes} writes, the call answered {status:?}: the message is in the history {history} times and queued {queue} times"
+            );
+        }
+        service.shutdown().await;
+    }
+}
+
+/// The same for a follow-up that starts an idle child's next run: answered "started", it
+/// is on the disk the kill leaves, after each number of writes in turn. Before, the
+/// child's stored queue was written by the start, whose failure was logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_the_person_is_told_started_is_on_disk() {
+    for writes in 0..4 {
+        let fx = Delegation::new();
+        let begun = fx.begin("p", 1, false, None).await;
+        let child = begun.children[0]["session_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        fx.provider.gate("p-0").set();
+        fx.wait_idle().await;
+        fx.service.store().write_gate().kill_after(writes);
+        let sent = fx
+            .service
+            .submit_message(&child, "one more thing".into(), None)
+            .await;
+        let (_copy, service) = killed_here(fx).await;
+        if let Ok((id, status)) = &sent {
+            let (history, queue) = stored(&service, &child, id);
+            assert_eq!(
+                history + queue,
+                1,
+                "killed after {writes} writes, the call answered {status:?}: the follow-up is in the history {history} times and queued {queue} times"
+            );
+        }
+        service.shutdown().await;
+    }
+}

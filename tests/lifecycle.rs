@@ -516,7 +516,7 @@ async fn r1b_a_crash_while_a_follow_up_waits_does_not_resend_the_old_answer() {
     service.shutdown().await;
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();

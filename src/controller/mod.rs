@@ -16,7 +16,7 @@ use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::environment::Environment;
-use crate::error::RuntimeError;
+use crate::error::{RuntimeError, StoreError};
 use crate::protocol::{
     Compaction, ContextMeter, Event, InstructionFile, Message, MessageStatus, PendingMessage,
     Progress, Role, RunConfig, SessionId, SessionState, Snapshot, Usage,
@@ -650,13 +650,18 @@ impl SessionController {
     ) -> Result<ChildDelivery, RuntimeError> {
         let id = message.message_id.clone();
         let mut lease = None;
+        // The person is told a message was taken only once the disk has it: one that
+        // could not be written (a full disk) is refused and left nowhere, where logging
+        // the failure answered "steered" or "queued" for a message a restart then lost.
+        // What a parent or a report sends keeps going on such a failure: the parent's
+        // call and the report's ledger line hold it already.
+        let refuse_unsaved = matches!(origin, Origin::Person | Origin::Steer);
         let status = match self.route(state, origin) {
             Route::Refuse(err) => return Err(err),
             Route::Inbox => {
-                let by_person = matches!(origin, Origin::Person | Origin::Steer);
                 match &mut state.phase {
                     Phase::Running(run) | Phase::Deleted(Some(run)) => {
-                        if by_person {
+                        if refuse_unsaved {
                             run.by_person.insert(message.message_id.clone());
                         }
                         // Kept on disk until the run has it in its history: a crash before
@@ -664,12 +669,12 @@ impl SessionController {
                         let durable = report_task_id(&message.message_id).is_none();
                         run.inbox.push(message);
                         if durable {
-                            self.save_pending(state);
+                            self.save_or_take_back(state, &id, refuse_unsaved)?;
                         }
                     }
                     Phase::Starting(starting) => {
                         starting.inbox.push(message);
-                        self.save_pending(state);
+                        self.save_or_take_back(state, &id, refuse_unsaved)?;
                     }
                     _ => {}
                 }
@@ -677,7 +682,7 @@ impl SessionController {
             }
             Route::Queue => {
                 state.pending.push(message);
-                self.save_pending(state);
+                self.save_or_take_back(state, &id, refuse_unsaved)?;
                 MessageStatus::Queued
             }
             Route::Start => {
@@ -685,6 +690,14 @@ impl SessionController {
                 MessageStatus::Started
             }
             Route::StartChild => {
+                if refuse_unsaved {
+                    // Written first as if queued: the start below writes it again with
+                    // its run, but does not answer for that write (its other writes are
+                    // the meta's, which recovery repairs).
+                    state.pending.push(message.clone());
+                    self.save_or_take_back(state, &id, true)?;
+                    state.pending.pop();
+                }
                 let config = message.config.clone();
                 lease = Some(self.start_child_locked(state, vec![message], config)?);
                 MessageStatus::Started
@@ -969,9 +982,36 @@ impl SessionController {
         if let Route::Refuse(err) = self.route(&state, Origin::Steer) {
             return Err(err);
         }
+        // The stored queue is not written without it first: until the delivery writes it
+        // where it goes, the disk would hold the message nowhere, and a process killed
+        // between the two writes lost it (found by the simulation's kill at a write; test
+        // `durability::a_message_steered_is_on_disk_at_every_write`). Into a run's inbox
+        // or a child's start, the delivery's own write of the queue takes it out of the
+        // pending part; into a parent's new run, its history has it first and the queue
+        // is written after (a kill between leaves it in both: the next start drops it
+        // from the queue).
         let message = state.pending.remove(index);
-        self.save_pending(&state);
-        self.deliver_locked(&mut state, message, Origin::Steer)
+        let kept = message.clone();
+        match self.deliver_locked(&mut state, message, Origin::Steer) {
+            Ok(status) => {
+                if status == MessageStatus::Started && !self.is_child() {
+                    self.save_pending(&state);
+                }
+                Ok(status)
+            }
+            Err(err) => {
+                // Not taken: back where it was (a child's failed start put it back already).
+                if !state
+                    .pending
+                    .iter()
+                    .any(|m| m.message_id == kept.message_id)
+                {
+                    let index = index.min(state.pending.len());
+                    state.pending.insert(index, kept);
+                }
+                Err(err)
+            }
+        }
     }
 
     /// Drops a pending message. A report's discard is recorded in the ledger first, so
@@ -1601,8 +1641,43 @@ impl SessionController {
 
     /// The pending queue survives restarts (SPEC §4, durability).
     fn save_pending(&self, state: &State) {
+        if let Err(err) = self.try_save_pending(state) {
+            tracing::warn!(session = %self.meta.session_id, "cannot save the pending queue: {err}");
+        }
+    }
+
+    /// Saves the queue after `message_id` was put in it (or in a run's inbox); when the
+    /// write fails and `refuse` is set, takes the message out again and returns the error.
+    fn save_or_take_back(
+        &self,
+        state: &mut State,
+        message_id: &str,
+        refuse: bool,
+    ) -> Result<(), RuntimeError> {
+        let Err(err) = self.try_save_pending(state) else {
+            return Ok(());
+        };
+        if !refuse {
+            tracing::warn!(session = %self.meta.session_id, "cannot save the pending queue: {err}");
+            return Ok(());
+        }
+        state.pending.retain(|m| m.message_id != message_id);
+        match &mut state.phase {
+            Phase::Running(run) | Phase::Deleted(Some(run)) => {
+                run.inbox.retain(|m| m.message_id != message_id);
+                run.by_person.remove(message_id);
+            }
+            Phase::Starting(starting) => starting.inbox.retain(|m| m.message_id != message_id),
+            _ => {}
+        }
+        Err(err.into())
+    }
+
+    /// Writes the stored queue: what is pending, and what a run or a child's start holds
+    /// that its history does not have yet.
+    fn try_save_pending(&self, state: &State) -> Result<(), StoreError> {
         if matches!(state.phase, Phase::Deleted(_)) {
-            return;
+            return Ok(());
         }
         // A child's run waiting for its slot keeps its messages here too, and so does a
         // run for what was steered into it and is not in its history yet: a crash
@@ -1633,13 +1708,9 @@ impl SessionController {
             .chain(waiting)
             .map(QueuedMessage::pending)
             .collect();
-        if let Err(err) = self
-            .shared
+        self.shared
             .store
             .write_pending(&self.meta.session_id, &pending)
-        {
-            tracing::warn!(session = %self.meta.session_id, "cannot save the pending queue: {err}");
-        }
     }
 
     /// A child's report is in its parent's ledger.
