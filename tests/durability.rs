@@ -502,3 +502,35 @@ async fn a_follow_up_the_person_is_told_started_is_on_disk() {
         service.shutdown().await;
     }
 }
+
+/// A discard the disk did not take is refused, not answered: the message would come back
+/// at the next start. Killed after each number of writes in turn: a discard that answered
+/// leaves the message out of the recovered queue, a refused one leaves it queued, in
+/// memory and on the disk alike. Before, the failed write was logged, the call answered,
+/// and the message came back after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discard_is_answered_only_once_the_disk_has_it() {
+    for writes in 0..2 {
+        let (fx, begun, queued) = paused_with_a_queued_message().await;
+        fx.service.store().write_gate().kill_after(writes);
+        let discarded = begun.controller.discard(&queued);
+        let still_pending = begun
+            .controller
+            .pending()
+            .iter()
+            .any(|p| p.message_id == queued);
+        assert_eq!(
+            still_pending,
+            discarded.is_err(),
+            "killed after {writes} writes, the discard answered {discarded:?}"
+        );
+        let (_copy, service) = killed_here(fx).await;
+        let (history, queue) = stored(&service, &begun.session_id, &queued);
+        assert_eq!(
+            (history, queue),
+            (0, usize::from(discarded.is_err())),
+            "killed after {writes} writes, the discard answered {discarded:?}"
+        );
+        service.shutdown().await;
+    }
+}

@@ -1603,3 +1603,114 @@ async fn a_crash_before_a_stopped_runs_report_is_recorded_sends_no_answer_twice(
     );
     service.shutdown().await;
 }
+
+/// A parent's `message_subagent` to a finished child is answered "delivered" only once
+/// the child's stored queue has it. The process is killed after the call's own write
+/// (the gate is armed as the model answers with the call: one write, the call in the
+/// parent's history, passes); the tool then either says the write failed, or the
+/// follow-up is on the disk the kill leaves. Before, the child's start wrote its queue
+/// and logged the failure, and the tool said "started" for a message a restart lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parents_follow_up_is_answered_only_once_the_disk_has_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let gate: Arc<std::sync::OnceLock<Arc<bumblehive::fsutil::WriteGate>>> = Default::default();
+    let armed = gate.clone();
+    let model = Gated::new(move |request| {
+        let last = request.messages.last().unwrap();
+        if task_of(request).is_some() {
+            return Then::Answer(ModelResponse::text(match last.text() {
+                "second question" => "second answer",
+                _ => "first answer",
+            }));
+        }
+        if last.role == Role::User && !is_report(last) {
+            return Then::Answer(ModelResponse::tool_calls(vec![call(
+                "a",
+                "sub_agent",
+                json!({"title": "A", "task": "A"}),
+            )]));
+        }
+        if is_report(last) && last.text().contains("first answer") {
+            // The next write (this call, appended to the parent's history) is the last.
+            armed.get().unwrap().kill_after(1);
+            return Then::Answer(ModelResponse::tool_calls(vec![call(
+                "m",
+                "message_subagent",
+                json!({"task_id": "a", "message": "second question"}),
+            )]));
+        }
+        Then::Answer(ModelResponse::text("parent done"))
+    });
+    let service = service_with(
+        &data,
+        model.clone(),
+        Config::default(),
+        tools_with(GateTool::new()),
+    )
+    .unwrap();
+    gate.set(service.store().write_gate()).unwrap();
+    let parent = service
+        .create_session(dir.path().to_str().unwrap(), None)
+        .unwrap()
+        .session_id;
+    let controller = service.controller(&parent).unwrap();
+    let (mut events, _) = controller.subscribe();
+    controller.submit("delegate".into(), None).unwrap();
+    // What the tool answered, as the parent's run saw it (its history cannot keep it:
+    // every write after the call's own fails).
+    let answer = tokio::time::timeout(WAIT, async {
+        loop {
+            let event = events.next_event().await.expect("event stream closed");
+            let value = serde_json::to_value(&event).unwrap();
+            if value["kind"] == "tool.call.finished" && value["data"]["call_id"] == "m" {
+                return value["data"]["result"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+            }
+        }
+    })
+    .await
+    .expect("message_subagent never finished");
+    assert!(service.store().write_gate().killed());
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(&data, &copy.path().join("data"));
+    wait_idle(&service).await;
+    service.shutdown().await;
+    let recovered = service_with(
+        &copy.path().join("data"),
+        model.clone(),
+        Config::default(),
+        tools_with(GateTool::new()),
+    )
+    .unwrap();
+    let child = children_of(&recovered, &parent)
+        .into_iter()
+        .find(|c| c.title == "A")
+        .unwrap()
+        .session_id;
+    let in_history = recovered
+        .store()
+        .load(&child)
+        .unwrap()
+        .messages
+        .iter()
+        .any(|m| m.text() == "second question");
+    let queued = recovered
+        .controller(&child)
+        .unwrap()
+        .pending()
+        .iter()
+        .any(|p| p.content == "second question");
+    let refused = answer.contains("killed here");
+    assert!(
+        refused || in_history || queued,
+        "the tool answered {answer:?}, but the follow-up is not on the disk"
+    );
+    assert!(
+        refused,
+        "the tool answered {answer:?} after its write failed"
+    );
+    recovered.shutdown().await;
+}

@@ -650,18 +650,24 @@ impl SessionController {
     ) -> Result<ChildDelivery, RuntimeError> {
         let id = message.message_id.clone();
         let mut lease = None;
-        // The person is told a message was taken only once the disk has it: one that
-        // could not be written (a full disk) is refused and left nowhere, where logging
-        // the failure answered "steered" or "queued" for a message a restart then lost.
-        // What a parent or a report sends keeps going on such a failure: the parent's
-        // call and the report's ledger line hold it already.
-        let refuse_unsaved = matches!(origin, Origin::Person | Origin::Steer);
+        // A sender is told a message was taken only once the disk has it: one that could
+        // not be written (a full disk) is refused and left nowhere, where logging the
+        // failure answered "steered" or "queued" for a message a restart then lost. So
+        // for the person's and a parent's follow-up (`message_subagent` then fails). A
+        // report keeps going on such a failure (its ledger line brings it back), and so
+        // does a child's task (its meta holds it; written to the queue it would make a
+        // file for every child of a fan-out).
+        let refuse_unsaved = match origin {
+            Origin::Person | Origin::Steer => true,
+            Origin::Parent => !is_task_message(&id),
+            Origin::Delivery => false,
+        };
         let status = match self.route(state, origin) {
             Route::Refuse(err) => return Err(err),
             Route::Inbox => {
                 match &mut state.phase {
                     Phase::Running(run) | Phase::Deleted(Some(run)) => {
-                        if refuse_unsaved {
+                        if matches!(origin, Origin::Person | Origin::Steer) {
                             run.by_person.insert(message.message_id.clone());
                         }
                         // Kept on disk until the run has it in its history: a crash before
@@ -1050,8 +1056,19 @@ impl SessionController {
                 return Err(err.into());
             }
         }
-        let state = self.lock();
-        self.save_pending(&state);
+        let mut state = self.lock();
+        if let Err(err) = self.try_save_pending(&state) {
+            if report_task_id(message_id).is_some() {
+                // Its mark in the ledger is what keeps a report discarded.
+                tracing::warn!(session = %self.meta.session_id, "cannot save the pending queue: {err}");
+            } else {
+                // Still on the disk, it would come back at the next start: not discarded.
+                state.message_ids.remove(message_id);
+                let index = index.min(state.pending.len());
+                state.pending.insert(index, removed);
+                return Err(err.into());
+            }
+        }
         drop(state);
         self.emit_progress(Progress::MessageDiscarded {
             message_id: message_id.to_string(),
