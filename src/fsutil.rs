@@ -116,87 +116,116 @@ pub fn private_dir(path: &Path) -> std::io::Result<()> {
 }
 
 /// A process killed between two writes of one data folder, for the randomized
-/// interleaving test: once armed with `kill_after(n)`, `n` more writes pass and every
-/// later one fails, so the disk keeps exactly what a process killed at that instant
-/// would have left (the page cache keeps what was written; nothing after it lands). The
-/// test then drops the service and recovers a new one from the folder. A crash that
-/// stops the runtime at its next await can only land between two awaits; this one lands
-/// between any two writes, wherever no await separates them (issue 25's simulation).
+/// interleaving test: once armed with `kill_after(n, stall)`, `n` more writes pass, the
+/// next one stalls for `stall` (its thread descheduled; the others' writes go on
+/// meanwhile) and is then refused with every later one, so the disk keeps exactly what a
+/// process killed at the end of the stall would have left (the page cache keeps what was
+/// written; nothing after it lands). The test then drops the service and recovers a new
+/// one from the folder. A crash that stops the runtime at its next await can only land
+/// between two awaits; this one lands between any two writes, wherever no await
+/// separates them, and the stall holds a window between two writes open while the
+/// person's next steps run (issue 25's simulation).
 ///
 /// Unarmed, a write pays one atomic load.
 #[derive(Debug, Default)]
 pub struct WriteGate {
-    /// `OFF`, `KILLED`, or `n + ARMED`: `n` more writes pass.
-    state: std::sync::atomic::AtomicU64,
+    /// Whether a plan is armed or has killed: the only thing an unarmed write reads.
+    on: std::sync::atomic::AtomicBool,
+    plan: std::sync::Mutex<Plan>,
+    /// Signalled when a stall ends in the kill.
+    settled: std::sync::Condvar,
 }
 
-const OFF: u64 = 0;
-const KILLED: u64 = 1;
-const ARMED: u64 = 2;
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+enum Plan {
+    #[default]
+    Off,
+    /// `writes` more writes pass; the next one stalls for `stall`, then kills.
+    After {
+        writes: u64,
+        stall: std::time::Duration,
+    },
+    /// A write is stalled: the kill comes at its end; the others' writes pass until then.
+    Stalling,
+    Killed,
+}
 
 impl WriteGate {
     /// Asks to write: an error once the simulated kill has happened.
     pub fn pass(&self) -> std::io::Result<()> {
-        use std::sync::atomic::Ordering;
-        let mut state = self.state.load(Ordering::Acquire);
-        loop {
-            let next = match state {
-                OFF => return Ok(()),
-                KILLED => return Err(killed()),
-                ARMED => KILLED,
-                n => n - 1,
-            };
-            match self
-                .state
-                .compare_exchange(state, next, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) if next == KILLED => return Err(killed()),
-                Ok(_) => return Ok(()),
-                Err(now) => state = now,
+        if !self.on.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut plan = self.plan();
+        match *plan {
+            Plan::Off | Plan::Stalling => Ok(()),
+            Plan::Killed => Err(killed()),
+            Plan::After { writes: 0, stall } => {
+                if !stall.is_zero() {
+                    *plan = Plan::Stalling;
+                    drop(plan);
+                    std::thread::sleep(stall);
+                    plan = self.plan();
+                }
+                *plan = Plan::Killed;
+                self.settled.notify_all();
+                Err(killed())
+            }
+            Plan::After { writes, stall } => {
+                *plan = Plan::After {
+                    writes: writes - 1,
+                    stall,
+                };
+                Ok(())
             }
         }
     }
 
-    /// Lets `writes` more writes pass, then kills.
-    pub fn kill_after(&self, writes: u64) {
-        self.state.store(
-            writes.saturating_add(ARMED),
-            std::sync::atomic::Ordering::Release,
-        );
+    /// Lets `writes` more writes pass, stalls the next one for `stall`, then kills.
+    pub fn kill_after(&self, writes: u64, stall: std::time::Duration) {
+        *self.plan() = Plan::After { writes, stall };
+        self.on.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Kills now: every later write fails.
     pub fn kill(&self) {
-        self.state
-            .store(KILLED, std::sync::atomic::Ordering::Release);
+        *self.plan() = Plan::Killed;
+        self.on.store(true, std::sync::atomic::Ordering::Release);
+        self.settled.notify_all();
     }
 
-    /// Takes an armed kill back; false if it has happened already (it stays).
+    /// Takes an armed kill back; false if it has happened (it stays), after waiting for a
+    /// stalled write's kill to happen.
     pub fn disarm(&self) -> bool {
-        use std::sync::atomic::Ordering;
-        let mut state = self.state.load(Ordering::Acquire);
-        loop {
-            if state == KILLED {
-                return false;
-            }
-            match self
-                .state
-                .compare_exchange(state, OFF, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return true,
-                Err(now) => state = now,
-            }
+        let mut plan = self.plan();
+        while *plan == Plan::Stalling {
+            plan = self
+                .settled
+                .wait(plan)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
+        if *plan == Plan::Killed {
+            return false;
+        }
+        *plan = Plan::Off;
+        self.on.store(false, std::sync::atomic::Ordering::Release);
+        true
     }
 
     /// Whether the simulated kill has happened.
     pub fn killed(&self) -> bool {
-        self.state.load(std::sync::atomic::Ordering::Acquire) == KILLED
+        *self.plan() == Plan::Killed
     }
 
-    /// Whether a kill is armed and has not happened yet.
+    /// Whether a kill is armed (or a write stalled before it) and has not happened yet.
     pub fn armed(&self) -> bool {
-        self.state.load(std::sync::atomic::Ordering::Acquire) >= ARMED
+        matches!(*self.plan(), Plan::After { .. } | Plan::Stalling)
+    }
+
+    fn plan(&self) -> std::sync::MutexGuard<'_, Plan> {
+        self.plan
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -212,7 +241,7 @@ mod tests {
     fn a_write_gate_lets_n_writes_pass_then_refuses_every_later_one() {
         let gate = WriteGate::default();
         assert!(gate.pass().is_ok(), "unarmed, every write passes");
-        gate.kill_after(2);
+        gate.kill_after(2, std::time::Duration::ZERO);
         assert!(gate.armed() && !gate.killed());
         assert!(gate.pass().is_ok());
         assert!(gate.pass().is_ok());
@@ -223,12 +252,37 @@ mod tests {
         assert!(gate.killed());
 
         let gate = WriteGate::default();
-        gate.kill_after(5);
+        gate.kill_after(5, std::time::Duration::ZERO);
         assert!(gate.pass().is_ok());
         assert!(gate.disarm(), "taken back before it happened");
         assert!(!gate.armed() && !gate.killed());
         for _ in 0..10 {
             assert!(gate.pass().is_ok());
         }
+    }
+
+    /// A stalled write holds the kill back while other writes pass; it is refused at its
+    /// end, and a disarm waits for that end (the kill stays).
+    #[test]
+    fn a_stalled_write_is_killed_at_its_end_and_others_pass_meanwhile() {
+        let gate = std::sync::Arc::new(WriteGate::default());
+        gate.kill_after(1, std::time::Duration::from_millis(50));
+        assert!(gate.pass().is_ok());
+        let stalled = std::thread::spawn({
+            let gate = gate.clone();
+            move || gate.pass()
+        });
+        // The stalled writer holds no lock: the others' writes pass while it sleeps.
+        while *gate.plan() != Plan::Stalling {
+            std::thread::yield_now();
+        }
+        assert!(gate.pass().is_ok(), "a write during the stall lands");
+        assert!(!gate.disarm(), "the stall ends in the kill");
+        assert!(gate.killed());
+        assert!(
+            stalled.join().unwrap().is_err(),
+            "the stalled write is refused"
+        );
+        assert!(gate.pass().is_err());
     }
 }

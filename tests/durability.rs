@@ -422,7 +422,10 @@ async fn paused_with_a_queued_message() -> (Delegation, Begun, String) {
 async fn a_message_steered_is_on_disk_at_every_write() {
     for writes in 0..4 {
         let (fx, begun, queued) = paused_with_a_queued_message().await;
-        fx.service.store().write_gate().kill_after(writes);
+        fx.service
+            .store()
+            .write_gate()
+            .kill_after(writes, std::time::Duration::ZERO);
         let steered = begun.controller.steer(&queued);
         let (_copy, service) = killed_here(fx).await;
         let (history, queue) = stored(&service, &begun.session_id, &queued);
@@ -449,7 +452,10 @@ async fn a_message_the_person_is_told_was_taken_is_on_disk() {
         fx.provider
             .wait_request(|r| r.iter().any(|m| m.role == bumblehive::protocol::Role::Tool))
             .await;
-        fx.service.store().write_gate().kill_after(writes);
+        fx.service
+            .store()
+            .write_gate()
+            .kill_after(writes, std::time::Duration::ZERO);
         let sent = begun
             .controller
             .submit("a note while it works".into(), None);
@@ -485,7 +491,10 @@ async fn a_follow_up_the_person_is_told_started_is_on_disk() {
             .to_string();
         fx.provider.gate("p-0").set();
         fx.wait_idle().await;
-        fx.service.store().write_gate().kill_after(writes);
+        fx.service
+            .store()
+            .write_gate()
+            .kill_after(writes, std::time::Duration::ZERO);
         let sent = fx
             .service
             .submit_message(&child, "one more thing".into(), None)
@@ -512,7 +521,10 @@ async fn a_follow_up_the_person_is_told_started_is_on_disk() {
 async fn a_discard_is_answered_only_once_the_disk_has_it() {
     for writes in 0..2 {
         let (fx, begun, queued) = paused_with_a_queued_message().await;
-        fx.service.store().write_gate().kill_after(writes);
+        fx.service
+            .store()
+            .write_gate()
+            .kill_after(writes, std::time::Duration::ZERO);
         let discarded = begun.controller.discard(&queued);
         let still_pending = begun
             .controller

@@ -1633,7 +1633,10 @@ async fn a_parents_follow_up_is_answered_only_once_the_disk_has_it() {
         }
         if is_report(last) && last.text().contains("first answer") {
             // The next write (this call, appended to the parent's history) is the last.
-            armed.get().unwrap().kill_after(1);
+            armed
+                .get()
+                .unwrap()
+                .kill_after(1, std::time::Duration::ZERO);
             return Then::Answer(ModelResponse::tool_calls(vec![call(
                 "m",
                 "message_subagent",

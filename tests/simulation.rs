@@ -586,8 +586,16 @@ impl Sim {
                     return "a kill at a write is armed already".into();
                 }
                 let writes = self.rng.random_range(0..40);
-                gate.kill_after(writes);
-                format!("kill after {writes} more writes")
+                // Half of the kills come at once; the others stall the write they land
+                // on, holding the window before it open while the next steps run (a
+                // follow-up sent while a report's line waits to be written, say).
+                let stall = if self.rng.random_bool(0.5) {
+                    Duration::ZERO
+                } else {
+                    Duration::from_millis(self.rng.random_range(1..=25))
+                };
+                gate.kill_after(writes, stall);
+                format!("kill after {writes} more writes, the last stalled {stall:?}")
             }
             _ => {
                 // Let the background work go on for a moment (no step waits on it).
@@ -984,6 +992,23 @@ impl Sim {
                         before.text()
                     ));
                 }
+            }
+            // And the answer its history ends with (unless stopped): the last run's. A
+            // report lost while a follow-up waited to begin leaves no started message in
+            // the history to find it by when the child is then cancelled, not resumed.
+            if let Some(last) = history.iter().rev().find(|m| !m.is_note())
+                && last.role == Role::Assistant
+                && last.tool_calls.is_empty()
+                && !last.stopped
+                && !ledger.records.iter().any(|r| {
+                    r.child_session_id == child.session_id && r.content.contains(last.text())
+                })
+            {
+                self.fail(&format!(
+                    "{}: its last answer {:?} was never reported",
+                    child.session_id,
+                    last.text()
+                ));
             }
             let queued = pending(parent);
             for record in ledger
