@@ -1447,16 +1447,19 @@ fn pending_texts(service: &RuntimeService, session_id: &str) -> Vec<String> {
 }
 
 /// The same moment, and the app quits just as the follow-up is sent: the follow-up's run
-/// never starts (its task finds shutdown begun before it takes its lease), so it owes
-/// nothing, and the earlier report, marked late, is the child's last: its mark must say
-/// "reported". The first version of the start's deferral kept counting the undone start:
-/// the mark said "owes", and the next process's recovery sent the first run's answer again
-/// as the child's second report. One worker thread, so that the follow-up's task is not
-/// polled before shutdown begins.
+/// never starts (its task finds shutdown begun before it takes its lease). Its start was
+/// answered ("started": a report to come), so it stays owed, as a follow-up cut off in its
+/// slot wait does: after the restart the child is interrupted with the follow-up queued,
+/// and Resume runs it into the child's second report. The earlier report, marked late,
+/// is not sent again. Before (the eighth session), the undone start left the child idle
+/// and reported, and the report "started" promised never came; the first version of the
+/// start's deferral also kept counting the undone start, and recovery sent the first run's
+/// answer again as the child's second report. One worker thread, so that the follow-up's
+/// task is not polled before shutdown begins.
 #[tokio::test(flavor = "current_thread")]
-async fn a_follow_up_that_never_starts_leaves_the_late_report_the_last() {
-    let (mut fx, parent, child, hold, _gate) = a_report_at_its_flush("quit").await;
-    let (_, status) = fx
+async fn a_follow_up_cut_off_by_a_quit_stays_owed_and_resumes_into_its_report() {
+    let (mut fx, parent, child, hold, gate) = a_report_at_its_flush("quit").await;
+    let (follow_up, status) = fx
         .service
         .submit_message(&child, "Try the task again.".into(), None)
         .await
@@ -1472,8 +1475,8 @@ async fn a_follow_up_that_never_starts_leaves_the_late_report_the_last() {
         .expect("shutdown hung");
     let meta = fx.service.store().meta(&child).unwrap();
     assert!(
-        meta.reported && meta.reports == 1,
-        "the follow-up never started, so nothing is owed: {meta:?}"
+        !meta.reported && meta.reports == 1 && meta.run_message.as_deref() == Some(&follow_up),
+        "the first report is counted and the follow-up's run is owed: {meta:?}"
     );
     // The next start, its recovery included.
     fx.restart().await;
@@ -1482,10 +1485,21 @@ async fn a_follow_up_that_never_starts_leaves_the_late_report_the_last() {
         ["subagent:delegate-0"],
         "no answer is reported twice"
     );
+    let info = fx.service.session_info(&child).unwrap();
+    assert!(info.interrupted, "cut off before it began: {info:?}");
     assert_eq!(
         pending_texts(&fx.service, &child),
         ["Try the task again."],
         "the follow-up is kept"
+    );
+    // Resume runs the follow-up; its report is the child's second.
+    gate.set();
+    fx.service.resume_subagent(&child).await.unwrap();
+    fx.wait_idle().await;
+    assert_eq!(
+        ledger_ids(&fx.service, &parent),
+        ["subagent:delegate-0", "subagent:delegate-0:2"],
+        "the follow-up's report came"
     );
     fx.shutdown().await;
 }

@@ -1761,8 +1761,18 @@ impl SessionController {
     /// ran and owes no report, so recovery must not call it interrupted (runtime review
     /// C2). What waited for it goes back to pending, except its own task message (the
     /// `sub_agent` call that made it failed, and says so).
+    ///
+    /// Except a follow-up cut off by a quit: its start was answered when it was sent
+    /// ("started", a report to come), so it stays owed, and the next start finds the
+    /// child interrupted with it queued (Resume runs it, Cancel reports that), as a
+    /// follow-up cut off in its slot wait is. Undone, the child was idle and reported and
+    /// the parent's `message_subagent` never got the report "started" promised. A start
+    /// still deferred stays too: the late mark of the report before it writes it.
     pub(crate) fn settle_unstarted(&self) {
         let mut state = self.lock();
+        let answered = matches!(&state.phase, Phase::Starting(starting)
+            if !starting.inbox.iter().any(|m| is_task_message(&m.message_id)));
+        let keep_owed = answered && self.shared.root.is_cancelled();
         // Only a run that waits in `Starting` is undone; any other phase (deleted, or a run
         // that ended meanwhile) stays as it is.
         if matches!(state.phase, Phase::Starting(_)) {
@@ -1775,6 +1785,9 @@ impl SessionController {
                 );
                 self.save_pending(&state);
             }
+        }
+        if keep_owed {
+            return;
         }
         // Its start was never written: the meta still speaks of the run before, whose
         // report is still on its way. Undone, this start no longer counts, so that
