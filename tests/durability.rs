@@ -385,16 +385,45 @@ fn stored(
     (history, queued)
 }
 
-/// A parent `p` held running (its next model call waits) with one child waiting at its
-/// gate, and the person's message `queued` in its stored queue: sent while it ran, then
-/// the person pressed Stop before the run took it.
-async fn paused_with_a_queued_message() -> (Delegation, Begun, String) {
+/// The process killed after `writes` more writes of `fx`'s data folder.
+fn kill_after(fx: &Delegation, writes: u64) {
+    fx.service
+        .store()
+        .write_gate()
+        .kill_after(writes, std::time::Duration::ZERO);
+}
+
+/// `message_id` is on the recovered disk exactly once, in `session`'s history or queue.
+fn assert_stored_once(
+    service: &bumblehive::service::RuntimeService,
+    session: &str,
+    message_id: &str,
+    context: &str,
+) {
+    let (history, queue) = stored(service, session, message_id);
+    assert_eq!(
+        history + queue,
+        1,
+        "{context}: the message is in the history {history} times and queued {queue} times"
+    );
+}
+
+/// A parent `p` held running (its next model call waits, after its `sub_agent` call was
+/// answered) with one child waiting at its gate `p-0`.
+async fn running_parent() -> (Delegation, Begun) {
     let fx = Delegation::new();
     fx.provider.parent_release.clear();
     let begun = fx.begin("p", 1, false, None).await;
     fx.provider
         .wait_request(|r| r.iter().any(|m| m.role == bumblehive::protocol::Role::Tool))
         .await;
+    (fx, begun)
+}
+
+/// The running parent of [`running_parent`] with the person's message `queued` in its
+/// stored queue: sent while it ran, then the person pressed Stop before the run took it.
+async fn paused_with_a_queued_message() -> (Delegation, Begun, String) {
+    let (fx, begun) = running_parent().await;
     let (queued, status) = begun
         .controller
         .submit("a note while it works".into(), None)
@@ -422,17 +451,14 @@ async fn paused_with_a_queued_message() -> (Delegation, Begun, String) {
 async fn a_message_steered_is_on_disk_at_every_write() {
     for writes in 0..4 {
         let (fx, begun, queued) = paused_with_a_queued_message().await;
-        fx.service
-            .store()
-            .write_gate()
-            .kill_after(writes, std::time::Duration::ZERO);
+        kill_after(&fx, writes);
         let steered = begun.controller.steer(&queued);
         let (_copy, service) = killed_here(fx).await;
-        let (history, queue) = stored(&service, &begun.session_id, &queued);
-        assert_eq!(
-            history + queue,
-            1,
-            "killed after {writes} writes (the steer answered {steered:?}): the message is in the history {history} times and queued {queue} times"
+        assert_stored_once(
+            &service,
+            &begun.session_id,
+            &queued,
+            &format!("killed after {writes} writes (the steer answered {steered:?})"),
         );
         service.shutdown().await;
     }
@@ -446,16 +472,8 @@ async fn a_message_steered_is_on_disk_at_every_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_person_is_told_was_taken_is_on_disk() {
     for writes in 0..3 {
-        let fx = Delegation::new();
-        fx.provider.parent_release.clear();
-        let begun = fx.begin("p", 1, false, None).await;
-        fx.provider
-            .wait_request(|r| r.iter().any(|m| m.role == bumblehive::protocol::Role::Tool))
-            .await;
-        fx.service
-            .store()
-            .write_gate()
-            .kill_after(writes, std::time::Duration::ZERO);
+        let (fx, begun) = running_parent().await;
+        kill_after(&fx, writes);
         let sent = begun
             .controller
             .submit("a note while it works".into(), None);
@@ -466,11 +484,11 @@ async fn a_message_the_person_is_told_was_taken_is_on_disk() {
         }
         let (_copy, service) = killed_here(fx).await;
         if let Ok((id, status)) = &sent {
-            let (history, queue) = stored(&service, &begun.session_id, id);
-            assert_eq!(
-                history + queue,
-                1,
-                "killed after {writes} writes, the call answered {status:?}: the message is in the history {history} times and queued {queue} times"
+            assert_stored_once(
+                &service,
+                &begun.session_id,
+                id,
+                &format!("killed after {writes} writes, the call answered {status:?}"),
             );
         }
         service.shutdown().await;
@@ -491,21 +509,18 @@ async fn a_follow_up_the_person_is_told_started_is_on_disk() {
             .to_string();
         fx.provider.gate("p-0").set();
         fx.wait_idle().await;
-        fx.service
-            .store()
-            .write_gate()
-            .kill_after(writes, std::time::Duration::ZERO);
+        kill_after(&fx, writes);
         let sent = fx
             .service
             .submit_message(&child, "one more thing".into(), None)
             .await;
         let (_copy, service) = killed_here(fx).await;
         if let Ok((id, status)) = &sent {
-            let (history, queue) = stored(&service, &child, id);
-            assert_eq!(
-                history + queue,
-                1,
-                "killed after {writes} writes, the call answered {status:?}: the follow-up is in the history {history} times and queued {queue} times"
+            assert_stored_once(
+                &service,
+                &child,
+                id,
+                &format!("killed after {writes} writes, the follow-up's call answered {status:?}"),
             );
         }
         service.shutdown().await;
@@ -521,10 +536,7 @@ async fn a_follow_up_the_person_is_told_started_is_on_disk() {
 async fn a_discard_is_answered_only_once_the_disk_has_it() {
     for writes in 0..2 {
         let (fx, begun, queued) = paused_with_a_queued_message().await;
-        fx.service
-            .store()
-            .write_gate()
-            .kill_after(writes, std::time::Duration::ZERO);
+        kill_after(&fx, writes);
         let discarded = begun.controller.discard(&queued);
         let still_pending = begun
             .controller

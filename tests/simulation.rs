@@ -968,6 +968,16 @@ impl Sim {
             // is in one of the child's reports. Counts alone miss an answer lost to a
             // later run's report taking its number.
             let history = &histories[&child.session_id];
+            // An answer that ended a run (not stopped) and is in none of the child's
+            // reports.
+            let unreported = |m: &Message| {
+                m.role == Role::Assistant
+                    && m.tool_calls.is_empty()
+                    && !m.stopped
+                    && !ledger.records.iter().any(|r| {
+                        r.child_session_id == child.session_id && r.content.contains(m.text())
+                    })
+            };
             for (at, message) in history.iter().enumerate() {
                 let Some(id) = message.id.as_deref() else {
                     continue;
@@ -978,14 +988,7 @@ impl Sim {
                 let Some(before) = history[..at].iter().rev().find(|m| !m.is_note()) else {
                     continue;
                 };
-                let answer = before.role == Role::Assistant
-                    && before.tool_calls.is_empty()
-                    && !before.stopped;
-                if answer
-                    && !ledger.records.iter().any(|r| {
-                        r.child_session_id == child.session_id && r.content.contains(before.text())
-                    })
-                {
+                if unreported(before) {
                     self.fail(&format!(
                         "{}: the answer {:?} before the person's {id} was never reported",
                         child.session_id,
@@ -997,12 +1000,7 @@ impl Sim {
             // report lost while a follow-up waited to begin leaves no started message in
             // the history to find it by when the child is then cancelled, not resumed.
             if let Some(last) = history.iter().rev().find(|m| !m.is_note())
-                && last.role == Role::Assistant
-                && last.tool_calls.is_empty()
-                && !last.stopped
-                && !ledger.records.iter().any(|r| {
-                    r.child_session_id == child.session_id && r.content.contains(last.text())
-                })
+                && unreported(last)
             {
                 self.fail(&format!(
                     "{}: its last answer {:?} was never reported",
