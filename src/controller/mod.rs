@@ -1035,39 +1035,38 @@ impl SessionController {
             state.message_ids.insert(message_id.to_string());
             (index, state.pending.remove(index), at)
         };
-        if let Some(task_id) = report_task_id(message_id) {
-            // Where the chat shows the mark: the end of the history as it is now.
-            let at = at.unwrap_or_else(|| {
-                self.shared
-                    .store
-                    .load(&self.meta.session_id)
-                    .map(|loaded| loaded.messages.len())
-                    .unwrap_or(0)
-            });
-            if let Err(err) =
+        let marked = match report_task_id(message_id) {
+            Some(task_id) => {
+                // Where the chat shows the mark: the end of the history as it is now.
+                let at = at.unwrap_or_else(|| {
+                    self.shared
+                        .store
+                        .load(&self.meta.session_id)
+                        .map(|loaded| loaded.messages.len())
+                        .unwrap_or(0)
+                });
                 self.shared
                     .store
                     .mark_discarded(&self.meta.session_id, task_id, Some(at as u32))
-            {
-                let mut state = self.lock();
-                state.message_ids.remove(message_id);
-                let index = index.min(state.pending.len());
-                state.pending.insert(index, removed);
-                return Err(err.into());
             }
-        }
+            None => Ok(()),
+        };
         let mut state = self.lock();
-        if let Err(err) = self.try_save_pending(&state) {
-            if report_task_id(message_id).is_some() {
-                // Its mark in the ledger is what keeps a report discarded.
+        let saved = marked.and_then(|()| match self.try_save_pending(&state) {
+            // Its mark in the ledger is what keeps a report discarded.
+            Err(err) if report_task_id(message_id).is_some() => {
                 tracing::warn!(session = %self.meta.session_id, "cannot save the pending queue: {err}");
-            } else {
-                // Still on the disk, it would come back at the next start: not discarded.
-                state.message_ids.remove(message_id);
-                let index = index.min(state.pending.len());
-                state.pending.insert(index, removed);
-                return Err(err.into());
+                Ok(())
             }
+            // A person's message still on the disk would come back at the next start.
+            other => other,
+        });
+        if let Err(err) = saved {
+            // Not discarded: back where it was.
+            state.message_ids.remove(message_id);
+            let index = index.min(state.pending.len());
+            state.pending.insert(index, removed);
+            return Err(err.into());
         }
         drop(state);
         self.emit_progress(Progress::MessageDiscarded {
