@@ -1584,10 +1584,27 @@ async fn a_crash_before_a_stopped_runs_report_is_recorded_sends_no_answer_twice(
     let (fx, parent, child, hold, gate) = a_report_at_its_flush("twice").await;
     follow_up(&fx, &child).await;
     fx.service.cancel_session(&child).await.unwrap();
+    // The first report's flush goes on; then flushes are let through one at a time until
+    // the stopped run's report line is written (its flush then waits). The first flush
+    // held after the first report's may be another one (the parent's history, woken by
+    // that report), with the line not written yet: taking it for the report's made this
+    // test fail about once in fifty runs.
+    let ledger = fx
+        .path()
+        .join("data/sessions")
+        .join(&parent)
+        .join("reports.jsonl");
     let hold = tokio::task::spawn_blocking(move || {
         hold.pass();
-        hold.wait_for(1);
-        hold
+        loop {
+            hold.wait_for(1);
+            let written = std::fs::read_to_string(&ledger)
+                .is_ok_and(|lines| lines.contains("\"subagent:delegate-0:2\""));
+            if written {
+                return hold;
+            }
+            hold.pass();
+        }
     });
     let hold = tokio::time::timeout(WAIT, hold)
         .await
