@@ -329,7 +329,7 @@ pub(crate) fn set_model(
     let meta = controller.edit_meta(|meta| {
         meta.provider = provider;
         meta.model = model;
-    });
+    })?;
     Ok(meta.info(controller.state()))
 }
 
@@ -358,7 +358,7 @@ pub(crate) fn set_agent(
             )));
         }
     }
-    let meta = controller.edit_meta(|meta| meta.agent = agent);
+    let meta = controller.edit_meta(|meta| meta.agent = agent)?;
     Ok(meta.info(controller.state()))
 }
 
@@ -373,7 +373,7 @@ pub(crate) fn rename(
         return Err(RuntimeError::InvalidArgument("the title is empty".into()));
     }
     let controller = registry.controller(session_id)?;
-    let meta = controller.edit_meta(|meta| meta.title = title.to_string());
+    let meta = controller.edit_meta(|meta| meta.title = title.to_string())?;
     Ok(meta.info(controller.state()))
 }
 
@@ -384,6 +384,6 @@ pub(crate) fn archive(
     archived: bool,
 ) -> Result<SessionInfo, RuntimeError> {
     let controller = registry.controller(session_id)?;
-    let meta = controller.edit_meta(|meta| meta.archived = archived);
+    let meta = controller.edit_meta(|meta| meta.archived = archived)?;
     Ok(meta.info(controller.state()))
 }

@@ -372,6 +372,15 @@ impl SessionStore {
         Ok(())
     }
 
+    /// After a refused [`write_meta`](Self::write_meta): the index says `meta` (what the
+    /// session keeps) again, since it took the refused change's line first. A session
+    /// whose folder is gone stays out of it.
+    pub fn take_back_meta(&self, meta: &SessionMeta) {
+        if self.dir(&meta.session_id).is_ok_and(|dir| dir.exists()) {
+            self.index.record(meta);
+        }
+    }
+
     pub fn meta(&self, id: &str) -> Result<SessionMeta, StoreError> {
         let dir = self.dir(id)?;
         // Not while this process writes it in place (a read racing a write may see half).

@@ -558,3 +558,97 @@ async fn a_discard_is_answered_only_once_the_disk_has_it() {
         service.shutdown().await;
     }
 }
+
+/// A rename, a model change or an archive is answered only once the disk has it: with the
+/// process killed (or the disk full) after each number of writes in turn, a change the
+/// call answered for is what the recovered session says, and a refused one leaves the
+/// session as it was, in memory, in the session list and on the disk. Before, a failed
+/// meta write was logged and the call answered with a change a restart lost (the list
+/// even showed it, from the index line written first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_or_a_model_change_is_answered_only_once_the_disk_has_it() {
+    type Edit = fn(&bumblehive::service::RuntimeService, &str) -> Result<(), String>;
+    type Read = fn(&bumblehive::store::SessionMeta) -> String;
+    let edits: [(&str, Edit, Read); 3] = [
+        (
+            "rename",
+            |service, id| {
+                service
+                    .rename_session(id, "Renamed")
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
+            |info| info.title.clone(),
+        ),
+        (
+            "model",
+            |service, id| {
+                service
+                    .set_model(id, None, Some("another-model".into()))
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
+            |info| format!("{:?}", info.model),
+        ),
+        (
+            "archive",
+            |service, id| {
+                service
+                    .archive_session(id, true)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
+            |info| info.archived.to_string(),
+        ),
+    ];
+    let mut refused = 0;
+    for (name, edit, read) in edits {
+        for writes in 0..3 {
+            let fx = Delegation::new();
+            let workspace = fx.path().join("w");
+            std::fs::create_dir_all(&workspace).unwrap();
+            let id = fx
+                .service
+                .create_session(workspace.to_str().unwrap(), None)
+                .unwrap()
+                .session_id;
+            let controller = fx.service.controller(&id).unwrap();
+            let before = read(&controller.current_meta());
+            kill_after(&fx, writes);
+            let answered = edit(&fx.service, &id);
+            let context = format!("{name}, killed after {writes} writes, answered {answered:?}");
+            if answered.is_err() {
+                refused += 1;
+                let kept = read(&controller.current_meta());
+                assert_eq!(
+                    kept, before,
+                    "{context}: the session holds the refused change"
+                );
+            }
+            let (_copy, service) = killed_here(fx).await;
+            let listed = service
+                .list_sessions(None)
+                .unwrap()
+                .into_iter()
+                .find(|s| s.session_id == id)
+                .expect("the session is listed");
+            let recovered = read(&service.store().meta(&id).unwrap());
+            if answered.is_ok() {
+                assert_ne!(recovered, before, "{context}: a restart lost the change");
+            } else {
+                assert_eq!(recovered, before, "{context}");
+            }
+            let expected = service.store().meta(&id).unwrap();
+            assert_eq!(
+                (&listed.title, &listed.model, listed.archived),
+                (&expected.title, &expected.model, expected.archived),
+                "{context}: the list and the session disagree"
+            );
+            service.shutdown().await;
+        }
+    }
+    assert!(
+        refused >= 3,
+        "no kill refused a change: the test did not test"
+    );
+}

@@ -349,11 +349,19 @@ pub(crate) async fn apply_worktree(
             super::worktree::WorktreeError::Conflict(_) => RuntimeError::Conflict(err.to_string()),
             other => RuntimeError::Unavailable(other.to_string()),
         })?;
-    controller.edit_meta(|meta| {
-        if let Some(info) = &mut meta.worktree {
-            info.applied = true;
-        }
-    });
+    // Applied, but unrecorded: the person must hear it, or the next apply would be offered
+    // (and conflict) as if nothing had happened.
+    controller
+        .edit_meta(|meta| {
+            if let Some(info) = &mut meta.worktree {
+                info.applied = true;
+            }
+        })
+        .map_err(|err| {
+            RuntimeError::Unavailable(format!(
+                "the changes were applied to the workspace, but that could not be recorded: {err}"
+            ))
+        })?;
     Ok(commands::Applied { stat })
 }
 
@@ -367,7 +375,13 @@ pub(crate) async fn discard_worktree(
         .await
         .map_err(|err| RuntimeError::Unavailable(err.to_string()))?
         .map_err(|err| RuntimeError::Unavailable(err.to_string()))?;
-    controller.edit_meta(|meta| meta.worktree = None);
+    controller
+        .edit_meta(|meta| meta.worktree = None)
+        .map_err(|err| {
+            RuntimeError::Unavailable(format!(
+                "the worktree was removed, but that could not be recorded: {err}"
+            ))
+        })?;
     Ok(())
 }
 

@@ -1831,14 +1831,31 @@ impl SessionController {
         written.map_err(|err| err.to_string())
     }
 
-    /// Changes what the person may change of the meta (title, archived), written through.
-    pub(crate) fn edit_meta(&self, change: impl FnOnce(&mut SessionMeta)) -> SessionMeta {
+    /// Changes what the person may change of the meta (title, model, archived…), answered
+    /// only once the disk has it: a write that fails (a full disk) leaves the session as it
+    /// was and refuses the call, as a message is (SPEC §4). Before, the failure was logged
+    /// and the call answered with a change a restart would lose.
+    pub(crate) fn edit_meta(
+        &self,
+        change: impl FnOnce(&mut SessionMeta),
+    ) -> Result<SessionMeta, RuntimeError> {
         let mut state = self.lock();
-        self.update_meta(&mut state, |meta| {
-            change(meta);
-            meta.updated_at = crate::store::now();
-        });
-        state.meta.clone()
+        if matches!(state.phase, Phase::Deleted(_)) {
+            return Err(RuntimeError::Store(StoreError::NotFound(
+                self.meta.session_id.clone(),
+            )));
+        }
+        let before = state.meta.clone();
+        change(&mut state.meta);
+        state.meta.updated_at = crate::store::now();
+        if let Err(err) = self.shared.store.write_meta(&state.meta) {
+            // What a run changed and could not write before (`meta_unsaved`) stays owed.
+            state.meta = before;
+            self.shared.store.take_back_meta(&state.meta);
+            return Err(err.into());
+        }
+        state.meta_unsaved = false;
+        Ok(state.meta.clone())
     }
 
     /// Adds a note of something the person did outside the conversation (an undo, a
