@@ -14,7 +14,8 @@
 // While all of them stream (--seconds), the page records:
 // - main-thread busy time per second: the CPU time of the web content process's main
 //   thread (/proc/<pid>/task/<pid>/stat: WebKitWebProcess, or Chromium's renderer), and in
-//   Chromium also the DevTools `TaskDuration` (all main-thread tasks);
+//   Chromium also the DevTools `TaskDuration` (all main-thread tasks); `appCpuPct`: every
+//   thread of every process of the app (the desktop shell's IPC included), % of one core;
 // - frames: a requestAnimationFrame loop's gaps; "dropped" = gaps over 50 ms, and the
 //   longest; long tasks where the engine has the observer (Chromium; WebKit has none);
 // - the UI's own accounting (`window.__bumblehivePerf`: apply + render), when the build
@@ -30,7 +31,7 @@
 // per engine with small sizes (what scripts/test-all.sh may run; no figure is checked).
 // No assertion on any time: this only measures.
 
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createWriteStream } from 'node:fs';
 import { TARGET_DIR, UI_DIR, cmdline, descendants, firstLine, openDesktopApp, outputDir, procStat, scratch, sleep, start, stopAll, until } from './lib.mjs';
@@ -102,6 +103,24 @@ function contentProcesses(root, engine) {
 
 const TICK_MS = 10; // USER_HZ = 100 on Linux
 const mainThreadMs = (pids) => pids.reduce((sum, pid) => sum + (procStat(pid)?.ticks ?? 0) * TICK_MS, 0);
+
+/** Every process of the app (the desktop shell and WebKit's, or Chromium's), all threads. */
+function appProcesses(root, engine) {
+  return descendants(root).filter((pid) => {
+    const name = cmdline(pid)[0] ?? '';
+    return engine === 'desktop' ? name === APP || /bumblehive-desktop$|WebKit(Web|Network)Process/.test(name) : /chrom/i.test(name);
+  });
+}
+const processMs = (pids) =>
+  pids.reduce((sum, pid) => {
+    try {
+      const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
+      return sum + (Number(rest[11]) + Number(rest[12])) * TICK_MS;
+    } catch {
+      return sum;
+    }
+  }, 0);
 
 // ------------------------------------------------------------------ in-page scripts
 
@@ -315,11 +334,14 @@ async function oneRun(engine, index) {
     const pids = contentProcesses(ui.root, engine);
     await ui.run(PROBE_START);
     await ui.profile?.(true);
+    const apps = appProcesses(ui.root, engine);
+    const all0 = processMs(apps);
     const cpu0 = mainThreadMs(pids);
     const task0 = ui.tasks ? await ui.tasks() : null;
     const wall0 = Date.now();
     await sleep(SECONDS * 1000);
     const cpu1 = mainThreadMs(pids);
+    const all1 = processMs(apps);
     const task1 = ui.tasks ? await ui.tasks() : null;
     const wall = Date.now() - wall0;
     await ui.profile?.(false);
@@ -341,6 +363,9 @@ async function oneRun(engine, index) {
       rate: RATE,
       streamingThroughout,
       mainThreadCpuPct: pids.length ? (100 * (cpu1 - cpu0)) / wall : null,
+      // Every thread of every process of the app (the shell's IPC included), % of one core.
+      appCpuPct: apps.length ? (100 * (all1 - all0)) / wall : null,
+      appProcesses: apps.length,
       devtoolsBusyPct: task0 != null ? (100 * (task1 - task0)) / wall : null,
       uiOwnPct: probe.uiOwnMs != null ? (100 * probe.uiOwnMs) / probe.wallMs : null,
       framesPerS: (1000 * probe.frames) / probe.wallMs,
@@ -400,7 +425,7 @@ for (const engine of engines) {
   const mine = results.filter((r) => r.engine === engine);
   if (!mine.length) continue;
   summary[engine] = Object.fromEntries(
-    ['mainThreadCpuPct', 'devtoolsBusyPct', 'uiOwnPct', 'framesPerS', 'framesOver50', 'maxFrameGapMs', 'longTasks', 'uiEventsPerFrame', 'deltaPaintP50Ms', 'deltaPaintP95Ms', 'deltaPaintMaxMs', 'openMs', 'openDomMs'].map((k) => [
+    ['mainThreadCpuPct', 'appCpuPct', 'devtoolsBusyPct', 'uiOwnPct', 'framesPerS', 'framesOver50', 'maxFrameGapMs', 'longTasks', 'uiEventsPerFrame', 'deltaPaintP50Ms', 'deltaPaintP95Ms', 'deltaPaintMaxMs', 'openMs', 'openDomMs'].map((k) => [
       k,
       median(mine.map((r) => r[k])),
     ]),
