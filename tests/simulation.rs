@@ -203,6 +203,10 @@ struct Ledger {
     started: BTreeSet<String>,
     /// Messages the person steered out of a pending queue (into a run, maybe mid-run).
     steered: BTreeSet<String>,
+    /// Per renamed session, the titles its meta may hold: the one the last answered
+    /// rename gave, and one whose call a kill may have cut short.
+    #[serde(default)]
+    titles: BTreeMap<String, BTreeSet<String>>,
 }
 
 struct Sim {
@@ -597,6 +601,37 @@ impl Sim {
                 gate.kill_after(writes, stall);
                 format!("kill after {writes} more writes, the last stalled {stall:?}")
             }
+            90..=91 => {
+                let Some(target) = self.pick(&ids) else {
+                    return "nothing to rename".into();
+                };
+                let title = format!("title {}", self.log.len());
+                // Booked before the call: a process killed in it may have written it.
+                self.book
+                    .titles
+                    .entry(target.clone())
+                    .or_default()
+                    .insert(title.clone());
+                self.persist_if_killable();
+                match self.service().rename_session(&target, &title) {
+                    Ok(_) => {
+                        self.book
+                            .titles
+                            .insert(target.clone(), [title.clone()].into());
+                        format!("rename {target} to {title:?}")
+                    }
+                    Err(err) => {
+                        // Refused: the disk keeps the title before (a session never
+                        // renamed keeps the one it was made with, not booked).
+                        let titles = self.book.titles.entry(target.clone()).or_default();
+                        titles.remove(&title);
+                        if titles.is_empty() {
+                            self.book.titles.remove(&target);
+                        }
+                        format!("rename {target} refused: {err}")
+                    }
+                }
+            }
             _ => {
                 // Let the background work go on for a moment (no step waits on it).
                 let micros = self.rng.random_range(0..3000);
@@ -915,6 +950,20 @@ impl Sim {
             if in_history + queued != 1 {
                 self.fail(&format!(
                     "the person's message {message} to {session} is in its history {in_history} times and pending {queued} times"
+                ));
+            }
+        }
+        // A rename the person was told of is what the session and the list say (a full
+        // disk or a kill refuses it, never answers it and loses it).
+        for (session, titles) in &self.book.titles {
+            let Some(info) = by_id.get(session.as_str()) else {
+                continue;
+            };
+            let stored = service.store().meta(session).unwrap().title;
+            if !titles.contains(&stored) || info.title != stored {
+                self.fail(&format!(
+                    "{session} is titled {stored:?} on disk and {:?} in the list; renamed to one of {titles:?}",
+                    info.title
                 ));
             }
         }
