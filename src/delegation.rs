@@ -337,8 +337,9 @@ async fn isolate(
 }
 
 /// The `sub_agent` call's side of a delegation: dropped (its run stopped) with a started
-/// child's answer still unread, the child is undone, so nothing runs that the parent's
-/// history does not name.
+/// child's answer still unread, the child is undone if its run has not begun, so nothing
+/// runs that the parent's history does not name; one that began reports, so the parent
+/// hears of it then.
 struct DelegationAnswer {
     rx: Option<tokio::sync::oneshot::Receiver<Result<(String, String), String>>>,
     registry: Weak<Registry>,
@@ -370,15 +371,24 @@ impl Drop for Making {
     }
 }
 
-/// Stops and settles a child whose `sub_agent` call ended without naming it.
-async fn undo_delegation(registry: Weak<Registry>, session_id: String) {
+/// Stops and settles a child whose `sub_agent` call ended without naming it, unless its
+/// run has begun (`SessionController::cancel_if_unbegun`): then it runs on and reports.
+pub(crate) async fn undo_delegation(registry: Weak<Registry>, session_id: String) {
     let Some(registry) = registry.upgrade() else {
         return;
     };
-    registry.shared.subagents.cancel(&session_id).await;
-    if let Ok(child) = registry.controller(&session_id) {
-        child.settle_unstarted();
+    let subagents = registry.shared.subagents.clone();
+    let Ok(child) = registry.controller(&session_id) else {
+        subagents.cancel(&session_id).await;
+        return;
+    };
+    let Some(done) = child.cancel_if_unbegun(|| subagents.cancel_now(&session_id)) else {
+        return;
+    };
+    for done in done {
+        done.cancelled().await;
     }
+    child.settle_unstarted();
 }
 
 /// A `sub_agent` call's request, checked before anything is made: its profile exists, and
@@ -595,7 +605,8 @@ impl Delegator for ServiceDelegator {
         // The child is made and started by a task of its own, not by this call's future:
         // a Stop drops the future at any await, and what it began must still end in one
         // settled state (runtime review R1). When the call is gone before it read that the
-        // child started, the parent never hears of it, so it neither runs nor reports.
+        // child started, the parent never hears of it, so it neither runs nor reports,
+        // unless its run has begun: then its report is how the parent hears of it.
         let strong = self
             .registry
             .upgrade()

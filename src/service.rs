@@ -307,6 +307,17 @@ impl RuntimeService {
         crate::children::cancel(&self.registry, session_id).await
     }
 
+    /// For tests: what a `sub_agent` call dropped with its child's start unread does
+    /// (the call's future gone at a moment a test chooses).
+    #[doc(hidden)]
+    pub async fn drop_delegation_answer(&self, child_session_id: &str) {
+        crate::delegation::undo_delegation(
+            Arc::downgrade(&self.registry),
+            child_session_id.to_string(),
+        )
+        .await;
+    }
+
     pub fn store(&self) -> &SessionStore {
         &self.shared().store
     }

@@ -406,17 +406,7 @@ impl SubagentTasks {
     /// Cancels a child's tasks (no report will be sent) and waits until they have stopped.
     /// Returns false when no such task runs.
     pub async fn cancel(&self, session_id: &str) -> bool {
-        let done: Vec<CancellationToken> = {
-            let tasks = self.tasks();
-            tasks
-                .values()
-                .filter(|entry| entry.info.session_id == session_id)
-                .map(|entry| {
-                    entry.token.cancel();
-                    entry.done.clone()
-                })
-                .collect()
-        };
+        let done = self.cancel_now(session_id);
         if done.is_empty() {
             return false;
         }
@@ -424,6 +414,20 @@ impl SubagentTasks {
             done.cancelled().await;
         }
         true
+    }
+
+    /// Cancels a child's tasks now, without waiting: what to wait on for each to stop
+    /// (for a caller that must cancel under a lock of its own).
+    pub fn cancel_now(&self, session_id: &str) -> Vec<CancellationToken> {
+        let tasks = self.tasks();
+        tasks
+            .values()
+            .filter(|entry| entry.info.session_id == session_id)
+            .map(|entry| {
+                entry.token.cancel();
+                entry.done.clone()
+            })
+            .collect()
     }
 
     /// The children of one parent that are still working, in start order.

@@ -1748,3 +1748,77 @@ async fn a_parents_follow_up_is_answered_only_once_the_disk_has_it() {
     );
     recovered.shutdown().await;
 }
+
+/// A child whose run has begun is not undone when the `sub_agent` call that made it is
+/// dropped before it read that the child started (the parent stopped, or the app quit, at
+/// that moment): it runs on, and its answer reaches the parent. Here the child's run is
+/// held at its last flush, its answer written, when the call's answer is dropped. Before,
+/// the undo cancelled the child's task: its report was dropped with the task, and its meta
+/// said "reported" with none recorded, so the answer never reached the parent (found by
+/// the simulation, seeds 87 and 300132).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_whose_run_began_reports_when_the_call_that_made_it_is_dropped() {
+    let fx = crate::support::Delegation::new();
+    let begun = fx.begin("dropped", 1, false, None).await;
+    let parent = begun.session_id.clone();
+    let child = begun.children[0]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let child_ctl = fx.service.controller(&child).unwrap();
+    let hold = fx.service.store().hold_flushes();
+    fx.provider.gate("dropped-0").set();
+    // Flushes go through one group at a time until the child's answer is in its history
+    // and its run waits at its last flush.
+    let history = fx
+        .path()
+        .join("data/sessions")
+        .join(&child)
+        .join("messages.jsonl");
+    let (hold, answer) = {
+        let stepping = tokio::task::spawn_blocking(move || {
+            loop {
+                hold.wait_for(1);
+                let last = std::fs::read_to_string(&history).ok().and_then(|lines| {
+                    let line = lines.lines().last()?.to_string();
+                    serde_json::from_str::<Message>(&line).ok()
+                });
+                if let Some(last) =
+                    last.filter(|m| m.role == Role::Assistant && m.tool_calls.is_empty())
+                {
+                    if child_ctl.is_running() {
+                        return (hold, last.text().to_string());
+                    }
+                }
+                hold.pass();
+            }
+        });
+        tokio::time::timeout(WAIT, stepping)
+            .await
+            .expect("the child's run never reached its last flush with its answer")
+            .unwrap()
+    };
+    // The call's answer is dropped now: one poll does what the drop does at once.
+    let mut undo = Box::pin(fx.service.drop_delegation_answer(&child));
+    let pending = futures::poll!(&mut undo).is_pending();
+    drop(hold);
+    if pending {
+        tokio::time::timeout(WAIT, undo)
+            .await
+            .expect("the undo hung");
+    } else {
+        drop(undo);
+    }
+    fx.wait_idle().await;
+    let records = fx.service.store().ledger(&parent).unwrap().records;
+    assert!(
+        records
+            .iter()
+            .any(|r| r.child_session_id == child && r.content.contains(&answer)),
+        "the child's answer {answer:?} was never reported: {:?}",
+        records.iter().map(|r| &r.message_id).collect::<Vec<_>>()
+    );
+    let meta = fx.service.store().meta(&child).unwrap();
+    assert!(meta.reported && meta.reports == 1, "{meta:?}");
+    fx.shutdown().await;
+}

@@ -1039,9 +1039,10 @@ impl Sim {
                 };
                 if unreported(before) {
                     self.fail(&format!(
-                        "{}: the answer {:?} before the person's {id} was never reported",
+                        "{}: the answer {:?} before the person's {id} was never reported\n{}",
                         child.session_id,
-                        before.text()
+                        before.text(),
+                        child_story(&meta, history, &ledger, &child.session_id)
                     ));
                 }
             }
@@ -1052,9 +1053,10 @@ impl Sim {
                 && unreported(last)
             {
                 self.fail(&format!(
-                    "{}: its last answer {:?} was never reported",
+                    "{}: its last answer {:?} was never reported\n{}",
                     child.session_id,
-                    last.text()
+                    last.text(),
+                    child_story(&meta, history, &ledger, &child.session_id)
                 ));
             }
             let queued = pending(parent);
@@ -1080,6 +1082,57 @@ impl Sim {
             }
         }
     }
+}
+
+/// What a failure about a child's reports needs to be read: its meta, the end of its
+/// history and its reports.
+fn child_story(
+    meta: &bumblehive::store::SessionMeta,
+    history: &[Message],
+    ledger: &bumblehive::store::Ledger,
+    child: &str,
+) -> String {
+    let tail: Vec<String> = history
+        .iter()
+        .rev()
+        .take(6)
+        .rev()
+        .map(|m| {
+            format!(
+                "{:?} {:?} {:?}{}{}",
+                m.role,
+                m.id,
+                m.text().chars().take(80).collect::<String>(),
+                if m.tool_calls.is_empty() {
+                    ""
+                } else {
+                    " (tool calls)"
+                },
+                if m.stopped { " (stopped)" } else { "" }
+            )
+        })
+        .collect();
+    let reports: Vec<String> = ledger
+        .records
+        .iter()
+        .filter(|r| r.child_session_id == child)
+        .map(|r| {
+            format!(
+                "{} {:?}",
+                r.message_id,
+                r.content.chars().take(100).collect::<String>()
+            )
+        })
+        .collect();
+    format!(
+        "meta: state {:?}, reported {}, reports {}, interrupted {}, run_message {:?}\nhistory ({} messages), last: {tail:#?}\nreports: {reports:#?}",
+        meta.state,
+        meta.reported,
+        meta.reports,
+        meta.interrupted,
+        meta.run_message,
+        history.len()
+    )
 }
 
 /// The number of a report's message id for `task` (1 for `subagent:<task>`).

@@ -1756,6 +1756,24 @@ impl SessionController {
         });
     }
 
+    /// The `sub_agent` call that made this child is gone before it read that the child
+    /// started (its run stopped, the app quit), so the parent never hears of the child:
+    /// one whose run has not begun is undone, its task cancelled by `cancel` under this
+    /// lock, in one step with the look at whether the run began (a run begins under this
+    /// lock too). A run that began stays: it runs on and reports like any child of a
+    /// stopped parent. Before, it was undone as well: a run that had already answered had
+    /// its report dropped with its task and its meta said "reported", so the answer never
+    /// reached the parent (found by the simulation, seeds 87 and 300132).
+    pub(crate) fn cancel_if_unbegun<T>(&self, cancel: impl FnOnce() -> T) -> Option<T> {
+        let state = self.lock();
+        let begun = state
+            .meta
+            .task_id
+            .as_ref()
+            .is_some_and(|task| state.message_ids.contains(&format!("task:{task}")));
+        (!begun).then(cancel)
+    }
+
     /// A child's task ended before its lease (cancelled, or the lease failed): it never
     /// ran and owes no report, so recovery must not call it interrupted (runtime review
     /// C2). What waited for it goes back to pending, except its own task message (the
