@@ -64,7 +64,7 @@ pub(crate) async fn resume(registry: &Registry, session_id: &str) -> Result<(), 
         .map_err(|err| RuntimeError::Unavailable(err.to_string()))??;
     // A child that never ran begins with its task.
     let first = (!ran).then(|| QueuedMessage {
-        message_id: format!("task:{task_id}"),
+        message_id: crate::controller::task_message_id(&task_id),
         content: meta.task_content.clone().unwrap_or_default(),
         config: RunConfig::default(),
         images: Vec::new(),

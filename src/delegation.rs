@@ -560,7 +560,7 @@ async fn start_delegation(
     // The parent's run config: what its report keeps (SPEC §4); the child itself always
     // runs in its own workspace (its worktree when isolated; `controller::run`).
     let message = QueuedMessage {
-        message_id: format!("task:{task_id}"),
+        message_id: crate::controller::task_message_id(&task_id),
         content,
         config: ctx.run_config.clone(),
         images: Vec::new(),

@@ -1770,7 +1770,7 @@ impl SessionController {
             .meta
             .task_id
             .as_ref()
-            .is_some_and(|task| state.message_ids.contains(&format!("task:{task}")));
+            .is_some_and(|task| state.message_ids.contains(&task_message_id(task)));
         (!begun).then(cancel)
     }
 
@@ -1995,6 +1995,11 @@ impl SessionController {
 /// A child's task message (`task:<task_id>`), which its meta keeps (`task_content`).
 fn is_task_message(message_id: &str) -> bool {
     message_id.starts_with("task:")
+}
+
+/// The message id of the task `task_id` gives its child (its first run's first message).
+pub(crate) fn task_message_id(task_id: &str) -> String {
+    format!("task:{task_id}")
 }
 
 /// The task id of a report's message id (`subagent:<task_id>`).
