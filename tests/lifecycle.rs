@@ -1227,6 +1227,25 @@ async fn r12_a_discard_holds_no_lock_while_its_ledger_flushes() {
     assert!(begun.controller.pending().is_empty());
 }
 
+/// A parent `root` that delegated to one child (waiting at its gate `<root>-0`): the
+/// parent, the child's id and its controller.
+async fn one_child(
+    fx: &crate::support::Delegation,
+    root: &str,
+) -> (
+    crate::support::Begun,
+    String,
+    Arc<bumblehive::controller::SessionController>,
+) {
+    let begun = fx.begin(root, 1, false, None).await;
+    let child = begun.children[0]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let child_ctl = fx.service.controller(&child).unwrap();
+    (begun, child, child_ctl)
+}
+
 /// A child whose run has ended and whose report waits at its flush (the parent's
 /// ledger, as on a slow disk): the flushes are stepped one group at a time until only the
 /// report's is left. Returns the fixture, the parent, the child, the hold and the child's
@@ -1242,13 +1261,8 @@ async fn a_report_at_its_flush(
     crate::support::Flag,
 ) {
     let fx = crate::support::Delegation::new();
-    let begun = fx.begin(root, 1, false, None).await;
+    let (begun, child, child_ctl) = one_child(&fx, root).await;
     let parent = begun.session_id.clone();
-    let child = begun.children[0]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let child_ctl = fx.service.controller(&child).unwrap();
     // The parent's turn ends while its child waits at its gate.
     tokio::time::timeout(WAIT, async {
         while begun.controller.is_running() || fx.history(&parent).len() < 4 {
@@ -1759,13 +1773,8 @@ async fn a_parents_follow_up_is_answered_only_once_the_disk_has_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_whose_run_began_reports_when_the_call_that_made_it_is_dropped() {
     let fx = crate::support::Delegation::new();
-    let begun = fx.begin("dropped", 1, false, None).await;
+    let (begun, child, child_ctl) = one_child(&fx, "dropped").await;
     let parent = begun.session_id.clone();
-    let child = begun.children[0]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let child_ctl = fx.service.controller(&child).unwrap();
     let hold = fx.service.store().hold_flushes();
     fx.provider.gate("dropped-0").set();
     // Flushes go through one group at a time until the child's answer is in its history
