@@ -606,12 +606,19 @@ impl Sim {
                     return "nothing to rename".into();
                 };
                 let title = format!("title {}", self.log.len());
-                // Booked before the call: a process killed in it may have written it.
-                self.book
-                    .titles
-                    .entry(target.clone())
-                    .or_default()
-                    .insert(title.clone());
+                // Booked before the call: a process killed in it may have written it, or
+                // not (then the title before stays, the one it was made with the first
+                // time).
+                let current = sessions
+                    .iter()
+                    .find(|s| s.session_id == target)
+                    .map(|s| s.title.clone())
+                    .unwrap_or_default();
+                let titles = self.book.titles.entry(target.clone()).or_default();
+                if titles.is_empty() {
+                    titles.insert(current);
+                }
+                titles.insert(title.clone());
                 self.persist_if_killable();
                 match self.service().rename_session(&target, &title) {
                     Ok(_) => {
@@ -621,12 +628,9 @@ impl Sim {
                         format!("rename {target} to {title:?}")
                     }
                     Err(err) => {
-                        // Refused: the disk keeps the title before (a session never
-                        // renamed keeps the one it was made with, not booked).
-                        let titles = self.book.titles.entry(target.clone()).or_default();
-                        titles.remove(&title);
-                        if titles.is_empty() {
-                            self.book.titles.remove(&target);
+                        // Refused: the disk keeps the title before.
+                        if let Some(titles) = self.book.titles.get_mut(&target) {
+                            titles.remove(&title);
                         }
                         format!("rename {target} refused: {err}")
                     }
