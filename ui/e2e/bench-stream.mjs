@@ -31,10 +31,10 @@
 // per engine with small sizes (what scripts/test-all.sh may run; no figure is checked).
 // No assertion on any time: this only measures.
 
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createWriteStream } from 'node:fs';
-import { TARGET_DIR, UI_DIR, cmdline, descendants, firstLine, openDesktopApp, outputDir, procStat, scratch, sleep, start, stopAll, until } from './lib.mjs';
+import { TARGET_DIR, UI_DIR, cmdline, descendants, firstLine, openDesktopApp, outputDir, procStat, processStat, scratch, sleep, start, stopAll, until } from './lib.mjs';
 import { startMockModel } from './mock-model.mjs';
 
 const args = process.argv.slice(2);
@@ -111,16 +111,7 @@ function appProcesses(root, engine) {
     return engine === 'desktop' ? name === APP || /bumblehive-desktop$|WebKit(Web|Network)Process/.test(name) : /chrom/i.test(name);
   });
 }
-const processMs = (pids) =>
-  pids.reduce((sum, pid) => {
-    try {
-      const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
-      return sum + (Number(rest[11]) + Number(rest[12])) * TICK_MS;
-    } catch {
-      return sum;
-    }
-  }, 0);
+const processMs = (pids) => pids.reduce((sum, pid) => sum + (processStat(pid)?.ticks ?? 0) * TICK_MS, 0);
 
 // ------------------------------------------------------------------ in-page scripts
 

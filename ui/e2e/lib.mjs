@@ -363,8 +363,17 @@ export class WebDriver {
 
 /** A thread's parent pid and CPU ticks (user + system) from /proc; null when it is gone. */
 export function procStat(pid, tid = pid) {
+  return readStat(`/proc/${pid}/task/${tid}/stat`);
+}
+
+/** The same for a whole process: the ticks of all its threads. */
+export function processStat(pid) {
+  return readStat(`/proc/${pid}/stat`);
+}
+
+function readStat(path) {
   try {
-    const text = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+    const text = readFileSync(path, 'utf8');
     const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
     // Fields after the name: state(3) ppid(4) … utime(14) stime(15), counted from 3.
     return { ppid: Number(rest[1]), ticks: Number(rest[11]) + Number(rest[12]) };
