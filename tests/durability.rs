@@ -632,16 +632,16 @@ async fn a_rename_or_a_model_change_is_answered_only_once_the_disk_has_it() {
                 .into_iter()
                 .find(|s| s.session_id == id)
                 .expect("the session is listed");
-            let recovered = read(&service.store().meta(&id).unwrap());
+            let stored = service.store().meta(&id).unwrap();
+            let recovered = read(&stored);
             if answered.is_ok() {
                 assert_ne!(recovered, before, "{context}: a restart lost the change");
             } else {
                 assert_eq!(recovered, before, "{context}");
             }
-            let expected = service.store().meta(&id).unwrap();
             assert_eq!(
                 (&listed.title, &listed.model, listed.archived),
-                (&expected.title, &expected.model, expected.archived),
+                (&stored.title, &stored.model, stored.archived),
                 "{context}: the list and the session disagree"
             );
             service.shutdown().await;

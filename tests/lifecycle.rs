@@ -1227,6 +1227,29 @@ async fn r12_a_discard_holds_no_lock_while_its_ledger_flushes() {
     assert!(begun.controller.pending().is_empty());
 }
 
+/// Lets held flushes through one group at a time until `found` sees what the test waits
+/// for (looked at each time a flush is held): the hold, still holding, and what it saw.
+/// `never` is the failure when it does not come.
+async fn step_flushes_until<T: Send + 'static>(
+    hold: bumblehive::flush::FlushHold,
+    never: &str,
+    mut found: impl FnMut() -> Option<T> + Send + 'static,
+) -> (bumblehive::flush::FlushHold, T) {
+    let stepping = tokio::task::spawn_blocking(move || {
+        loop {
+            hold.wait_for(1);
+            if let Some(seen) = found() {
+                return (hold, seen);
+            }
+            hold.pass();
+        }
+    });
+    tokio::time::timeout(WAIT, stepping)
+        .await
+        .unwrap_or_else(|_| panic!("{never}"))
+        .unwrap()
+}
+
 /// A parent `root` that delegated to one child (waiting at its gate `<root>-0`): the
 /// parent, the child's id and its controller.
 async fn one_child(
@@ -1274,19 +1297,12 @@ async fn a_report_at_its_flush(
     let hold = fx.service.store().hold_flushes();
     let gate = fx.provider.gate(&format!("{root}-0"));
     gate.set();
-    let stepping = tokio::task::spawn_blocking(move || {
-        loop {
-            hold.wait_for(1);
-            if !child_ctl.is_running() {
-                return hold;
-            }
-            hold.pass();
-        }
-    });
-    let hold = tokio::time::timeout(WAIT, stepping)
-        .await
-        .expect("the child's report never reached its flush")
-        .unwrap();
+    let (hold, ()) = step_flushes_until(
+        hold,
+        "the child's report never reached its flush",
+        move || (!child_ctl.is_running()).then_some(()),
+    )
+    .await;
     assert_eq!(
         fx.service.store().meta(&child).unwrap().reports,
         0,
@@ -1608,22 +1624,17 @@ async fn a_crash_before_a_stopped_runs_report_is_recorded_sends_no_answer_twice(
         .join("data/sessions")
         .join(&parent)
         .join("reports.jsonl");
-    let hold = tokio::task::spawn_blocking(move || {
-        hold.pass();
-        loop {
-            hold.wait_for(1);
-            let written = std::fs::read_to_string(&ledger)
-                .is_ok_and(|lines| lines.contains("\"subagent:delegate-0:2\""));
-            if written {
-                return hold;
-            }
-            hold.pass();
-        }
-    });
-    let hold = tokio::time::timeout(WAIT, hold)
-        .await
-        .expect("the stopped run's report never reached its flush")
-        .unwrap();
+    hold.pass();
+    let (hold, ()) = step_flushes_until(
+        hold,
+        "the stopped run's report never reached its flush",
+        move || {
+            std::fs::read_to_string(&ledger)
+                .is_ok_and(|lines| lines.contains("\"subagent:delegate-0:2\""))
+                .then_some(())
+        },
+    )
+    .await;
     let meta = marked(&fx, &child, 1).await;
     assert!(
         !meta.reported && meta.state == SessionState::Paused,
@@ -1784,29 +1795,19 @@ async fn a_child_whose_run_began_reports_when_the_call_that_made_it_is_dropped()
         .join("data/sessions")
         .join(&child)
         .join("messages.jsonl");
-    let (hold, answer) = {
-        let stepping = tokio::task::spawn_blocking(move || {
-            loop {
-                hold.wait_for(1);
-                let last = std::fs::read_to_string(&history).ok().and_then(|lines| {
-                    let line = lines.lines().last()?.to_string();
-                    serde_json::from_str::<Message>(&line).ok()
-                });
-                if let Some(last) =
-                    last.filter(|m| m.role == Role::Assistant && m.tool_calls.is_empty())
-                {
-                    if child_ctl.is_running() {
-                        return (hold, last.text().to_string());
-                    }
-                }
-                hold.pass();
-            }
-        });
-        tokio::time::timeout(WAIT, stepping)
-            .await
-            .expect("the child's run never reached its last flush with its answer")
-            .unwrap()
-    };
+    let (hold, answer) = step_flushes_until(
+        hold,
+        "the child's run never reached its last flush with its answer",
+        move || {
+            let last = std::fs::read_to_string(&history).ok().and_then(|lines| {
+                let line = lines.lines().last()?.to_string();
+                serde_json::from_str::<Message>(&line).ok()
+            })?;
+            (last.role == Role::Assistant && last.tool_calls.is_empty() && child_ctl.is_running())
+                .then(|| last.text().to_string())
+        },
+    )
+    .await;
     // The call's answer is dropped now: one poll does what the drop does at once.
     let mut undo = Box::pin(fx.service.drop_delegation_answer(&child));
     let pending = futures::poll!(&mut undo).is_pending();
