@@ -9,7 +9,7 @@
  *   - mounts it read-only with FUSE (libsquashfuse's low-level operations) on a fresh
  *     directory under $TMPDIR in a child process, then execs $MOUNT/AppRun in place of
  *     itself, so the pid a launcher started is the app's own; the child unmounts and
- *     removes the directory when the app exits (PR_SET_PDEATHSIG);
+ *     removes the directory when the app exits (it watches the app through a pidfd);
  *   - where FUSE cannot be used (no /dev/fuse, no fusermount3, a container), or with
  *     --appimage-extract-and-run / APPIMAGE_EXTRACT_AND_RUN=1, extracts to a temporary
  *     directory instead, runs AppRun from there and removes it afterwards;
@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,7 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -166,10 +169,60 @@ static int extract_and_run(const char *self, long offset, char **argv) {
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
+/* Serves requests until the app is gone (`app_fd`, a pidfd, turns readable) or this process
+ * is told to stop (`sig_fd`, a signalfd for SIGTERM, SIGINT and SIGHUP, which stay blocked).
+ *
+ * Why not libfuse's own loop and signal handlers: a dying app with many threads sends its
+ * parent-death signal once per thread it reparents us to. The first SIGTERM ended libfuse's
+ * loop, which then put SIGTERM back to its default, and the next one killed this process
+ * before it unmounted: the mount stayed behind (the install check saw it in CI; about 1 in
+ * 5 starts of the desktop app here). A handler would also race with the blocking read of
+ * the device. Blocked signals read from a descriptor, polled beside the device, have
+ * neither problem: a second SIGTERM only waits, unread. */
+static void serve_until_gone(struct fuse_session *se, int app_fd, int sig_fd) {
+    struct fuse_buf buf;
+    memset(&buf, 0, sizeof buf);
+    struct pollfd fds[3] = {
+        {.fd = fuse_session_fd(se), .events = POLLIN},
+        {.fd = sig_fd, .events = POLLIN},
+        {.fd = app_fd, .events = POLLIN},
+    };
+    nfds_t n = app_fd >= 0 ? 3 : 2;
+    while (!fuse_session_exited(se)) {
+        if (poll(fds, n, -1) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        if (fds[1].revents || (n == 3 && fds[2].revents)) break;
+        /* POLLERR: unmounted from outside (fusermount3 -u), nothing left to serve. */
+        if (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) break;
+        if (!(fds[0].revents & POLLIN)) continue;
+        int res = fuse_session_receive_buf(se, &buf);
+        if (res == -EINTR || res == -EAGAIN) continue;
+        if (res <= 0) break;
+        fuse_session_process_buf(se, &buf);
+    }
+    free(buf.mem);
+}
+
 /* Child: serves the image on `mnt` until the parent (the app) exits. Reports on `ready`. */
 static void serve_fuse(const char *self, long offset, const char *mnt, int ready, pid_t parent) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(0);
+    /* Stop requests arrive through a signalfd (see serve_until_gone), so they are blocked
+     * from here on: one that comes while mounting waits in the descriptor. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGHUP);
+    sigprocmask(SIG_BLOCK, &stop, NULL);
+    int sig_fd = signalfd(-1, &stop, SFD_CLOEXEC);
+    /* The app is watched through a pidfd: it turns readable once the whole process is gone,
+     * not when its first thread is. Without pidfds (Linux before 5.3) the parent-death
+     * signal stands in, read from the signalfd like any other stop. */
+    int app_fd = (int)syscall(SYS_pidfd_open, parent, 0);
+    if (app_fd < 0) prctl(PR_SET_PDEATHSIG, SIGTERM);
+    /* The parent may have died before either was in place; then we were reparented. */
+    if (getppid() != parent || sig_fd < 0) _exit(0);
     sqfs_ll *ll = sqfs_ll_open(self, (size_t)offset);
     char ok = 0;
     if (!ll) { (void)!write(ready, &ok, 1); _exit(1); }
@@ -202,10 +255,7 @@ static void serve_fuse(const char *self, long offset, const char *mnt, int ready
     ok = 1;
     (void)!write(ready, &ok, 1);
     close(ready);
-    if (fuse_set_signal_handlers(ch.session) != -1) {
-        fuse_session_loop(ch.session);
-        fuse_remove_signal_handlers(ch.session);
-    }
+    serve_until_gone(ch.session, app_fd, sig_fd);
     sqfs_ll_unmount(&ch, mnt);
     sqfs_ll_destroy(ll);
     rmdir(mnt);
