@@ -15,7 +15,7 @@ use crate::registry::Registry;
 use crate::store::{NewSession, ReportRecord};
 use crate::subagents::{
     ChildOutcome, ChildStart, LeaseFn, LeaseGuard, NotifyFn, Report, RunnerFn, SlotFn,
-    SubagentObserver,
+    SubagentObserver, SubagentTasks,
 };
 use crate::tools::{Delegation, Delegator, ToolContext};
 
@@ -75,7 +75,7 @@ pub(crate) fn runner_fn(registry: Weak<Registry>) -> RunnerFn {
                 Ok(child) => child,
                 Err(err) => return ChildOutcome::Failed(err.to_string()),
             };
-            match child.begin_child_run() {
+            match child.begin_child_run(&token) {
                 Some(outcome) => child.child_outcome(outcome, token).await,
                 // Stopped by the person (or deleted) between its slot and its start.
                 None => ChildOutcome::Stopped,
@@ -382,13 +382,45 @@ pub(crate) async fn undo_delegation(registry: Weak<Registry>, session_id: String
         subagents.cancel(&session_id).await;
         return;
     };
-    let Some(done) = child.cancel_if_unbegun(|| subagents.cancel_now(&session_id)) else {
-        return;
+    undo_unbegun(&child, &subagents, &session_id).await;
+}
+
+/// The parent's run stopped while its `sub_agent` call waited for the child's lease. The
+/// lease was not there when the call looked, but the task may have had it and begun the
+/// run since: cancelled whatever its phase, as before, a run that began was stopped with
+/// no report while the child's history held the task. So only an unbegun child is undone;
+/// one that began runs on and reports, and the call says it started.
+pub(crate) async fn stop_waiting_start(
+    child: &SessionController,
+    subagents: &SubagentTasks,
+    session_id: &str,
+) -> Result<(), String> {
+    if undo_unbegun(child, subagents, session_id).await {
+        Err("the parent's run was stopped before the sub-agent started".into())
+    } else {
+        Ok(())
+    }
+}
+
+/// Undoes a child whose run has not begun: its task is cancelled under the child's lock,
+/// in one step with the look at whether the run began (`cancel_if_unbegun`), waited for,
+/// and the child settled as never started. Says whether it was undone; one whose run
+/// began is left to run on and report. Both ways a start can be taken back use it: the
+/// call's answer dropped unread (`undo_delegation`) and the parent stopped while the
+/// child waited for its lease (`start_delegation`).
+async fn undo_unbegun(
+    child: &SessionController,
+    subagents: &SubagentTasks,
+    session_id: &str,
+) -> bool {
+    let Some(done) = child.cancel_if_unbegun(|| subagents.cancel_now(session_id)) else {
+        return false;
     };
     for done in done {
         done.cancelled().await;
     }
     child.settle_unstarted();
+    true
 }
 
 /// A `sub_agent` call's request, checked before anything is made: its profile exists, and
@@ -585,11 +617,7 @@ async fn start_delegation(
             Ok(started) => started.map_err(|err| err.to_string()),
             Err(_) => Err(format!("sub-agent task {task_id} was stopped before startup")),
         },
-        _ = ctx.cancel.cancelled() => {
-            // The task settles the child as never started (`unstarted`).
-            subagents.cancel(&meta.session_id).await;
-            Err("the parent's run was stopped before the sub-agent started".into())
-        }
+        _ = ctx.cancel.cancelled() => stop_waiting_start(&child, &subagents, &meta.session_id).await,
     };
     started.map(|()| (task_id, meta.session_id.clone()))
 }

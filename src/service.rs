@@ -318,6 +318,18 @@ impl RuntimeService {
         .await;
     }
 
+    /// For tests: what a `sub_agent` call does when its parent's run stops while it waits
+    /// for the child's lease (at a moment a test chooses); `Ok` says the child started.
+    #[doc(hidden)]
+    pub async fn stop_delegation_start(&self, child_session_id: &str) -> Result<(), String> {
+        let child = self
+            .registry
+            .controller(child_session_id)
+            .map_err(|err| err.to_string())?;
+        crate::delegation::stop_waiting_start(&child, &self.shared().subagents, child_session_id)
+            .await
+    }
+
     pub fn store(&self) -> &SessionStore {
         &self.shared().store
     }

@@ -1832,3 +1832,60 @@ async fn a_child_whose_run_began_reports_when_the_call_that_made_it_is_dropped()
     assert!(meta.reported && meta.reports == 1, "{meta:?}");
     fx.shutdown().await;
 }
+
+/// The parent's run stops while its `sub_agent` call waits for the child's lease, and in
+/// that moment the child's task gets the lease and begins the run. The call used to
+/// cancel the task whatever its phase: the begun run was stopped with no report (its
+/// history held the task, its answer never reached the parent) and the call said the
+/// child never started. Now a child whose run began runs on, reports once, and the call
+/// says it started. The race is a few microseconds wide; the test takes the call's stop
+/// at a moment it chooses (`RuntimeService::stop_delegation_start`), with the run begun.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_whose_run_began_reports_when_its_parent_stops_while_the_call_waits() {
+    let fx = crate::support::Delegation::new();
+    let (begun, child, child_ctl) = one_child(&fx, "waited").await;
+    let parent = begun.session_id.clone();
+    // The run has begun: its task message is in the child's history (the model's answer
+    // waits at the gate).
+    tokio::time::timeout(WAIT, async {
+        while !fx
+            .history(&child)
+            .iter()
+            .any(|m| m.id.as_deref().is_some_and(|id| id.starts_with("task:")))
+        {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the child's run never began");
+    assert!(child_ctl.is_running());
+    let answered = tokio::time::timeout(WAIT, fx.service.stop_delegation_start(&child))
+        .await
+        .expect("the stop hung");
+    assert_eq!(
+        answered,
+        Ok(()),
+        "the child's run had begun, yet the call says it never started"
+    );
+    fx.provider.gate("waited-0").set();
+    fx.wait_idle().await;
+    let records = fx.service.store().ledger(&parent).unwrap().records;
+    let reports: Vec<_> = records
+        .iter()
+        .filter(|r| r.child_session_id == child)
+        .collect();
+    assert_eq!(
+        reports.len(),
+        1,
+        "the begun child must report once: {:?}",
+        records.iter().map(|r| &r.message_id).collect::<Vec<_>>()
+    );
+    assert!(
+        reports[0].content.contains("DATA:waited"),
+        "{:?}",
+        reports[0].content
+    );
+    let meta = fx.service.store().meta(&child).unwrap();
+    assert!(meta.reported && meta.reports == 1, "{meta:?}");
+    fx.shutdown().await;
+}

@@ -870,9 +870,16 @@ impl SessionController {
     /// The task holds its slot: the child's run begins, with what waited in
     /// [`Phase::Starting`], in one step. Returns how it ends, or `None` when the person
     /// stopped it (or it was deleted) before it could begin.
-    pub(crate) fn begin_child_run(&self) -> Option<oneshot::Receiver<RunOutcome>> {
+    pub(crate) fn begin_child_run(
+        &self,
+        task: &CancellationToken,
+    ) -> Option<oneshot::Receiver<RunOutcome>> {
         let mut state = self.lock();
-        if self.shared.root.is_cancelled() || state.read_only.is_some() {
+        // A task cancelled under this lock by `cancel_if_unbegun` (its start taken back)
+        // may still get here, past its lease and slot: it must not begin, or a run would
+        // start that its canceller just undid, stopped at once with no report while the
+        // child's history held the task. The phase stays `Starting` for the settle.
+        if self.shared.root.is_cancelled() || state.read_only.is_some() || task.is_cancelled() {
             return None;
         }
         let starting = match std::mem::replace(&mut state.phase, Phase::Idle) {
