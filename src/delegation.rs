@@ -484,33 +484,42 @@ fn make_child(
     let workspace = ctx.workspace.display().to_string();
     let content = format!("You are the sub-agent \"{title}\".\nTask:\n{task}");
     let (provider, model) = child_model(registry, ctx, &parent, request.agent.as_deref());
-    let meta = registry
-        .shared
-        .store
-        .create(NewSession {
-            workspace,
-            title: Some(title.clone()),
-            parent_session_id: Some(parent.session_id().to_string()),
-            task_id: Some(task_id.clone()),
-            task_content: Some(content.clone()),
-            // "running" until its run ends: a crash before then leaves it interrupted.
-            state: SessionState::Running,
-            agent: request.agent.clone(),
-            provider,
-            model,
-        })
-        .map_err(|err| err.to_string())?;
-    let mut made = Made {
+    let new = NewSession {
+        workspace,
+        title: Some(title.clone()),
+        parent_session_id: Some(parent.session_id().to_string()),
+        task_id: Some(task_id.clone()),
+        task_content: Some(content.clone()),
+        // "running" until its run ends: a crash before then leaves it interrupted.
+        state: SessionState::Running,
+        agent: request.agent.clone(),
+        provider,
+        model,
+    };
+    // A child in a worktree gets its controller once its worktree is in its meta; any
+    // other gets it with its creation, in one step (`Registry::create_made`).
+    let (meta, child) = if request.worktree {
+        let meta = registry
+            .shared
+            .store
+            .create(new)
+            .map_err(|err| err.to_string())?;
+        (meta, None)
+    } else {
+        let child = registry.create_made(new).map_err(|err| err.to_string())?;
+        (child.current_meta(), Some(child))
+    };
+    let made = Made {
         meta,
-        child: None,
+        child,
         task_id,
         title,
         parent: parent.session_id().to_string(),
         content,
         worktree: request.worktree,
     };
-    if !made.worktree {
-        made.child = Some(announce(registry, &made)?);
+    if let Some(child) = &made.child {
+        announce(child, &made);
     }
     Ok(made)
 }
@@ -538,21 +547,13 @@ fn child_model(
 }
 
 /// `session_created` for the child, to its parent's subscribers (SPEC §3).
-fn announce(registry: &Registry, made: &Made) -> Result<Arc<SessionController>, String> {
-    // A worktree child's meta was changed since it was made (its workspace): read back.
-    let child = if made.worktree {
-        registry.controller(&made.meta.session_id)
-    } else {
-        registry.made(made.meta.clone())
-    }
-    .map_err(|err| err.to_string())?;
+fn announce(child: &SessionController, made: &Made) {
     child.emit(Event::SessionCreated {
         session_id: made.meta.session_id.clone(),
         parent_session_id: Some(made.parent.clone()),
         task_id: Some(made.task_id.clone()),
         title: made.title.clone(),
     });
-    Ok(child)
 }
 
 /// Starts a made child: its worktree first when isolated, then its first run through
@@ -578,7 +579,12 @@ async fn start_delegation(
         None if *worktree => {
             // The child's meta now names its worktree as its workspace.
             isolate(&registry, meta.clone(), &ctx.workspace).await?;
-            announce(&registry, &made)?
+            // Read back: its meta changed since it was made (its workspace).
+            let child = registry
+                .controller(&meta.session_id)
+                .map_err(|err| err.to_string())?;
+            announce(&child, &made);
+            child
         }
         None => registry
             .controller(&meta.session_id)

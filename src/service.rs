@@ -119,6 +119,11 @@ impl RuntimeService {
         &self.registry.shared
     }
 
+    #[cfg(test)]
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
     /// What the start-up recovery repaired.
     pub fn recovery(&self) -> &RecoveryStats {
         &self.recovery
