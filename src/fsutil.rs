@@ -181,9 +181,16 @@ impl WriteGate {
         }
     }
 
-    /// Lets `writes` more writes pass, stalls the next one for `stall`, then kills.
+    /// Lets `writes` more writes pass, stalls the next one for `stall`, then kills. A kill
+    /// that has happened stays: arming again over it let the writes after it pass, and a
+    /// write it had refused was never recovered from (the simulation, seed 360085: a stop
+    /// whose meta write the kill refused left the session "running" on disk).
     pub fn kill_after(&self, writes: u64, stall: std::time::Duration) {
-        *self.plan() = Plan::After { writes, stall };
+        let mut plan = self.plan();
+        if *plan == Plan::Killed {
+            return;
+        }
+        *plan = Plan::After { writes, stall };
         self.on.store(true, std::sync::atomic::Ordering::Release);
     }
 
@@ -250,6 +257,11 @@ mod tests {
         assert!(gate.pass().is_err(), "nothing lands after the kill");
         assert!(!gate.disarm(), "a kill that happened stays");
         assert!(gate.killed());
+        // Armed again (a kill the arming did not see happen): the kill stays, so the
+        // writes it refused are recovered from, not followed by writes that land.
+        gate.kill_after(3, std::time::Duration::ZERO);
+        assert!(gate.killed(), "a kill that happened stays when armed again");
+        assert!(gate.pass().is_err(), "nothing lands after the kill");
 
         let gate = WriteGate::default();
         gate.kill_after(5, std::time::Duration::ZERO);

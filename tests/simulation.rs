@@ -589,6 +589,8 @@ impl Sim {
                 if gate.armed() {
                     return "a kill at a write is armed already".into();
                 }
+                // One that happens from here on stays (`kill_after` keeps it), and the
+                // check after this step recovers from it.
                 let writes = self.rng.random_range(0..40);
                 // Half of the kills come at once; the others stall the write they land
                 // on, holding the window before it open while the next steps run (a
