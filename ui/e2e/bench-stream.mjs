@@ -186,6 +186,8 @@ const PROBE_STOP = `
     longTasks: p.longSupported ? p.long.length : null,
     longTaskMs: p.longSupported ? p.long.reduce((a, b) => a + b, 0) : null,
     uiOwnMs: own,
+    // The part of it spent applying events to the UI's state (the rest is rendering).
+    uiApplyMs: perf && p.perf0 ? perf.applyMs - p.perf0.applyMs : null,
     uiEvents: perf && p.perf0 ? perf.events - p.perf0.events : null,
     // Frames in which each region changed, the most first.
     changedRegions: ${CENSUS} ? Object.entries(p.regions).sort((a, b) => b[1] - a[1]).slice(0, 12) : undefined,
@@ -359,6 +361,7 @@ async function oneRun(engine, index) {
       appProcesses: apps.length,
       devtoolsBusyPct: task0 != null ? (100 * (task1 - task0)) / wall : null,
       uiOwnPct: probe.uiOwnMs != null ? (100 * probe.uiOwnMs) / probe.wallMs : null,
+      uiApplyPct: probe.uiApplyMs != null ? (100 * probe.uiApplyMs) / probe.wallMs : null,
       framesPerS: (1000 * probe.frames) / probe.wallMs,
       framesOver50: probe.over50,
       maxFrameGapMs: probe.maxGapMs,
