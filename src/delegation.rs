@@ -387,9 +387,9 @@ pub(crate) async fn undo_delegation(registry: Weak<Registry>, session_id: String
 
 /// The parent's run stopped while its `sub_agent` call waited for the child's lease. The
 /// lease was not there when the call looked, but the task may have had it and begun the
-/// run since: cancelled whatever its phase, as before, a run that began was stopped with
-/// no report while the child's history held the task. So only an unbegun child is undone;
-/// one that began runs on and reports, and the call says it started.
+/// run since. Cancelling the task whatever its phase (as this did before) stopped such a
+/// run with no report while the child's history held the task. So only an unbegun child
+/// is undone; one that began runs on and reports, and the call says it started.
 pub(crate) async fn stop_waiting_start(
     child: &SessionController,
     subagents: &SubagentTasks,
