@@ -459,12 +459,13 @@ struct Made {
     meta: crate::store::SessionMeta,
     /// The child's controller once announced, held until its run starts: dropped in
     /// between, it would be loaded from disk again (a fan-out's children, issue 31).
+    /// `None` for a child in a worktree: its controller is made once its worktree is in
+    /// its meta (`start_delegation`).
     child: Option<Arc<SessionController>>,
     task_id: String,
     title: String,
     parent: crate::protocol::SessionId,
     content: String,
-    worktree: bool,
 }
 
 /// Makes the child on disk in one synchronous step, so a batch's children are made (and
@@ -516,7 +517,6 @@ fn make_child(
         title,
         parent: parent.session_id().to_string(),
         content,
-        worktree: request.worktree,
     };
     if let Some(child) = &made.child {
         announce(child, &made);
@@ -570,14 +570,13 @@ async fn start_delegation(
         meta,
         task_id,
         content,
-        worktree,
         ..
     } = &made;
     let (meta, task_id, content) = (meta.clone(), task_id.clone(), content.clone());
     let child = match made.child.clone() {
         Some(child) => child,
-        None if *worktree => {
-            // The child's meta now names its worktree as its workspace.
+        None => {
+            // A child in a worktree: its meta now names the worktree as its workspace.
             isolate(&registry, meta.clone(), &ctx.workspace).await?;
             // Read back: its meta changed since it was made (its workspace).
             let child = registry
@@ -586,9 +585,6 @@ async fn start_delegation(
             announce(&child, &made);
             child
         }
-        None => registry
-            .controller(&meta.session_id)
-            .map_err(|err| err.to_string())?,
     };
     if ctx.cancel.is_cancelled() {
         // The parent's run was stopped while the child was made: it never starts.

@@ -63,15 +63,17 @@ impl Registry {
             return Ok(controller);
         }
         let store = &self.shared.store;
-        let loaded = {
-            // No session is between its creation and its controller now: one that was
-            // has its controller registered, and that one is the session's.
+        {
+            // Once no session is between its creation and its controller, one that was
+            // has its controller registered, and that one is the session's. If it is not
+            // there now, none will be made from a meta written before: the load can go
+            // on without the lock.
             let _alone = self.making.write().unwrap_or_else(|p| p.into_inner());
             if let Some(controller) = self.get(session_id) {
                 return Ok(controller);
             }
-            store.load(session_id)?
-        };
+        }
+        let loaded = store.load(session_id)?;
         let parent = match &loaded.meta.parent_session_id {
             Some(parent) => Some(self.controller(parent)?),
             None => None,
