@@ -265,6 +265,16 @@ async fn per_turn(base: &Path, label: &str, tool: &'static str, runs: usize, tur
 
 /// Fan-out: one parent delegates `children` sub-agents of 3 turns each with a simulated
 /// model latency; compares wall time with the ideal.
+/// Spare session folders kept and ready, as in the desktop, `serve` and `acp` some time
+/// after their start (`RuntimeService::keep_spare_sessions`).
+fn keep_spares(service: &RuntimeService) {
+    service.keep_spare_sessions();
+    assert!(
+        service.store().wait_spares(Duration::from_secs(30)),
+        "the spare session folders were not made"
+    );
+}
+
 async fn fan_out(
     base: &Path,
     label: &str,
@@ -285,6 +295,7 @@ async fn fan_out(
         stamps: Default::default(),
     });
     let service = service(&dir.join("data"), provider.clone(), max_concurrent);
+    keep_spares(&service);
     let info = service
         .create_session(workspace.to_str().expect("utf8"), None)
         .expect("session");
@@ -463,6 +474,7 @@ async fn delegation_latency(
             tools: None,
         })
         .expect("service");
+        keep_spares(&service);
         let info = service
             .create_session(workspace.to_str().expect("utf8"), None)
             .expect("session");

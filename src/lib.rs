@@ -58,6 +58,7 @@ pub mod session_index;
 mod settings;
 pub mod skills;
 pub mod slots;
+mod spares;
 pub mod store;
 pub mod subagents;
 pub mod text;

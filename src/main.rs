@@ -226,6 +226,7 @@ async fn async_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             // The kept token unless one is given or a fresh one asked for: a restarted
             // server keeps its open tabs signed in (D27).
             let token = token.or_else(|| (!new_token).then(|| kept_token(&data_dir)).flatten());
+            service.keep_spare_sessions();
             serve(service, &data_dir, SocketAddr::new(host, port), token, ui).await?;
             Ok(std::process::ExitCode::SUCCESS)
         }
@@ -250,6 +251,7 @@ async fn async_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Acp => {
             let stop = CancellationToken::new();
             take_runs(&service, &data_dir, "bumblehive acp", stop.clone());
+            service.keep_spare_sessions();
             bumblehive::acp::serve_stdio(service.clone()).await;
             stop.cancel();
             // The client went away (stdin closed): runs stop, as after SIGTERM for `serve`.

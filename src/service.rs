@@ -34,6 +34,11 @@ pub use crate::controller::INTERRUPTED_RESULT;
 pub use crate::recovery::RecoveryStats;
 
 /// How to build a service.
+/// How many session folders a long-lived process keeps made ahead
+/// ([`RuntimeService::keep_spare_sessions`]): a parent's usual burst of children, with
+/// room (each is a folder and two empty files).
+pub const SPARE_SESSIONS: usize = 16;
+
 pub struct ServiceOptions {
     /// Sessions live in `<data_dir>/sessions`.
     pub data_dir: PathBuf,
@@ -337,6 +342,14 @@ impl RuntimeService {
 
     pub fn store(&self) -> &SessionStore {
         &self.shared().store
+    }
+
+    /// Keeps session folders made ahead from now on, so a new session (a delegation's
+    /// children above all) costs no new inode on its call's path (`spares`). For processes
+    /// that live on after their start: the desktop, `serve`, `acp`; a one-shot `run` would
+    /// only pay for folders it never uses.
+    pub fn keep_spare_sessions(&self) {
+        self.shared().store.keep_spares(SPARE_SESSIONS);
     }
 
     pub fn subagents(&self) -> &SubagentTasks {

@@ -14,6 +14,7 @@ use crate::protocol::{
     Compaction, Message, ModelUsage, SessionId, SessionInfo, SessionState, Usage,
 };
 use crate::session_index::SessionIndex;
+use crate::spares::Spares;
 
 const META: &str = "meta.json";
 const MESSAGES: &str = "messages.jsonl";
@@ -231,6 +232,8 @@ pub struct SessionStore {
     /// For tests: a simulated kill between two writes (`WriteGate`); every write of the
     /// data folder asks it first, the session index's too.
     gate: Arc<WriteGate>,
+    /// Folders made ahead for new sessions (`create`), once a long-lived process asks.
+    spares: Spares,
 }
 
 /// The open history files, with the order they were opened in (for the cap).
@@ -262,6 +265,7 @@ impl SessionStore {
             trash,
             flusher: Flusher::new(&root),
             index: SessionIndex::new(data_dir, &root, gate.clone()),
+            spares: Spares::new(data_dir, gate.clone()),
             gate,
             // Small: only list feeds read it, and one that falls behind lists again.
             changed: tokio::sync::broadcast::channel(128).0,
@@ -283,13 +287,11 @@ impl SessionStore {
         Ok(self.root.join(id))
     }
 
+    /// Makes a new session's folder with its meta and an empty history: from a spare
+    /// folder when one is ready (`spares`), else file by file.
     pub fn create(&self, new: NewSession) -> Result<SessionMeta, StoreError> {
         let session_id = uuid::Uuid::now_v7().to_string();
         let dir = self.dir(&session_id)?;
-        self.gate
-            .pass()
-            .and_then(|()| private_dir(&dir))
-            .map_err(|err| StoreError::io(&dir, err))?;
         let created_at = now();
         let title = new.title.unwrap_or_else(|| "New session".to_string());
         let meta = SessionMeta {
@@ -318,6 +320,17 @@ impl SessionStore {
             worktree: None,
             acp_session: None,
         };
+        if let Some(spare) = self.spares.take() {
+            match self.claim(&spare, &meta, &dir) {
+                Ok(()) => return Ok(meta),
+                // Left in `spare/`: the next process's maker looks at it again.
+                Err(err) => tracing::debug!("spare {} not taken: {err}", spare.display()),
+            }
+        }
+        self.gate
+            .pass()
+            .and_then(|()| private_dir(&dir))
+            .map_err(|err| StoreError::io(&dir, err))?;
         let messages = dir.join(MESSAGES);
         self.gate
             .pass()
@@ -325,6 +338,59 @@ impl SessionStore {
             .map_err(|err| StoreError::io(&messages, err))?;
         self.write_meta(&meta)?;
         Ok(meta)
+    }
+
+    /// A new session from a spare folder: its meta written into the spare's in place,
+    /// then the folder renamed to `dir`, so the session appears with its meta whole. On
+    /// an error nothing of the session is left, and `create` goes the slow way.
+    fn claim(&self, spare: &Path, meta: &SessionMeta, dir: &Path) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(meta).map_err(std::io::Error::other)?;
+        // The index first, as in `write_meta`: a kill before the rename leaves it ahead of
+        // the folders, which its next load notices.
+        self.index.record(meta);
+        let claimed = self
+            .gate
+            .pass()
+            .and_then(|()| crate::fsutil::rewrite_if_present(&spare.join(META), &bytes))
+            .and_then(|present| {
+                if present {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "the spare has no meta",
+                    ))
+                }
+            })
+            .and_then(|()| self.gate.pass())
+            .and_then(|()| fs::rename(spare, dir));
+        match claimed {
+            Ok(()) => {
+                self.touch(&meta.session_id);
+                Ok(())
+            }
+            Err(err) => {
+                self.index.remove(&meta.session_id);
+                Err(err)
+            }
+        }
+    }
+
+    /// Keeps `count` spare session folders ready from now on (`spares`): for processes
+    /// that live long enough to make sessions after their start.
+    pub fn keep_spares(&self, count: usize) {
+        self.spares.keep(count);
+    }
+
+    /// For benches and tests: waits until the spares asked for are ready.
+    #[doc(hidden)]
+    pub fn wait_spares(&self, timeout: std::time::Duration) -> bool {
+        self.spares.wait_ready(timeout)
+    }
+
+    /// How many spare session folders are ready now.
+    pub fn spares_ready(&self) -> usize {
+        self.spares.ready()
     }
 
     fn small_write_lock(&self, id: &str) -> std::sync::MutexGuard<'_, ()> {
@@ -970,6 +1036,120 @@ mod tests {
             workspace: workspace.into(),
             ..NewSession::default()
         }
+    }
+
+    /// The spare folders' inodes, by inode number.
+    #[cfg(unix)]
+    fn spare_inodes(data: &Path) -> Vec<u64> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::read_dir(data.join(crate::spares::SPARE_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().ino())
+            .collect()
+    }
+
+    /// Issue 31: with spares kept, a new session is a spare folder renamed into
+    /// `sessions/` with its meta written in place (no new inode on the call's path), and it
+    /// reads, appends, lists and reopens like one made file by file; the maker replaces
+    /// the spare taken.
+    #[cfg(unix)]
+    #[test]
+    fn a_new_session_takes_a_spare_folder_made_ahead() {
+        use std::os::unix::fs::MetadataExt;
+        let (dir, store) = store();
+        store.keep_spares(3);
+        assert!(store.wait_spares(std::time::Duration::from_secs(10)));
+        let spares = spare_inodes(dir.path());
+        assert_eq!(spares.len(), 3);
+        let meta = store
+            .create(NewSession {
+                title: Some("from a spare".into()),
+                ..new("/w")
+            })
+            .unwrap();
+        let folder = store.dir(&meta.session_id).unwrap();
+        let ino = std::fs::metadata(&folder).unwrap().ino();
+        assert!(spares.contains(&ino), "the session's folder is not a spare");
+        let mut files: Vec<String> = std::fs::read_dir(&folder)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        assert_eq!(files, [MESSAGES, META]);
+        assert_eq!(store.meta(&meta.session_id).unwrap(), meta);
+        store
+            .append(&meta.session_id, &[Message::user("m1", "hello")])
+            .unwrap();
+        assert_eq!(store.load(&meta.session_id).unwrap().messages.len(), 1);
+        let listed = store.list(None).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].title, "from a spare");
+        assert!(store.wait_spares(std::time::Duration::from_secs(10)));
+        assert_eq!(
+            spare_inodes(dir.path()).len(),
+            3,
+            "the spare taken is replaced"
+        );
+        drop(store);
+        let again = SessionStore::new(dir.path()).unwrap();
+        assert_eq!(again.list(None).unwrap(), listed);
+    }
+
+    /// A kill between a claim's meta write and its rename leaves no session (the index
+    /// line written first is dropped by the next load), and the spare, meta and all, is
+    /// taken up by the next process's maker and serves a session whose shorter meta reads
+    /// back whole; a spare cut off while it was made is removed.
+    #[cfg(unix)]
+    #[test]
+    fn a_claim_cut_off_by_a_kill_leaves_no_session_and_its_spare_serves_again() {
+        let (dir, store) = store();
+        store.keep_spares(1);
+        assert!(store.wait_spares(std::time::Duration::from_secs(10)));
+        store.keep_spares(0);
+        let spare = std::fs::read_dir(dir.path().join(crate::spares::SPARE_DIR))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        // The index line and the meta write pass; the rename is refused.
+        store.write_gate().kill_after(2, std::time::Duration::ZERO);
+        let refused = store.create(NewSession {
+            title: Some("a long title that the next session's is shorter than".into()),
+            ..new("/w")
+        });
+        assert!(refused.is_err(), "the claim was killed: {refused:?}");
+        assert!(
+            std::fs::read(spare.join(META)).unwrap().len() > 100,
+            "the kill came after the spare's meta was written"
+        );
+        drop(store);
+        let half = dir.path().join(crate::spares::SPARE_DIR).join("half");
+        std::fs::create_dir(&half).unwrap();
+        std::fs::write(half.join(MESSAGES), "").unwrap();
+
+        let next = SessionStore::new(dir.path()).unwrap();
+        assert_eq!(next.list(None).unwrap(), [], "a session the kill cut off");
+        next.keep_spares(1);
+        assert!(next.wait_spares(std::time::Duration::from_secs(10)));
+        let left: Vec<PathBuf> = std::fs::read_dir(dir.path().join(crate::spares::SPARE_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(
+            left,
+            std::slice::from_ref(&spare),
+            "the spare kept, the half-made one removed"
+        );
+        let meta = next
+            .create(NewSession {
+                title: Some("short".into()),
+                ..new("/w")
+            })
+            .unwrap();
+        assert!(!spare.exists(), "the spare was taken");
+        assert_eq!(next.meta(&meta.session_id).unwrap(), meta);
+        assert_eq!(next.list(None).unwrap(), [meta]);
     }
 
     /// Issue 31: a meta (and the pending queue) is replaced in place, never through a new

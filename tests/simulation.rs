@@ -321,6 +321,12 @@ impl Sim {
         let service = rt.block_on(async { RuntimeService::new(options) });
         match service {
             Ok(service) => {
+                // Every other seed makes its sessions from spare folders (as the desktop,
+                // `serve` and `acp` do), with the maker's writes and the claims among the
+                // kill points; the others file by file (as `run` does).
+                if self.seed % 2 == 0 {
+                    service.keep_spare_sessions();
+                }
                 *self.model.gate.lock().unwrap() = Some(service.store().write_gate());
                 self.service = Some(service);
                 self.rt = Some(Arc::new(rt));

@@ -639,6 +639,12 @@ fn main() -> anyhow::Result<()> {
         .on_page_load(move |webview, payload| {
             if payload.event() == tauri::webview::PageLoadEvent::Finished {
                 tracing::info!(ms = started.elapsed().as_millis(), "start-up: page loaded");
+                // Once the page is up, not before: making them would compete with the
+                // start for the two cores a small machine has.
+                webview
+                    .state::<Arc<Desktop>>()
+                    .service
+                    .keep_spare_sessions();
             }
             if payload.event() == tauri::webview::PageLoadEvent::Started {
                 let feeds: Vec<CancellationToken> = webview

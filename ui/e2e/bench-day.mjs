@@ -5,7 +5,7 @@
 // against a fresh start.
 //
 //   node ui/e2e/bench-day.mjs [--app PATH] [--minutes 30] [--sessions 10] [--children 3]
-//        [--deltas 300] [--rate 100] [--pause 2] [--sample 5] [--json FILE]
+//        [--deltas 300] [--rate 100] [--pause 2] [--sample 5] [--json FILE] [--reload]
 //
 // The day: round robin over --sessions conversations (each made with the sidebar's New
 // button the first time, opened from the sidebar after), each visit one turn: every other
@@ -220,6 +220,13 @@ try {
   readings.push(reading('after the day', ui, { turns, children, domNodes: (await ui.state()).domNodes, dom: await ui.run(CENSUS) }));
   await sleep(60000);
   readings.push(reading('after the day +60 s', ui, { turns, children, domNodes: (await ui.state()).domNodes }));
+  if (args.includes('--reload')) {
+    // The page loaded again in the same web process: whether what the day left is the
+    // page's (freed with it) or the process's (kept).
+    await ui.run('location.reload(); return true;').catch(() => undefined);
+    await sleep(15000);
+    readings.push(reading('after a reload of the page', ui, { domNodes: (await ui.state()).domNodes }));
+  }
 
   // The same data, a fresh start: what the data costs, apart from what the day left.
   await ui.wd.close();
