@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 mod clipboard;
 mod memory;
+mod web_process;
 mod window_state;
 
 /// The one event name the UI listens to; the payload says which subscription it is for.
@@ -591,6 +592,7 @@ fn main() -> anyhow::Result<()> {
         .setup(move |app| {
             if let Some(window) = app.get_webview_window("main") {
                 memory::slim_webview(&window);
+                web_process::reload_when_it_ends(&window);
                 if let Some(saved) = saved_geometry {
                     restore_geometry(&window, saved);
                 }

@@ -11,11 +11,11 @@
 // test-output/e2e-desktop/. Prints "N passed, N failed"; exits non-zero on failure.
 
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { flowSteps } from './flow.mjs';
-import { TARGET_DIR, UI_DIR, WebDriver, check, createRunner, freePort, outputDir, run, scratch, start, startXvfb, stopAll, until, which } from './lib.mjs';
+import { TARGET_DIR, UI_DIR, WebDriver, check, cmdline, createRunner, descendants, freePort, outputDir, run, scratch, start, startXvfb, stopAll, until, which } from './lib.mjs';
 import { startMockModel } from './mock-model.mjs';
 
 // scripts/e2e.sh may hand over a build it already has (E2E_DESKTOP_APP, e.g. the release one).
@@ -253,6 +253,32 @@ try {
       `the window came back at ${JSON.stringify(again)}, it was at ${JSON.stringify(moved)}`);
     await until('the UI to load again', () => wd.execute("return !!document.querySelector('[data-testid=prompt-input]');"), Boolean, { timeout: 30000 });
     await driver.shot('e23-window-geometry-remembered');
+  });
+
+  // Last of all: WebKitWebDriver ends its session with the page it was driving.
+  await runner.step('a web process that dies is replaced: the page loads again in a new one, not a dead window', async () => {
+    const app = realpathSync(APP);
+    const appPid = readdirSync('/proc').filter((n) => /^\d+$/.test(n)).map(Number).find((pid) => {
+      try {
+        return readlinkSync(`/proc/${pid}/exe`) === app;
+      } catch {
+        return false;
+      }
+    });
+    check(appPid, 'the app process is not found');
+    const webs = () => descendants(appPid).filter((pid) => (cmdline(pid)[0] ?? '').endsWith('WebKitWebProcess'));
+    const logs = join(space.data, 'logs');
+    const log = () => readdirSync(logs).map((f) => readFileSync(join(logs, f), 'utf8')).join('');
+    const loads = () => (log().match(/start-up: page loaded/g) ?? []).length;
+    const [first] = webs();
+    check(first, 'the app has no web process');
+    const before = loads();
+    // As the kernel's out-of-memory killer or a crash in WebKit would end it.
+    process.kill(first, 'SIGKILL');
+    await until('a new web process', webs, (w) => w.length > 0 && !w.includes(first), { timeout: 20000 });
+    await until('the page to load again in it', loads, (n) => n > before, { timeout: 30000 });
+    check(/the web process ended: the page is loaded again/.test(log()), 'the log does not say why the page was loaded again');
+    spawnSync('import', ['-window', 'root', join(out, 'web-process-replaced.png')], { env: { ...process.env, DISPLAY: display } });
   });
 } finally {
   if (runner.failed && display) {
