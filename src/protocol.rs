@@ -1410,6 +1410,7 @@ pub mod desktop {
         save_ui_state(SaveUiState) -> ();
         check_folder(CheckFolder) -> String;
         clipboard_image(commands::Empty) -> Option<ImagePart>;
+        recycle_web_process(commands::Empty) -> bool;
     }
 
     /// Starts a session's feed (snapshot first, then its events, one frame a message).
@@ -1454,6 +1455,11 @@ pub mod desktop {
         pub home_dir: Option<String>,
         /// Whether the config file names a provider.
         pub provider_configured: bool,
+        /// How long the person must be away from the window before the page asks for its
+        /// web process to be recycled (`recycle_web_process`); 0: never.
+        #[serde(default)]
+        #[ts(type = "number")]
+        pub recycle_after_ms: u64,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, TS)]

@@ -52,6 +52,47 @@ struct Desktop {
     data_dir: PathBuf,
     /// Set by the UI while anything runs: closing the window then asks the person first.
     close_guard: AtomicBool,
+    /// The web process's memory once its page settled (`recycle_web_process`).
+    web_baseline: web_process::Baseline,
+    recycle: Recycle,
+}
+
+/// When the web process is recycled: the person away this long (the page's side), the
+/// process grown this much, its memory taken this long after each page load. Set by
+/// `--web-recycle <away s>,<growth MiB>,<settle s>` (tests; away 0 turns it off).
+#[derive(Clone, Copy)]
+struct Recycle {
+    away: std::time::Duration,
+    growth_kib: u64,
+    settle: std::time::Duration,
+}
+
+impl Recycle {
+    fn parse(value: Option<&str>) -> Self {
+        let default = Recycle {
+            away: std::time::Duration::from_secs(300),
+            growth_kib: web_process::RECYCLE_GROWTH_KIB,
+            settle: web_process::SETTLE,
+        };
+        let Some(value) = value else {
+            return default;
+        };
+        let parts: Vec<u64> = value
+            .split(',')
+            .filter_map(|p| p.trim().parse().ok())
+            .collect();
+        match parts[..] {
+            [away, growth_mib, settle] => Recycle {
+                away: std::time::Duration::from_secs(away),
+                growth_kib: growth_mib * 1024,
+                settle: std::time::Duration::from_secs(settle),
+            },
+            _ => {
+                tracing::warn!("--web-recycle {value} is not <away s>,<growth MiB>,<settle s>");
+                default
+            }
+        }
+    }
 }
 
 impl Desktop {
@@ -265,6 +306,34 @@ async fn load_ui_state(state: State<'_, Arc<Desktop>>, args: Empty) -> Result<Va
     Ok(read_ui_state(&state.data_dir))
 }
 
+/// The page's ask, once the person has been away from the window a while with nothing of
+/// theirs only in the page: a new web process for it if the old one grew
+/// (`web_process::recycle_if_grown`). Never while a run goes (its events would fall in the
+/// gap) or once the window has the focus again.
+#[tauri::command]
+async fn recycle_web_process(
+    window: tauri::WebviewWindow,
+    state: State<'_, Arc<Desktop>>,
+    args: Empty,
+) -> Result<bool, Value> {
+    let Empty {} = args;
+    let busy = state.service.is_busy();
+    let focused = window.is_focused().unwrap_or(true);
+    if state.recycle.away.is_zero() || busy || focused {
+        tracing::info!(
+            busy,
+            focused,
+            "the page asked for a new web process: not now"
+        );
+        return Ok(false);
+    }
+    Ok(web_process::recycle_if_grown(
+        &window,
+        &state.web_baseline,
+        state.recycle.growth_kib,
+    ))
+}
+
 #[tauri::command]
 async fn save_ui_state(
     state: State<'_, Arc<Desktop>>,
@@ -422,12 +491,15 @@ struct Args {
     workspace: Option<PathBuf>,
     config: PathBuf,
     data_dir: PathBuf,
+    /// `--web-recycle` (`Recycle`).
+    web_recycle: Option<String>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut workspace = None;
     let mut config = None;
     let mut data_dir = None;
+    let mut web_recycle = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().with_context(|| format!("{name} needs a value"));
@@ -435,6 +507,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--workspace" => workspace = Some(PathBuf::from(value("--workspace")?)),
             "--config" => config = Some(PathBuf::from(value("--config")?)),
             "--data-dir" => data_dir = Some(PathBuf::from(value("--data-dir")?)),
+            "--web-recycle" => web_recycle = Some(value("--web-recycle")?),
             other => anyhow::bail!(
                 "unknown argument {other:?}; usage: bumblehive-desktop [--workspace DIR] [--config FILE] [--data-dir DIR]"
             ),
@@ -451,6 +524,7 @@ fn parse_args() -> anyhow::Result<Args> {
         workspace,
         config: config.unwrap_or_else(default_config_path),
         data_dir: data_dir.unwrap_or_else(default_data_dir),
+        web_recycle,
     })
 }
 
@@ -553,6 +627,7 @@ fn main() -> anyhow::Result<()> {
         Err(err) => return Err(err.into()),
     };
     let workspace = args.workspace.as_ref().map(|w| w.display().to_string());
+    let recycle = Recycle::parse(args.web_recycle.as_deref());
     let desktop = Arc::new(Desktop {
         service: service.clone(),
         feeds: Mutex::new(HashMap::new()),
@@ -564,9 +639,12 @@ fn main() -> anyhow::Result<()> {
             config_path: args.config.display().to_string(),
             home_dir: std::env::var_os("HOME").map(|h| PathBuf::from(h).display().to_string()),
             provider_configured: provider_configured(&args.config),
+            recycle_after_ms: recycle.away.as_millis() as u64,
         },
         data_dir: args.data_dir.clone(),
         close_guard: AtomicBool::new(false),
+        web_baseline: web_process::Baseline::default(),
+        recycle,
     });
     tracing::info!(
         ms = started.elapsed().as_millis(),
@@ -643,10 +721,14 @@ fn main() -> anyhow::Result<()> {
                 tracing::info!(ms = started.elapsed().as_millis(), "start-up: page loaded");
                 // Once the page is up, not before: making them would compete with the
                 // start for the two cores a small machine has.
-                webview
-                    .state::<Arc<Desktop>>()
-                    .service
-                    .keep_spare_sessions();
+                let desktop = webview.state::<Arc<Desktop>>().inner().clone();
+                desktop.service.keep_spare_sessions();
+                // What the new page's process holds once it settled: the growth a recycle
+                // is measured from.
+                tauri::async_runtime::spawn(async move {
+                    tokio::time::sleep(desktop.recycle.settle).await;
+                    desktop.web_baseline.take();
+                });
             }
             if payload.event() == tauri::webview::PageLoadEvent::Started {
                 let feeds: Vec<CancellationToken> = webview
@@ -705,7 +787,8 @@ fn main() -> anyhow::Result<()> {
             load_ui_state,
             save_ui_state,
             check_folder,
-            clipboard_image
+            clipboard_image,
+            recycle_web_process
         ])
         .build(tauri::generate_context!("../tauri.conf.json"))
         .context("cannot start the window")?;

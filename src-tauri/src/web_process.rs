@@ -11,6 +11,15 @@
 //! A page that takes its new process down again at once is not loaded forever: after
 //! [`MAX_RELOADS`] ends within [`RELOAD_WINDOW`], the window is left as it is and the log
 //! says why.
+//!
+//! The same way out recycles a web process that a day of use has grown
+//! ([`recycle_if_grown`]): WebKit's allocators keep what streaming churned through, about
+//! 200 MiB after a scripted day, and neither a memory-pressure limit nor loading the page
+//! again in the same process gives it back; a new process showing the same data is within
+//! a few MiB of a fresh start (BENCHMARKS.md, issue 31). The page asks for it only when the
+//! person has been away from the window for a while and nothing of theirs lives only in
+//! the page (`ui/src/recycle.ts`); the shell does it only when no run is going and the
+//! process has grown by [`RECYCLE_GROWTH_KIB`] since its page settled.
 
 #[cfg(target_os = "linux")]
 use std::time::{Duration, Instant};
@@ -52,4 +61,109 @@ pub fn reload_when_it_ends(window: &tauri::WebviewWindow) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = window;
+}
+
+/// How much a web process's own memory (private dirty pages: WebKit's heaps) must have
+/// grown since its page settled before a recycle is worth a new page: a 300-message
+/// session holds about 40 MiB of it, a day's leftovers 150 to 200.
+pub const RECYCLE_GROWTH_KIB: u64 = 96 * 1024;
+
+/// How long after a page finished loading its process's memory is taken as the page's own
+/// (the first render done, JavaScriptCore's first collections run).
+pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The web process's memory when its page settled, to measure growth from.
+#[derive(Default)]
+pub struct Baseline(std::sync::Mutex<Option<u64>>);
+
+impl Baseline {
+    /// Takes the web process's memory now as its page's own (called [`SETTLE`] after each
+    /// page load).
+    pub fn take(&self) {
+        let now = web_process_private_kib();
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = now;
+        tracing::info!(kib = now, "web process memory once its page settled");
+    }
+}
+
+/// Ends the window's web process when it grew by at least `growth_kib` since its page
+/// settled; the reload handler then loads the page in a new one. True when it did.
+pub fn recycle_if_grown(
+    window: &tauri::WebviewWindow,
+    baseline: &Baseline,
+    growth_kib: u64,
+) -> bool {
+    let Some(now) = web_process_private_kib() else {
+        return false;
+    };
+    let Some(then) = *baseline.0.lock().unwrap_or_else(|p| p.into_inner()) else {
+        return false;
+    };
+    if now.saturating_sub(then) < growth_kib {
+        tracing::info!(
+            then_kib = then,
+            now_kib = now,
+            "the page asked for a new web process: not grown enough"
+        );
+        return false;
+    }
+    tracing::info!(
+        then_kib = then,
+        now_kib = now,
+        "the web process grew while the person was away: a new one loads the page"
+    );
+    #[cfg(target_os = "linux")]
+    {
+        let ended = window.with_webview(|webview| {
+            use webkit2gtk::WebViewExt;
+            webview.inner().terminate_web_process();
+        });
+        if let Err(err) = ended {
+            tracing::warn!("cannot end the web process: {err}");
+            return false;
+        }
+        true
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = window;
+        false
+    }
+}
+
+/// The private dirty memory (KiB) of this process's WebKit web process, from
+/// `/proc/<pid>/smaps_rollup`; None where there is none or no `/proc`.
+fn web_process_private_kib() -> Option<u64> {
+    let me = std::process::id();
+    let entries = std::fs::read_dir("/proc").ok()?;
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid …": the name may hold spaces, so read after its ')'.
+        let Some((name, rest)) = stat.split_once(" (").and_then(|(_, r)| r.rsplit_once(") "))
+        else {
+            continue;
+        };
+        let ppid = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid != Some(me) || !name.starts_with("WebKitWebProces") {
+            continue;
+        }
+        let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+        return rollup.lines().find_map(|line| {
+            line.strip_prefix("Private_Dirty:")
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        });
+    }
+    None
 }

@@ -5,7 +5,7 @@
 // against a fresh start.
 //
 //   node ui/e2e/bench-day.mjs [--app PATH] [--minutes 30] [--sessions 10] [--children 3]
-//        [--deltas 300] [--rate 100] [--pause 2] [--sample 5] [--json FILE] [--reload]
+//        [--deltas 300] [--rate 100] [--pause 2] [--sample 5] [--json FILE] [--reload] [--new-web-process]
 //
 // The day: round robin over --sessions conversations (each made with the sidebar's New
 // button the first time, opened from the sidebar after), each visit one turn: every other
@@ -226,6 +226,17 @@ try {
     await ui.run('location.reload(); return true;').catch(() => undefined);
     await sleep(15000);
     readings.push(reading('after a reload of the page', ui, { domNodes: (await ui.state()).domNodes }));
+  }
+  if (args.includes('--new-web-process')) {
+    // The web process ended (as the shell's recycle would end it): the shell loads the page
+    // again in a new one (src-tauri/src/web_process.rs). WebDriver's session ends with the
+    // old page, so this reading has no DOM count.
+    const webs = () => appProcesses(ui.root).filter((p) => p.kind === 'WebKitWebProcess').map((p) => p.pid);
+    const [old] = webs();
+    if (old) process.kill(old, 'SIGKILL');
+    await until('a new web process', webs, (w) => w.length > 0 && !w.includes(old), { timeout: 20000 });
+    await sleep(15000);
+    readings.push(reading('after a new web process', ui, {}));
   }
 
   // The same data, a fresh start: what the data costs, apart from what the day left.

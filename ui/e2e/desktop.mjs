@@ -280,6 +280,58 @@ try {
     check(/the web process ended: the page is loaded again/.test(log()), 'the log does not say why the page was loaded again');
     spawnSync('import', ['-window', 'root', join(out, 'web-process-replaced.png')], { env: { ...process.env, DISPLAY: display } });
   });
+
+  // After the crash (its WebDriver session went with the page): the app started again with
+  // the recycle's delays made short (away 2 s, any growth, memory taken 1 s after a load).
+  await runner.step('a window left alone with nothing typed gets a new web process, and the page comes back in it (#31)', async () => {
+    const env = { ...process.env, DISPLAY: display };
+    const app = realpathSync(APP);
+    const appPid = () => readdirSync('/proc').filter((n) => /^\d+$/.test(n)).map(Number).find((pid) => {
+      try {
+        return readlinkSync(`/proc/${pid}/exe`) === app;
+      } catch {
+        return false;
+      }
+    });
+    // WebDriver's session ended with the crashed page, so closing it does not end the app.
+    await wd.close();
+    const old = appPid();
+    if (old) process.kill(old, 'SIGKILL');
+    await until('the app to end', appPid, (pid) => !pid, { timeout: 10000 });
+    await wd.open({
+      'tauri:options': {
+        application: APP,
+        args: ['--workspace', space.workspace, '--config', space.config, '--data-dir', space.data, '--web-recycle', '2,0,1'],
+      },
+    });
+    await until('the UI', () => wd.execute("return !!document.querySelector('[data-testid=prompt-input]');"), Boolean, { timeout: 30000 });
+    const webs = () => descendants(appPid()).filter((pid) => (cmdline(pid)[0] ?? '').endsWith('WebKitWebProcess'));
+    const logs = join(space.data, 'logs');
+    const log = () => readdirSync(logs).map((f) => readFileSync(join(logs, f), 'utf8')).join('');
+    const recycled = () => (log().match(/the web process grew while the person was away/g) ?? []).length;
+    const [first] = webs();
+    check(first, 'the app has no web process');
+    const before = recycled();
+    const loads = () => (log().match(/start-up: page loaded/g) ?? []).length;
+    const loadsBefore = loads();
+    // The person leaves: the window is hidden (no window manager here to take its focus).
+    const id = spawnSync('xdotool', ['search', '--onlyvisible', '--name', TITLE], { env }).stdout.toString().trim().split('\n')[0];
+    check(id, 'the window is not found');
+    spawnSync('xdotool', ['windowunmap', id], { env });
+    await until('a new web process', webs, (w) => w.length > 0 && !w.includes(first), { timeout: 30000 });
+    check(recycled() > before, 'the log does not say the web process was recycled');
+    check(/TerminatedByApi/.test(log()), 'the page was not loaded again after the recycle');
+    await until('the page to load again in the new process', loads, (n) => n > loadsBefore, { timeout: 30000 });
+    spawnSync('xdotool', ['windowmap', id], { env });
+    // WebDriver's session went with the old page: the X screen shows whether the new one
+    // drew the app (a blank page is one flat colour).
+    const shot = join(out, 'web-process-recycled.png');
+    const spread = () => {
+      spawnSync('import', ['-window', id, shot], { env });
+      return Number(spawnSync('convert', [shot, '-colorspace', 'Gray', '-format', '%[fx:standard_deviation]', 'info:'], { env }).stdout.toString());
+    };
+    await until('the page drawn in the new web process', spread, (sd) => sd > 0.05, { timeout: 20000 });
+  });
 } finally {
   if (runner.failed && display) {
     spawnSync('import', ['-window', 'root', join(out, 'failure-screen.png')], { env: { ...process.env, DISPLAY: display } });

@@ -14,6 +14,7 @@ import type { Event as WireEvent } from './bindings/Event';
 import type { FoundServer } from './bindings/FoundServer';
 import type { ImagePart } from './bindings/ImagePart';
 import type { SessionListEvent } from './bindings/SessionListEvent';
+import { watchAway } from './recycle';
 
 /** A command of the command table (SPEC §9). Names, arguments and results are generated
  * from the Rust table (`protocol::commands::command_table!`), so a renamed field fails to
@@ -90,6 +91,11 @@ export interface Platform {
   clipboardImage?(): Promise<ImagePart | null>;
   /** Quits the app (after the person confirmed). */
   quit?(): void;
+  /**
+   * Asks for a new web process once the person has been away a while and `mayRecycle` says
+   * nothing would be lost (`recycle.ts`). Returns the stop. Only the desktop has it.
+   */
+  recycleWhenAway?(mayRecycle: () => boolean): () => void;
   /** A later start of the app handed this window a workspace to open (one app per data
    * folder: the second start ends, this window opens it). */
   onOpenRequested?(handler: (workspace: string) => void): () => void;
@@ -413,6 +419,21 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
     },
     quit() {
       shell('quit', {}).catch(() => undefined);
+    },
+    recycleWhenAway(mayRecycle) {
+      let stop: (() => void) | null = null;
+      let gone = false;
+      void shell('app_info', {})
+        .then((info) => {
+          const afterMs = Number(info?.recycle_after_ms ?? 0);
+          if (gone || !afterMs || !globalThis.document) return;
+          stop = watchAway(window, document, { afterMs, mayRecycle, recycle: () => shell('recycle_web_process', {}).then(Boolean) });
+        })
+        .catch(() => undefined);
+      return () => {
+        gone = true;
+        stop?.();
+      };
     },
     async clipboardImage() {
       try {

@@ -13,4 +13,4 @@ import type { Unsubscribe } from "./Unsubscribe";
 /**
  * Each desktop command's arguments, by name.
  */
-export type DesktopCommandArgs = { subscribe: Subscribe, subscribe_sessions: SubscribeSessions, unsubscribe: Unsubscribe, app_info: Empty, initial_workspace: Empty, open_url: OpenUrl, notify: Notify, set_title: SetTitle, set_close_guard: SetCloseGuard, quit: Empty, load_ui_state: Empty, save_ui_state: SaveUiState, check_folder: CheckFolder, clipboard_image: Empty, };
+export type DesktopCommandArgs = { subscribe: Subscribe, subscribe_sessions: SubscribeSessions, unsubscribe: Unsubscribe, app_info: Empty, initial_workspace: Empty, open_url: OpenUrl, notify: Notify, set_title: SetTitle, set_close_guard: SetCloseGuard, quit: Empty, load_ui_state: Empty, save_ui_state: SaveUiState, check_folder: CheckFolder, clipboard_image: Empty, recycle_web_process: Empty, };

@@ -6,4 +6,4 @@ import type { JsonValue } from "./serde_json/JsonValue";
 /**
  * Each desktop command's result, by name.
  */
-export type DesktopCommandResults = { subscribe: string, subscribe_sessions: string, unsubscribe: null, app_info: HostInfo, initial_workspace: string | null, open_url: null, notify: null, set_title: null, set_close_guard: null, quit: null, load_ui_state: JsonValue, save_ui_state: null, check_folder: string, clipboard_image: ImagePart | null, };
+export type DesktopCommandResults = { subscribe: string, subscribe_sessions: string, unsubscribe: null, app_info: HostInfo, initial_workspace: string | null, open_url: null, notify: null, set_title: null, set_close_guard: null, quit: null, load_ui_state: JsonValue, save_ui_state: null, check_folder: string, clipboard_image: ImagePart | null, recycle_web_process: boolean, };

@@ -11,4 +11,9 @@ initial_workspace: string | null, log_dir: string, data_dir: string, config_path
 /**
  * Whether the config file names a provider.
  */
-provider_configured: boolean, };
+provider_configured: boolean, 
+/**
+ * How long the person must be away from the window before the page asks for its
+ * web process to be recycled (`recycle_web_process`); 0: never.
+ */
+recycle_after_ms: number, };

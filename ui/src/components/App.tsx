@@ -14,6 +14,8 @@ import { Inbox } from './Inbox';
 import { QuitConfirm } from './QuitConfirm';
 import { QuickSwitcher } from './QuickSwitcher';
 import { focusComposer } from './focus';
+import { unsentCount } from './Composer';
+import { nothingOnlyHere } from '../recycle';
 import { SessionPane, type PaneStats } from './SessionPane';
 import { Settings } from './Settings';
 import { Sidebar } from './Sidebar';
@@ -85,6 +87,9 @@ export function App(props: { platform: Platform; notifyDelay?: number }) {
   useEffect(() => {
     platform.setCloseGuard?.(busy > 0);
   }, [platform, busy > 0]);
+  // A person away a while with nothing typed anywhere: the desktop may give the page a new
+  // web process, which hands back what a day of streaming left in the old one (recycle.ts).
+  useEffect(() => platform.recycleWhenAway?.(() => nothingOnlyHere(document, unsentCount())), [platform]);
 
   const remember = (next: UiState) => {
     uiState.current = next;

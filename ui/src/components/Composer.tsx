@@ -18,6 +18,11 @@ let attachmentSeq = 0;
  */
 const unsent = new Map<string, { text: string; attachments: Attachment[] }>();
 
+/** How many composers hold text or attachments not sent (`recycle.ts`: none may be lost). */
+export function unsentCount(): number {
+  return unsent.size;
+}
+
 /** Forgets every unsent text (tests mount a fresh app each time). */
 export function forgetUnsent(): void {
   unsent.clear();
