@@ -19,7 +19,8 @@
 //! earlier process left: a spare whose claim was cut off by a kill after its meta was
 //! written is still a spare (the next claim's in-place write pads over the old meta),
 //! and anything else in `spare/` is removed. Like every write of the data folder, making
-//! a spare asks the store's [`WriteGate`] first.
+//! a spare asks the store's [`WriteGate`] first. It makes them at idle priority and only
+//! once no spare has been taken for a moment ([`QUIET`]), never during a burst.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -53,7 +54,16 @@ struct State {
     want: usize,
     making: bool,
     stop: bool,
+    /// When a spare was last taken: the maker waits for [`QUIET`] after it.
+    taken_at: Option<Instant>,
 }
+
+/// How long no spare must have been taken before the maker replaces any. During a burst
+/// (a fan-out making a thousand children) a spare made is taken at once, so making it ahead
+/// only adds a rename to each child's file-system work (a 1,000-child fan-out on disk read
+/// 1.29–1.54× the ideal against 1.12–1.48× without spares); after the burst the maker fills
+/// up for the next one.
+const QUIET: Duration = Duration::from_millis(250);
 
 impl Spares {
     pub fn new(data_dir: &Path, gate: Arc<WriteGate>) -> Self {
@@ -91,6 +101,7 @@ impl Spares {
         let mut state = self.inner.lock();
         let spare = state.ready.pop();
         if spare.is_some() {
+            state.taken_at = Some(Instant::now());
             self.inner.changed.notify_all();
         }
         spare
@@ -159,8 +170,23 @@ impl Inner {
         loop {
             {
                 let mut state = self.lock();
-                while !state.stop && state.ready.len() >= state.want {
-                    state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
+                loop {
+                    if state.stop {
+                        break;
+                    }
+                    if state.ready.len() >= state.want {
+                        state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
+                        continue;
+                    }
+                    let since = state.taken_at.map_or(QUIET, |at| at.elapsed());
+                    if since >= QUIET {
+                        break;
+                    }
+                    state = self
+                        .changed
+                        .wait_timeout(state, QUIET - since)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
                 }
                 if state.stop {
                     state.making = false;

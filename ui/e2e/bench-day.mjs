@@ -5,7 +5,7 @@
 // against a fresh start.
 //
 //   node ui/e2e/bench-day.mjs [--app PATH] [--minutes 30] [--sessions 10] [--children 3]
-//        [--deltas 300] [--rate 100] [--pause 2] [--sample 5] [--json FILE] [--reload] [--new-web-process]
+//        [--deltas 300] [--rate 100] [--pause 2] [--sample 5] [--json FILE] [--reload] [--new-web-process] [--away S]
 //
 // The day: round robin over --sessions conversations (each made with the sidebar's New
 // button the first time, opened from the sidebar after), each visit one turn: every other
@@ -44,6 +44,7 @@ const DELTAS = Number(option('--deltas', 300));
 const RATE = Number(option('--rate', 100));
 const PAUSE_S = Number(option('--pause', 2));
 const SAMPLE_MIN = Number(option('--sample', 5));
+const AWAY_S = Number(option('--away', 0));
 const out = outputDir('bench-day');
 
 // ------------------------------------------------------------------ memory
@@ -138,12 +139,15 @@ const OPEN_SESSION = (id) => `
 `;
 
 async function open(space) {
-  const { wd, root } = await openDesktopApp(APP, space, join(out, 'tauri-driver.log'));
+  // With --away, the person's absence after the day is AWAY_S seconds: the recycle's
+  // delay made that (its growth and settle as shipped).
+  const extra = AWAY_S ? ['--web-recycle', `${AWAY_S},96,20`] : [];
+  const { wd, root, display } = await openDesktopApp(APP, space, join(out, 'tauri-driver.log'), extra);
   const run = (body) => wd.run(body);
   const state = () => run(STATE);
   await until('the composer', state, (s) => s.prompt, { timeout: 60000 });
   if ((await state()).setup) await wd.click('[data-testid=setup-dismiss]');
-  return { wd, root, run, state };
+  return { wd, root, run, state, display };
 }
 
 const reading = (label, ui, extra = {}) => {
@@ -226,6 +230,20 @@ try {
     await ui.run('location.reload(); return true;').catch(() => undefined);
     await sleep(15000);
     readings.push(reading('after a reload of the page', ui, { domNodes: (await ui.state()).domNodes }));
+  }
+  if (AWAY_S) {
+    // The person leaves the window (hidden) after the day: the page asks for a new web
+    // process after AWAY_S s, which the shell gives it once the old one grew 96 MiB
+    // (src-tauri/src/web_process.rs). WebDriver's session ends with the old page.
+    const env = { ...process.env, DISPLAY: ui.display };
+    const id = spawnSync('xdotool', ['search', '--onlyvisible', '--name', 'Bumblehive'], { env }).stdout.toString().trim().split('\n')[0];
+    const webs = () => appProcesses(ui.root).filter((p) => p.kind === 'WebKitWebProcess').map((p) => p.pid);
+    const [old] = webs();
+    spawnSync('xdotool', ['windowunmap', id], { env });
+    await until('a new web process', webs, (w) => w.length > 0 && !w.includes(old), { timeout: (AWAY_S + 60) * 1000 });
+    await sleep(15000);
+    readings.push(reading(`after the person was away ${AWAY_S} s`, ui, {}));
+    spawnSync('xdotool', ['windowmap', id], { env });
   }
   if (args.includes('--new-web-process')) {
     // The web process ended (as the shell's recycle would end it): the shell loads the page

@@ -425,7 +425,7 @@ export const cmdline = (pid) => {
  * on `space` (from `scratch`), with XDG folders of its own under it. Resolves to the
  * WebDriver session and tauri-driver's pid (the app and WebKit's processes are below it).
  */
-export async function openDesktopApp(app, space, log) {
+export async function openDesktopApp(app, space, log, extraArgs = []) {
   const display = await startXvfb();
   const port = await freePort();
   const nativePort = await freePort();
@@ -447,6 +447,6 @@ export async function openDesktopApp(app, space, log) {
   });
   const wd = new WebDriver(`http://127.0.0.1:${port}`);
   await until('tauri-driver to answer /status', () => wd.call('GET', '/status'), (v) => v?.ready !== false, { timeout: 20000 });
-  await wd.open({ 'tauri:options': { application: app, args: ['--workspace', space.workspace, '--config', space.config, '--data-dir', space.data] } });
-  return { wd, root: driverProcess.pid };
+  await wd.open({ 'tauri:options': { application: app, args: ['--workspace', space.workspace, '--config', space.config, '--data-dir', space.data, ...extraArgs] } });
+  return { wd, root: driverProcess.pid, display };
 }
