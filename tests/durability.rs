@@ -464,6 +464,35 @@ async fn a_message_steered_is_on_disk_at_every_write() {
     }
 }
 
+/// A message the run took from its inbox at a safe point stays in the stored queue until
+/// the history has it: another message steered in at that moment writes the queue again,
+/// and the process is killed before the run's history write. Before, that queue was
+/// written without the taken message, which was then on the disk nowhere though the person
+/// had been told it was taken (found by the simulation, seed 520018 of 520000..520160).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_run_took_stays_queued_on_disk_until_its_history_has_it() {
+    let (fx, begun) = running_parent().await;
+    let (first, status) = begun
+        .controller
+        .submit("a first note".into(), None)
+        .unwrap();
+    assert_eq!(status, MessageStatus::Steered);
+    // What a safe point does first; its history write would follow.
+    assert_eq!(
+        begun.controller.take_inbox_now(),
+        std::slice::from_ref(&first)
+    );
+    let (second, status) = begun
+        .controller
+        .submit("a second note".into(), None)
+        .unwrap();
+    assert_eq!(status, MessageStatus::Steered);
+    let (_copy, service) = killed_here(fx).await;
+    assert_stored_once(&service, &begun.session_id, &first, "taken by the run");
+    assert_stored_once(&service, &begun.session_id, &second, "steered after it");
+    service.shutdown().await;
+}
+
 /// A person's message is acknowledged only once the disk has it: to a running parent,
 /// with the process killed (or the disk full) after each number of writes in turn, a
 /// message the call answered "steered" for is on the disk the kill leaves. Before, a

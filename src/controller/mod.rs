@@ -87,6 +87,12 @@ pub(crate) struct ActiveRun {
     token: CancellationToken,
     /// Messages steered into the run, consumed at the next safe point (SPEC §4).
     inbox: Vec<QueuedMessage>,
+    /// Messages the run took from its inbox at a safe point and is writing to its history:
+    /// the stored queue names them until the history has them (`inbox_consumed`). Before,
+    /// a queue written in that moment (another message steered in) left them out, and a
+    /// process killed before the history's write lost a message the person was told was
+    /// taken (the simulation, seed 520018).
+    taken: Vec<QueuedMessage>,
     /// Ids of inbox messages the person sent (or took out of pending): if the run ends
     /// without consuming them (a compaction), they start the session even when paused.
     by_person: HashSet<String>,
@@ -1202,6 +1208,7 @@ impl SessionController {
         state.phase = Phase::Running(ActiveRun {
             token: token.clone(),
             inbox: Vec::new(),
+            taken: Vec::new(),
             by_person: HashSet::new(),
             done,
             waiters: Vec::new(),
@@ -1270,7 +1277,7 @@ impl SessionController {
         let mut state = self.lock();
         let inbox = match state.phase.run_mut() {
             None => return None,
-            Some(run) => std::mem::take(&mut run.inbox),
+            Some(run) => take_into(run),
         };
         if !inbox.is_empty() {
             return Some(inbox);
@@ -1288,18 +1295,33 @@ impl SessionController {
     /// The run has what it took from its inbox in its history now: the stored queue stops
     /// naming those messages.
     pub(crate) fn inbox_consumed(&self) {
-        let state = self.lock();
-        self.save_pending(&state);
+        let mut state = self.lock();
+        let Some(run) = state.phase.run_mut() else {
+            return;
+        };
+        let person = run
+            .taken
+            .drain(..)
+            .any(|m| report_task_id(&m.message_id).is_none());
+        if person {
+            self.save_pending(&state);
+        }
     }
 
     /// Safe point 1: messages steered in while the batch ran.
     pub(crate) fn take_inbox(&self) -> Vec<QueuedMessage> {
         let mut state = self.lock();
-        state
-            .phase
-            .run_mut()
-            .map(|run| std::mem::take(&mut run.inbox))
-            .unwrap_or_default()
+        state.phase.run_mut().map(take_into).unwrap_or_default()
+    }
+
+    /// For tests: what a safe point does first (the run takes its inbox), without the
+    /// history's write that follows; the ids taken.
+    #[doc(hidden)]
+    pub fn take_inbox_now(&self) -> Vec<String> {
+        self.take_inbox()
+            .into_iter()
+            .map(|m| m.message_id)
+            .collect()
     }
 
     /// Ends a run that was cancelled or failed: `requeue` (steered messages the run took
@@ -1719,8 +1741,9 @@ impl SessionController {
                 .filter(|m| !is_task_message(&m.message_id))
                 .collect(),
             Phase::Running(run) => run
-                .inbox
+                .taken
                 .iter()
+                .chain(&run.inbox)
                 .filter(|m| report_task_id(&m.message_id).is_none())
                 .collect(),
             _ => Vec::new(),
@@ -2053,4 +2076,12 @@ fn unanswered_calls(messages: &[Message]) -> Vec<String> {
         .filter(|c| !answered.contains(c.id.as_str()))
         .map(|c| c.id.clone())
         .collect()
+}
+
+/// A safe point's take: the run's inbox, kept as taken until the history has it
+/// (`ActiveRun::taken`).
+fn take_into(run: &mut ActiveRun) -> Vec<QueuedMessage> {
+    let inbox = std::mem::take(&mut run.inbox);
+    run.taken.extend(inbox.iter().cloned());
+    inbox
 }

@@ -570,12 +570,8 @@ impl Run {
         for message in &queued {
             self.ctl.remember_message_id(&message.message_id);
         }
-        if queued
-            .iter()
-            .any(|m| !m.message_id.starts_with("subagent:"))
-        {
-            self.ctl.inbox_consumed();
-        }
+        // The stored queue stops naming what the history has now.
+        self.ctl.inbox_consumed();
         // A report in the history is delivered; its ledger note follows the history's
         // next awaited flush (`sync`).
         self.unnoted.extend(messages.iter().filter_map(|message| {
