@@ -297,7 +297,17 @@ try {
     await wd.close();
     const old = appPid();
     if (old) process.kill(old, 'SIGKILL');
-    await until('the app to end', appPid, (pid) => !pid, { timeout: 10000 });
+    // Ended once its process is gone or a zombie: its data folder's lock is let go only
+    // then (an exiting process stops showing its executable before it closes its files).
+    const owner = Number(readFileSync(join(space.data, 'owner.lock'), 'utf8').trim()) || old;
+    const ended = (pid) => {
+      try {
+        return / Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8').split(')').pop());
+      } catch {
+        return true;
+      }
+    };
+    await until('the app to end', () => [appPid(), owner].filter((pid) => pid && !ended(pid)), (alive) => alive.length === 0, { timeout: 20000 });
     await wd.open({
       'tauri:options': {
         application: APP,
