@@ -107,11 +107,6 @@ impl Spares {
         spare
     }
 
-    /// How many spares are ready now.
-    pub fn ready(&self) -> usize {
-        self.inner.lock().ready.len()
-    }
-
     /// For benches and tests: waits until as many spares are ready as were asked for;
     /// false when `timeout` passed first or the maker stopped.
     #[doc(hidden)]
@@ -157,9 +152,7 @@ impl Inner {
             Ok(()) => self.adopt(),
             Err(err) => {
                 tracing::warn!("no spare session folders in {}: {err}", self.dir.display());
-                self.lock().making = false;
-                self.changed.notify_all();
-                return;
+                return self.ended();
             }
         };
         {
@@ -189,8 +182,8 @@ impl Inner {
                         .0;
                 }
                 if state.stop {
-                    state.making = false;
-                    return;
+                    drop(state);
+                    return self.ended();
                 }
             }
             match self.make_one() {
@@ -203,12 +196,17 @@ impl Inner {
                         "no more spare session folders in {}: {err}",
                         self.dir.display()
                     );
-                    self.lock().making = false;
-                    self.changed.notify_all();
-                    return;
+                    return self.ended();
                 }
             }
         }
+    }
+
+    /// The maker's end, whatever its cause: a later `keep` may start another, and
+    /// `wait_ready` stops waiting.
+    fn ended(&self) {
+        self.lock().making = false;
+        self.changed.notify_all();
     }
 
     /// One spare: its folder, then its two empty files, each write asking the gate.

@@ -388,11 +388,6 @@ impl SessionStore {
         self.spares.wait_ready(timeout)
     }
 
-    /// How many spare session folders are ready now.
-    pub fn spares_ready(&self) -> usize {
-        self.spares.ready()
-    }
-
     fn small_write_lock(&self, id: &str) -> std::sync::MutexGuard<'_, ()> {
         let stripe = id
             .bytes()
@@ -1042,9 +1037,18 @@ mod tests {
     #[cfg(unix)]
     fn spare_inodes(data: &Path) -> Vec<u64> {
         use std::os::unix::fs::MetadataExt;
+        spares_in(data)
+            .iter()
+            .map(|path| std::fs::metadata(path).unwrap().ino())
+            .collect()
+    }
+
+    /// What `spare/` holds.
+    #[cfg(unix)]
+    fn spares_in(data: &Path) -> Vec<PathBuf> {
         std::fs::read_dir(data.join(crate::spares::SPARE_DIR))
             .unwrap()
-            .map(|e| e.unwrap().metadata().unwrap().ino())
+            .map(|e| e.unwrap().path())
             .collect()
     }
 
@@ -1106,12 +1110,7 @@ mod tests {
         store.keep_spares(1);
         assert!(store.wait_spares(std::time::Duration::from_secs(10)));
         store.keep_spares(0);
-        let spare = std::fs::read_dir(dir.path().join(crate::spares::SPARE_DIR))
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
+        let spare = spares_in(dir.path()).remove(0);
         // The index line and the meta write pass; the rename is refused.
         store.write_gate().kill_after(2, std::time::Duration::ZERO);
         let refused = store.create(NewSession {
@@ -1132,12 +1131,8 @@ mod tests {
         assert_eq!(next.list(None).unwrap(), [], "a session the kill cut off");
         next.keep_spares(1);
         assert!(next.wait_spares(std::time::Duration::from_secs(10)));
-        let left: Vec<PathBuf> = std::fs::read_dir(dir.path().join(crate::spares::SPARE_DIR))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
         assert_eq!(
-            left,
+            spares_in(dir.path()),
             std::slice::from_ref(&spare),
             "the spare kept, the half-made one removed"
         );

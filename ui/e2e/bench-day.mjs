@@ -64,6 +64,9 @@ function appProcesses(root) {
   return [shell, ...descendants(shell)].map((pid) => ({ pid, kind: kind(pid) }));
 }
 
+/** The app's web processes (their pids). */
+const webProcesses = (ui) => appProcesses(ui.root).filter((p) => p.kind === 'WebKitWebProcess').map((p) => p.pid);
+
 const pssKiB = (pid) => {
   try {
     return Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))?.[1] ?? 0);
@@ -237,10 +240,9 @@ try {
     // (src-tauri/src/web_process.rs). WebDriver's session ends with the old page.
     const env = { ...process.env, DISPLAY: ui.display };
     const id = spawnSync('xdotool', ['search', '--onlyvisible', '--name', 'Bumblehive'], { env }).stdout.toString().trim().split('\n')[0];
-    const webs = () => appProcesses(ui.root).filter((p) => p.kind === 'WebKitWebProcess').map((p) => p.pid);
-    const [old] = webs();
+    const [old] = webProcesses(ui);
     spawnSync('xdotool', ['windowunmap', id], { env });
-    await until('a new web process', webs, (w) => w.length > 0 && !w.includes(old), { timeout: (AWAY_S + 60) * 1000 });
+    await until('a new web process', () => webProcesses(ui), (w) => w.length > 0 && !w.includes(old), { timeout: (AWAY_S + 60) * 1000 });
     await sleep(15000);
     readings.push(reading(`after the person was away ${AWAY_S} s`, ui, {}));
     spawnSync('xdotool', ['windowmap', id], { env });
@@ -249,10 +251,9 @@ try {
     // The web process ended (as the shell's recycle would end it): the shell loads the page
     // again in a new one (src-tauri/src/web_process.rs). WebDriver's session ends with the
     // old page, so this reading has no DOM count.
-    const webs = () => appProcesses(ui.root).filter((p) => p.kind === 'WebKitWebProcess').map((p) => p.pid);
-    const [old] = webs();
+    const [old] = webProcesses(ui);
     if (old) process.kill(old, 'SIGKILL');
-    await until('a new web process', webs, (w) => w.length > 0 && !w.includes(old), { timeout: 20000 });
+    await until('a new web process', () => webProcesses(ui), (w) => w.length > 0 && !w.includes(old), { timeout: 20000 });
     await sleep(15000);
     readings.push(reading('after a new web process', ui, {}));
   }

@@ -255,29 +255,36 @@ try {
     await driver.shot('e23-window-geometry-remembered');
   });
 
-  // Last of all: WebKitWebDriver ends its session with the page it was driving.
-  await runner.step('a web process that dies is replaced: the page loads again in a new one, not a dead window', async () => {
+  // The running app's process, its web processes and its log, for the two steps below.
+  const appPid = () => {
     const app = realpathSync(APP);
-    const appPid = readdirSync('/proc').filter((n) => /^\d+$/.test(n)).map(Number).find((pid) => {
+    return readdirSync('/proc').filter((n) => /^\d+$/.test(n)).map(Number).find((pid) => {
       try {
         return readlinkSync(`/proc/${pid}/exe`) === app;
       } catch {
         return false;
       }
     });
-    check(appPid, 'the app process is not found');
-    const webs = () => descendants(appPid).filter((pid) => (cmdline(pid)[0] ?? '').endsWith('WebKitWebProcess'));
+  };
+  const webProcesses = () => descendants(appPid()).filter((pid) => (cmdline(pid)[0] ?? '').endsWith('WebKitWebProcess'));
+  const appLog = () => {
     const logs = join(space.data, 'logs');
-    const log = () => readdirSync(logs).map((f) => readFileSync(join(logs, f), 'utf8')).join('');
-    const loads = () => (log().match(/start-up: page loaded/g) ?? []).length;
-    const [first] = webs();
+    return readdirSync(logs).map((f) => readFileSync(join(logs, f), 'utf8')).join('');
+  };
+  const logged = (pattern) => (appLog().match(pattern) ?? []).length;
+  const PAGE_LOADED = /start-up: page loaded/g;
+
+  // Next to last: WebKitWebDriver ends its session with the page it was driving.
+  await runner.step('a web process that dies is replaced: the page loads again in a new one, not a dead window', async () => {
+    check(appPid(), 'the app process is not found');
+    const [first] = webProcesses();
     check(first, 'the app has no web process');
-    const before = loads();
+    const before = logged(PAGE_LOADED);
     // As the kernel's out-of-memory killer or a crash in WebKit would end it.
     process.kill(first, 'SIGKILL');
-    await until('a new web process', webs, (w) => w.length > 0 && !w.includes(first), { timeout: 20000 });
-    await until('the page to load again in it', loads, (n) => n > before, { timeout: 30000 });
-    check(/the web process ended: the page is loaded again/.test(log()), 'the log does not say why the page was loaded again');
+    await until('a new web process', webProcesses, (w) => w.length > 0 && !w.includes(first), { timeout: 20000 });
+    await until('the page to load again in it', () => logged(PAGE_LOADED), (n) => n > before, { timeout: 30000 });
+    check(/the web process ended: the page is loaded again/.test(appLog()), 'the log does not say why the page was loaded again');
     spawnSync('import', ['-window', 'root', join(out, 'web-process-replaced.png')], { env: { ...process.env, DISPLAY: display } });
   });
 
@@ -285,14 +292,6 @@ try {
   // the recycle's delays made short (away 2 s, any growth, memory taken 1 s after a load).
   await runner.step('a window left alone with nothing typed gets a new web process, and the page comes back in it (#31)', async () => {
     const env = { ...process.env, DISPLAY: display };
-    const app = realpathSync(APP);
-    const appPid = () => readdirSync('/proc').filter((n) => /^\d+$/.test(n)).map(Number).find((pid) => {
-      try {
-        return readlinkSync(`/proc/${pid}/exe`) === app;
-      } catch {
-        return false;
-      }
-    });
     // WebDriver's session ended with the crashed page, so closing it does not end the app.
     await wd.close();
     const old = appPid();
@@ -315,23 +314,19 @@ try {
       },
     });
     await until('the UI', () => wd.execute("return !!document.querySelector('[data-testid=prompt-input]');"), Boolean, { timeout: 30000 });
-    const webs = () => descendants(appPid()).filter((pid) => (cmdline(pid)[0] ?? '').endsWith('WebKitWebProcess'));
-    const logs = join(space.data, 'logs');
-    const log = () => readdirSync(logs).map((f) => readFileSync(join(logs, f), 'utf8')).join('');
-    const recycled = () => (log().match(/the web process grew while the person was away/g) ?? []).length;
-    const [first] = webs();
+    const RECYCLED = /the web process grew while the person was away/g;
+    const [first] = webProcesses();
     check(first, 'the app has no web process');
-    const before = recycled();
-    const loads = () => (log().match(/start-up: page loaded/g) ?? []).length;
-    const loadsBefore = loads();
+    const before = logged(RECYCLED);
+    const loadsBefore = logged(PAGE_LOADED);
     // The person leaves: the window is hidden (no window manager here to take its focus).
     const id = spawnSync('xdotool', ['search', '--onlyvisible', '--name', TITLE], { env }).stdout.toString().trim().split('\n')[0];
     check(id, 'the window is not found');
     spawnSync('xdotool', ['windowunmap', id], { env });
-    await until('a new web process', webs, (w) => w.length > 0 && !w.includes(first), { timeout: 30000 });
-    check(recycled() > before, 'the log does not say the web process was recycled');
-    check(/TerminatedByApi/.test(log()), 'the page was not loaded again after the recycle');
-    await until('the page to load again in the new process', loads, (n) => n > loadsBefore, { timeout: 30000 });
+    await until('a new web process', webProcesses, (w) => w.length > 0 && !w.includes(first), { timeout: 30000 });
+    check(logged(RECYCLED) > before, 'the log does not say the web process was recycled');
+    check(/TerminatedByApi/.test(appLog()), 'the page was not loaded again after the recycle');
+    await until('the page to load again in the new process', () => logged(PAGE_LOADED), (n) => n > loadsBefore, { timeout: 30000 });
     spawnSync('xdotool', ['windowmap', id], { env });
     // WebDriver's session went with the old page: the X screen shows whether the new one
     // drew the app (a blank page is one flat colour).

@@ -259,6 +259,14 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
   /** The shell's own commands, typed by `DesktopCommandArgs` / `DesktopCommandResults`. */
   const shell = <N extends DesktopCommandName>(command: N, args: DesktopCommandArgs[N]): Promise<DesktopCommandResults[N]> =>
     tauri.core.invoke(command, { args });
+  // The shell's facts are fixed for the window's life: asked once (the start and the
+  // recycle's delay both read them); a failed ask is asked again next time.
+  let facts: Promise<DesktopCommandResults['app_info'] | null> | null = null;
+  const appInfo = () =>
+    (facts ??= shell('app_info', {}).catch(() => {
+      facts = null;
+      return null;
+    }));
 
   return {
     kind: 'tauri',
@@ -376,7 +384,7 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
       await shell('save_ui_state', { value: state as DesktopCommandArgs['save_ui_state']['value'] }).catch((err) => console.warn('cannot save the UI state', toCommandError(err).message));
     },
     async hostInfo() {
-      const info: Partial<DesktopCommandResults['app_info']> | null = await shell('app_info', {}).catch(() => null);
+      const info: Partial<DesktopCommandResults['app_info']> | null = await appInfo();
       return { home_dir: info?.home_dir ?? null, provider_configured: info?.provider_configured ?? null };
     },
     notify(title, body, onClick) {
@@ -423,13 +431,11 @@ export function createTauriPlatform(tauri: TauriGlobals): Platform {
     recycleWhenAway(mayRecycle) {
       let stop: (() => void) | null = null;
       let gone = false;
-      void shell('app_info', {})
-        .then((info) => {
-          const afterMs = Number(info?.recycle_after_ms ?? 0);
-          if (gone || !afterMs || !globalThis.document) return;
-          stop = watchAway(window, document, { afterMs, mayRecycle, recycle: () => shell('recycle_web_process', {}).then(Boolean) });
-        })
-        .catch(() => undefined);
+      void appInfo().then((info) => {
+        const afterMs = Number(info?.recycle_after_ms ?? 0);
+        if (gone || !afterMs || !globalThis.document) return;
+        stop = watchAway(window, document, { afterMs, mayRecycle, recycle: () => shell('recycle_web_process', {}).then(Boolean) });
+      });
       return () => {
         gone = true;
         stop?.();
